@@ -1,0 +1,91 @@
+"""The one seam between Pivot and a machine.
+
+Every tool talks to a `Host`; SSH, local and replay implementations live beside this file.
+Expected failures (non-zero exit, timeout, missing file, unreachable host) come back as a
+`CommandResult` with `error` and `fix` filled in, so the agent can pivot instead of crash.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol, runtime_checkable
+
+from pydantic import BaseModel, Field
+
+DEFAULT_TIMEOUT_S = 15.0
+#: Hard cap on what one command may hand back; a tool never gets megabytes.
+DEFAULT_MAX_BYTES = 1_000_000
+
+
+class CommandResult(BaseModel):
+    """What one command did on one host, bounded."""
+
+    host: str
+    command: str
+    rc: int | None = Field(None, description="exit status; None when it never finished")
+    stdout: str = ""
+    stderr: str = ""
+    duration_s: float = 0.0
+    timed_out: bool = False
+    truncated: bool = Field(False, description="output was cut at max_bytes")
+    error: str | None = Field(None, description="why it failed, in words, naming host and command")
+    fix: str | None = Field(None, description="what to do about the failure")
+
+    @property
+    def ok(self) -> bool:
+        return self.rc == 0 and self.error is None and not self.timed_out
+
+    @property
+    def missing_command(self) -> bool:
+        return self.rc == 127
+
+
+class FileTail(BaseModel):
+    """The last bytes of a file, read from its end so the cost is independent of its size."""
+
+    host: str
+    path: str
+    data: bytes = b""
+    size: int = 0
+    bytes_read: int = 0
+    exists: bool = True
+    error: str | None = None
+    fix: str | None = None
+
+
+@runtime_checkable
+class Host(Protocol):
+    """A machine Pivot can read (and, with approval, change)."""
+
+    name: str
+
+    def run(
+        self, command: str, timeout: float = DEFAULT_TIMEOUT_S, max_bytes: int = DEFAULT_MAX_BYTES
+    ) -> CommandResult:
+        """Run a non-interactive shell command; never raises for expected failures."""
+        ...
+
+    def read_tail(self, path: str, max_bytes: int = 256_000) -> FileTail:
+        """Read at most `max_bytes` from the end of `path`."""
+        ...
+
+    def write_file(self, path: str, data: bytes, mode: int | None = None) -> CommandResult:
+        """Atomically replace `path` (temp file in the same dir, fsync, rename)."""
+        ...
+
+    def close(self) -> None: ...
+
+
+def failure(host: str, command: str, error: str, fix: str, **kw: object) -> CommandResult:
+    """An expected failure as data: the agent reads `error` and `fix`, it never sees a traceback."""
+    return CommandResult(host=host, command=command, error=error, fix=fix, **kw)  # type: ignore[arg-type]
+
+
+def clip(data: bytes, max_bytes: int) -> tuple[bytes, bool]:
+    if len(data) <= max_bytes:
+        return data, False
+    return data[:max_bytes], True
+
+
+def decode(data: bytes) -> str:
+    """Logs are not guaranteed UTF-8; never let a stray byte stop an investigation."""
+    return data.decode("utf-8", errors="replace")

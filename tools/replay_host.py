@@ -1,0 +1,174 @@
+"""`ReplayHost`: answers from an incident card's `host` section and from nothing else.
+
+It stands in for a live machine in evals and demos. Canonical reads (nvidia-smi, ps, dmesg, env,
+files) map to the card's keys; any other command is looked up in `host.commands` (exact, then the
+closest command of the same program); a command the card does not hold answers like a missing
+command on a real host (rc 127). List values advance one snapshot per read, the last repeating.
+Writes land in an in-memory overlay so approved changes can be replayed without touching disk.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import shlex
+import time
+
+from tools.cards import HostSnapshot, IncidentCard, Snapshots, card_text_bytes
+from tools.host import DEFAULT_MAX_BYTES, DEFAULT_TIMEOUT_S, CommandResult, FileTail, clip, decode
+
+
+class _Cursor:
+    """One read pointer per key, so each read of a list value sees the next snapshot."""
+
+    def __init__(self) -> None:
+        self._pos: dict[str, int] = {}
+
+    def read(self, key: str, value: Snapshots) -> str:
+        if isinstance(value, str):
+            return value
+        if not value:
+            return ""
+        i = self._pos.get(key, 0)
+        self._pos[key] = i + 1
+        return value[min(i, len(value) - 1)]
+
+    def peek(self, key: str, value: Snapshots) -> str:
+        if isinstance(value, str):
+            return value
+        if not value:
+            return ""
+        i = self._pos.get(key, 0)
+        return value[min(max(i - 1, 0), len(value) - 1)]
+
+
+def _tokens(command: str) -> list[str]:
+    first = command.split("|", 1)[0].strip()
+    try:
+        toks = shlex.split(first)
+    except ValueError:
+        toks = first.split()
+    while toks and toks[0] in ("sudo", "command", "exec"):
+        toks = toks[1:]
+    return toks
+
+
+class ReplayHost:
+    def __init__(self, card: IncidentCard, name: str | None = None) -> None:
+        # Keep only the host snapshot: expected answers and transcripts never reach a tool.
+        self._snap: HostSnapshot = card.host.model_copy(deep=True)
+        self.name = name or f"replay:{card.id}"
+        self._cursor = _Cursor()
+        self._overlay: dict[str, bytes] = {}
+
+    # -- Host protocol -------------------------------------------------------------------------
+    def run(
+        self, command: str, timeout: float = DEFAULT_TIMEOUT_S, max_bytes: int = DEFAULT_MAX_BYTES
+    ) -> CommandResult:
+        start = time.monotonic()
+        out = self._answer(command)
+        if out is None:
+            prog = (_tokens(command) or ["sh"])[0]
+            return CommandResult(
+                host=self.name, command=command, rc=127,
+                stderr=f"sh: 1: {prog}: not found\n", duration_s=time.monotonic() - start,
+            )
+        data, truncated = clip(out.encode("utf-8", errors="surrogateescape"), max_bytes)
+        return CommandResult(
+            host=self.name, command=command, rc=0, stdout=decode(data),
+            truncated=truncated, duration_s=time.monotonic() - start,
+        )
+
+    def read_tail(self, path: str, max_bytes: int = 256_000) -> FileTail:
+        data = self._file_bytes(path, advance=True)
+        if data is None:
+            return FileTail(
+                host=self.name, path=path, exists=False,
+                error=f"{path} does not exist on {self.name}",
+                fix="check the path, or list the log directory to find the current log",
+            )
+        tail = data[-max_bytes:] if max_bytes > 0 else b""
+        return FileTail(host=self.name, path=path, data=tail, size=len(data), bytes_read=len(tail))
+
+    def write_file(self, path: str, data: bytes, mode: int | None = None) -> CommandResult:
+        self._overlay[path] = bytes(data)
+        return CommandResult(host=self.name, command=f"write {path}", rc=0)
+
+    def close(self) -> None:
+        return None
+
+    # -- what the card can answer --------------------------------------------------------------
+    def file_paths(self) -> list[str]:
+        return sorted(set(self._snap.files) | set(self._overlay))
+
+    def _file_bytes(self, path: str, advance: bool) -> bytes | None:
+        path = posixpath.normpath(path)
+        if path in self._overlay:
+            return self._overlay[path]
+        value = self._snap.files.get(path)
+        if value is None:
+            return None
+        text = self._cursor.read(f"file:{path}", value) if advance else self._cursor.peek(
+            f"file:{path}", value
+        )
+        return card_text_bytes(text)
+
+    def _key(self, key: str) -> str | None:
+        value = getattr(self._snap, key)
+        if value is None:
+            return None
+        return self._cursor.read(key, value)
+
+    def _answer(self, command: str) -> str | None:
+        exact = self._snap.commands.get(command)
+        if exact is not None:
+            return self._cursor.read(f"cmd:{command}", exact)
+        toks = _tokens(command)
+        if not toks:
+            return None
+        prog = posixpath.basename(toks[0])
+        args = toks[1:]
+        if prog == "nvidia-smi":
+            joined = " ".join(args)
+            if "--query-gpu" in joined:
+                return self._key("nvidia_smi")
+            if not args:
+                return self._key("nvidia_smi_full")
+        elif prog == "ps":
+            return self._key("ps")
+        elif prog == "dmesg":
+            out = self._key("dmesg")
+            if out is not None:
+                return out
+        elif prog in ("env", "printenv"):
+            return self._key("env")
+        elif prog in ("cat", "head", "tail") and args:
+            path = args[-1]
+            if path.startswith("/proc/") and path.endswith("/environ"):
+                env = self._key("env")
+                return None if env is None else env.replace("\n", "\0")
+            data = self._file_bytes(path, advance=True)
+            if data is not None:
+                return data.decode("utf-8", errors="surrogateescape")
+        elif prog == "stat" and args:
+            data = self._file_bytes(args[-1], advance=False)
+            if data is not None:
+                return f"{len(data)} {int(time.time())}\n"
+        elif prog == "find" and args:
+            root = args[0].rstrip("/") or "/"
+            hits = [p for p in self.file_paths() if p.startswith(root + "/") or root == "/"]
+            return "".join(f"{p}\n" for p in hits)
+        return self._closest_command(prog, args)
+
+    def _closest_command(self, prog: str, args: list[str]) -> str | None:
+        """A card records the command its author typed; ours may differ in flags or pipes."""
+        best: tuple[int, str] | None = None
+        for key in self._snap.commands:
+            ktoks = _tokens(key)
+            if not ktoks or posixpath.basename(ktoks[0]) != prog:
+                continue
+            score = len(set(args) & set(ktoks[1:]))
+            if best is None or score > best[0]:
+                best = (score, key)
+        if best is None:
+            return None
+        return self._cursor.read(f"cmd:{best[1]}", self._snap.commands[best[1]])
