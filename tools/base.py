@@ -77,5 +77,9 @@ def failed(result_cls: type[R], res: CommandResult, **fields: Any) -> R:
 def bound_lines(lines: list[str], max_lines: int = MAX_LINES) -> list[str]:
     out = [ln if len(ln) <= MAX_LINE_CHARS else ln[:MAX_LINE_CHARS] + " …[cut]" for ln in lines]
     if len(out) > max_lines:
-        out = [*out[: max_lines // 4], f"# … {len(out) - max_lines} lines cut …", *out[-(max_lines - max_lines // 4 - 1):]]
+        out = [
+            *out[: max_lines // 4],
+            f"# … {len(out) - max_lines} lines cut …",
+            *out[-(max_lines - max_lines // 4 - 1) :],
+        ]
     return out

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -37,7 +38,9 @@ class LocalHost:
                 start_new_session=True,
             )
         except OSError as exc:
-            return failure(self.name, command, f"cannot start /bin/sh: {exc}", "check the host's shell")
+            return failure(
+                self.name, command, f"cannot start /bin/sh: {exc}", "check the host's shell"
+            )
         try:
             out, err = _communicate_bounded(proc, timeout, max_bytes)
         except subprocess.TimeoutExpired:
@@ -73,13 +76,17 @@ class LocalHost:
                 data = fh.read(max_bytes)
         except FileNotFoundError:
             return FileTail(
-                host=self.name, path=path, exists=False,
+                host=self.name,
+                path=path,
+                exists=False,
                 error=f"{path} does not exist on {self.name}",
                 fix="check the path, or list the log directory to find the current log",
             )
         except OSError as exc:
             return FileTail(
-                host=self.name, path=path, exists=False,
+                host=self.name,
+                path=path,
+                exists=False,
                 error=f"cannot read {path} on {self.name}: {exc}",
                 fix="check permissions on the file",
             )
@@ -110,8 +117,12 @@ class LocalHost:
             finally:
                 os.close(dfd)
         except OSError as exc:
-            return failure(self.name, cmd, f"cannot write {path} on {self.name}: {exc}",
-                           "check that the directory exists and is writable")
+            return failure(
+                self.name,
+                cmd,
+                f"cannot write {path} on {self.name}: {exc}",
+                "check that the directory exists and is writable",
+            )
         return CommandResult(host=self.name, command=cmd, rc=0)
 
     def close(self) -> None:
@@ -119,10 +130,8 @@ class LocalHost:
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
     proc.wait()
 
 
@@ -133,7 +142,10 @@ def _communicate_bounded(
     import selectors
 
     assert proc.stdout is not None and proc.stderr is not None
-    bufs: dict[int, bytearray] = {proc.stdout.fileno(): bytearray(), proc.stderr.fileno(): bytearray()}
+    bufs: dict[int, bytearray] = {
+        proc.stdout.fileno(): bytearray(),
+        proc.stderr.fileno(): bytearray(),
+    }
     sel = selectors.DefaultSelector()
     sel.register(proc.stdout, selectors.EVENT_READ)
     sel.register(proc.stderr, selectors.EVENT_READ)

@@ -69,20 +69,29 @@ class ReplayHost:
         if out is None:
             prog = (_tokens(command) or ["sh"])[0]
             return CommandResult(
-                host=self.name, command=command, rc=127,
-                stderr=f"sh: 1: {prog}: not found\n", duration_s=time.monotonic() - start,
+                host=self.name,
+                command=command,
+                rc=127,
+                stderr=f"sh: 1: {prog}: not found\n",
+                duration_s=time.monotonic() - start,
             )
         data, truncated = clip(out.encode("utf-8", errors="surrogateescape"), max_bytes)
         return CommandResult(
-            host=self.name, command=command, rc=0, stdout=decode(data),
-            truncated=truncated, duration_s=time.monotonic() - start,
+            host=self.name,
+            command=command,
+            rc=0,
+            stdout=decode(data),
+            truncated=truncated,
+            duration_s=time.monotonic() - start,
         )
 
     def read_tail(self, path: str, max_bytes: int = 256_000) -> FileTail:
         data = self._file_bytes(path, advance=True)
         if data is None:
             return FileTail(
-                host=self.name, path=path, exists=False,
+                host=self.name,
+                path=path,
+                exists=False,
                 error=f"{path} does not exist on {self.name}",
                 fix="check the path, or list the log directory to find the current log",
             )
@@ -107,8 +116,10 @@ class ReplayHost:
         value = self._snap.files.get(path)
         if value is None:
             return None
-        text = self._cursor.read(f"file:{path}", value) if advance else self._cursor.peek(
-            f"file:{path}", value
+        text = (
+            self._cursor.read(f"file:{path}", value)
+            if advance
+            else self._cursor.peek(f"file:{path}", value)
         )
         return card_text_bytes(text)
 
