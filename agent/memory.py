@@ -1,0 +1,357 @@
+"""What Pivot remembers across sessions, in SQLite via sqlite-utils.
+
+Tables mirror what happened (sessions, events, observations, hypotheses, conclusions, todos,
+handoffs). Migrations are named and append-only; WAL keeps concurrent writers (the API, the loop)
+from corrupting each other. Conclusions are FTS5-indexed so a recurring signature can be matched
+to "seen before on host X on date Y: root cause Z".
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import sqlite_utils
+from pydantic import BaseModel
+
+from agent.models import Event, Report, now
+
+
+class SessionRow(BaseModel):
+    id: str
+    host: str
+    symptom: str
+    brain: str
+    status: str
+    created: str
+    updated: str
+    root_cause: str | None = None
+
+
+class TodoRow(BaseModel):
+    id: int
+    host: str
+    text: str
+    done: bool = False
+    created: str
+    session_id: str | None = None
+
+
+class HandoffRow(BaseModel):
+    id: int
+    host: str
+    text: str
+    created: str
+    session_id: str | None = None
+
+
+class ConclusionRow(BaseModel):
+    session_id: str
+    host: str
+    root_cause: str | None
+    summary: str
+    evidence: str
+    created: str
+
+
+def _m001_core(db: sqlite_utils.Database) -> None:
+    db["sessions"].create(
+        {
+            "id": str,
+            "host": str,
+            "symptom": str,
+            "brain": str,
+            "status": str,
+            "created": str,
+            "updated": str,
+            "root_cause": str,
+            "report": str,
+        },
+        pk="id",
+    )
+    db["events"].create(
+        {"session_id": str, "seq": int, "type": str, "data": str, "at": str},
+        pk=("session_id", "seq"),
+    )
+    db["todos"].create(
+        {"id": int, "host": str, "text": str, "done": int, "created": str, "session_id": str},
+        pk="id",
+    )
+    db["handoffs"].create(
+        {"id": int, "host": str, "text": str, "created": str, "session_id": str}, pk="id"
+    )
+    db["conclusions"].create(
+        {
+            "session_id": str,
+            "host": str,
+            "root_cause": str,
+            "summary": str,
+            "evidence": str,
+            "created": str,
+        },
+        pk="session_id",
+    )
+    db["conclusions"].enable_fts(["root_cause", "summary", "evidence"], create_triggers=True)
+    db["todos"].create_index(["host", "done"])
+    db["handoffs"].create_index(["host"])
+
+
+def _m002_observations(db: sqlite_utils.Database) -> None:
+    db["observations"].create(
+        {
+            "session_id": str,
+            "id": str,
+            "tool": str,
+            "args": str,
+            "ok": int,
+            "lines": str,
+            "at": str,
+        },
+        pk=("session_id", "id"),
+    )
+    db["hypotheses"].create(
+        {
+            "session_id": str,
+            "label": str,
+            "status": str,
+            "score": float,
+            "statement": str,
+            "evidence": str,
+            "against": str,
+            "check": str,
+        },
+        pk=("session_id", "label"),
+    )
+
+
+#: Named, append-only. Never edit an entry; add a new one.
+MIGRATIONS: list[tuple[str, Callable[[sqlite_utils.Database], None]]] = [
+    ("001_core", _m001_core),
+    ("002_observations_hypotheses", _m002_observations),
+]
+
+
+class Memory:
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.RLock()
+        conn = sqlite3.connect(str(self.path), check_same_thread=False, timeout=30.0)
+        self.db = sqlite_utils.Database(conn)
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("PRAGMA synchronous=NORMAL")
+        self.db.execute("PRAGMA busy_timeout=30000")
+        self._migrate()
+
+    def _migrate(self) -> None:
+        with self._lock:
+            if "_migrations" not in self.db.table_names():
+                self.db["_migrations"].create({"name": str, "applied": str}, pk="name")
+            done = {r["name"] for r in self.db["_migrations"].rows}
+            for name, fn in MIGRATIONS:
+                if name in done:
+                    continue
+                with self.db.conn:
+                    fn(self.db)
+                    self.db["_migrations"].insert({"name": name, "applied": now()})
+
+    # -- sessions --------------------------------------------------------------------------------
+    def create_session(
+        self, host: str, symptom: str, brain: str, session_id: str | None = None
+    ) -> str:
+        sid = session_id or uuid.uuid4().hex[:12]
+        ts = now()
+        with self._lock, self.db.conn:
+            self.db["sessions"].upsert(
+                {
+                    "id": sid,
+                    "host": host,
+                    "symptom": symptom,
+                    "brain": brain,
+                    "status": "running",
+                    "created": ts,
+                    "updated": ts,
+                },
+                pk="id",
+            )
+        return sid
+
+    def set_status(self, session_id: str, status: str) -> None:
+        with self._lock, self.db.conn:
+            self.db["sessions"].update(session_id, {"status": status, "updated": now()})
+
+    def get_session(self, session_id: str) -> SessionRow | None:
+        try:
+            row = self.db["sessions"].get(session_id)
+        except sqlite_utils.db.NotFoundError:
+            return None
+        return SessionRow.model_validate(row)
+
+    def list_sessions(self, host: str | None = None, limit: int = 50) -> list[SessionRow]:
+        where, args = ("host = ?", [host]) if host else (None, [])
+        rows = self.db["sessions"].rows_where(where, args, order_by="created desc", limit=limit)
+        return [SessionRow.model_validate(r) for r in rows]
+
+    def save_report(self, report: Report) -> None:
+        """Store the outcome; a concluded report also joins the searchable conclusions."""
+        ts = now()
+        with self._lock, self.db.conn:
+            self.db["sessions"].update(
+                report.session_id,
+                {
+                    "status": report.status,
+                    "updated": ts,
+                    "root_cause": report.root_cause,
+                    "report": report.model_dump_json(),
+                },
+            )
+            for h in report.hypotheses:
+                self.db["hypotheses"].upsert(
+                    {
+                        "session_id": report.session_id,
+                        "label": h.label,
+                        "status": h.status,
+                        "score": h.score,
+                        "statement": h.statement,
+                        "evidence": json.dumps([e.model_dump() for e in h.evidence]),
+                        "against": json.dumps([e.model_dump() for e in h.against]),
+                        "check": h.check,
+                    },
+                    pk=("session_id", "label"),
+                )
+            if report.status == "concluded":
+                self.db["conclusions"].upsert(
+                    {
+                        "session_id": report.session_id,
+                        "host": report.host,
+                        "root_cause": report.root_cause,
+                        "summary": report.summary,
+                        "evidence": "\n".join(e.line for e in report.evidence),
+                        "created": ts,
+                    },
+                    pk="session_id",
+                )
+
+    def report(self, session_id: str) -> Report | None:
+        row = self.db["sessions"].get(session_id) if self.get_session(session_id) else None
+        if not row or not row.get("report"):
+            return None
+        return Report.model_validate_json(row["report"])
+
+    def record_observation(self, session_id: str, obs: dict[str, Any]) -> None:
+        with self._lock, self.db.conn:
+            self.db["observations"].upsert(
+                {
+                    "session_id": session_id,
+                    "id": obs["id"],
+                    "tool": obs["tool"],
+                    "args": json.dumps(obs.get("args", {})),
+                    "ok": int(bool(obs.get("ok", True))),
+                    "lines": json.dumps(obs.get("lines", [])),
+                    "at": obs.get("at", now()),
+                },
+                pk=("session_id", "id"),
+            )
+
+    def observations(self, session_id: str) -> list[dict[str, Any]]:
+        rows = self.db["observations"].rows_where("session_id = ?", [session_id], order_by="rowid")
+        return [
+            {
+                **r,
+                "args": json.loads(r["args"]),
+                "lines": json.loads(r["lines"]),
+                "ok": bool(r["ok"]),
+            }
+            for r in rows
+        ]
+
+    def trajectory(self, session_id: str) -> dict[str, Any]:
+        s = self.get_session(session_id)
+        rep = self.report(session_id)
+        return {
+            "session": s.model_dump() if s else None,
+            "observations": self.observations(session_id),
+            "hypotheses": rep.model_dump()["hypotheses"] if rep else [],
+            "report": rep.model_dump() if rep else None,
+            "events": [e.model_dump() for e in self.events(session_id)],
+        }
+
+    # -- events ----------------------------------------------------------------------------------
+    def append_event(self, event: Event) -> Event:
+        """Assign the next seq for the session and store it; returns the stored event."""
+        with self._lock, self.db.conn:
+            row = self.db.execute(
+                "select coalesce(max(seq), 0) from events where session_id = ?",
+                [event.session_id],
+            ).fetchone()
+            ev = event.model_copy(update={"seq": int(row[0]) + 1})
+            self.db["events"].insert(
+                {
+                    "session_id": ev.session_id,
+                    "seq": ev.seq,
+                    "type": ev.type,
+                    "data": json.dumps(ev.data, default=str),
+                    "at": ev.at,
+                }
+            )
+        return ev
+
+    def events(self, session_id: str, after_seq: int = 0) -> list[Event]:
+        rows = self.db["events"].rows_where(
+            "session_id = ? and seq > ?", [session_id, after_seq], order_by="seq"
+        )
+        return [Event(**{**r, "data": json.loads(r["data"])}) for r in rows]
+
+    # -- todos and handoffs ------------------------------------------------------------------------
+    def add_todo(self, host: str, text: str, session_id: str | None = None) -> TodoRow:
+        with self._lock, self.db.conn:
+            t = self.db["todos"].insert(
+                {"host": host, "text": text, "done": 0, "created": now(), "session_id": session_id}
+            )
+            return TodoRow.model_validate(self.db["todos"].get(t.last_pk))
+
+    def todos(self, host: str, open_only: bool = True) -> list[TodoRow]:
+        where = "host = ? and done = 0" if open_only else "host = ?"
+        return [
+            TodoRow.model_validate(r)
+            for r in self.db["todos"].rows_where(where, [host], order_by="id")
+        ]
+
+    def close_todo(self, todo_id: int) -> bool:
+        with self._lock, self.db.conn:
+            cur = self.db.execute("update todos set done = 1 where id = ? and done = 0", [todo_id])
+            return cur.rowcount > 0
+
+    def add_handoff(self, host: str, text: str, session_id: str | None = None) -> HandoffRow:
+        with self._lock, self.db.conn:
+            t = self.db["handoffs"].insert(
+                {"host": host, "text": text, "created": now(), "session_id": session_id}
+            )
+            return HandoffRow.model_validate(self.db["handoffs"].get(t.last_pk))
+
+    def handoffs(self, host: str, limit: int = 10) -> list[HandoffRow]:
+        rows = self.db["handoffs"].rows_where("host = ?", [host], order_by="id desc", limit=limit)
+        return [HandoffRow.model_validate(r) for r in rows]
+
+    def last_handoff(self, host: str) -> HandoffRow | None:
+        rows = self.handoffs(host, limit=1)
+        return rows[0] if rows else None
+
+    # -- conclusions -------------------------------------------------------------------------------
+    def search_conclusions(self, query: str, limit: int = 20) -> list[ConclusionRow]:
+        q = " OR ".join(f'"{w}"' for w in query.replace('"', " ").split() if w)
+        if not q:
+            return []
+        try:
+            rows = self.db["conclusions"].search(q, limit=limit)
+        except sqlite3.OperationalError:
+            return []
+        return [ConclusionRow.model_validate(r) for r in rows]
+
+    def close(self) -> None:
+        self.db.conn.close()

@@ -1,0 +1,77 @@
+"""All knobs in one place: paths, the LLM endpoint and the budgets that end a run by name."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Budget(BaseSettings):
+    """Limits that end an investigation with status `budget_exhausted`, never a traceback."""
+
+    model_config = SettingsConfigDict(env_prefix="PIVOT_BUDGET_")
+
+    max_rounds: int = 12
+    max_tool_calls: int = 40
+    max_seconds: float = 180.0
+    max_tokens: int = 60_000
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="PIVOT_", env_nested_delimiter="__")
+
+    home: Path = Field(default_factory=lambda: Path.home() / ".pivot")
+    memory_db: Path | None = None
+    checkpoint_db: Path | None = None
+    llm_base_url: str | None = None
+    llm_model: str = "gpt-4o-mini"
+    llm_api_key: str | None = None
+    llm_timeout_s: float = 60.0
+    llm_max_retries: int = 2
+    brain: str | None = Field(
+        None, description="rulebook | llm; default: llm iff an endpoint is set"
+    )
+    budget: Budget = Field(default_factory=Budget)
+    #: Directories whose files may be read as logs/configs through the API, per host alias;
+    #: "*" applies to every host.
+    allowed_roots: dict[str, list[str]] = Field(
+        default_factory=lambda: {
+            "*": [
+                "/var/log",
+                "/tmp",
+                "/data",
+                "/workspace",
+                "/home",
+                "/root",
+                "/opt",
+                "/app",
+                "/usr/lib",
+                "/etc",
+                "/srv",
+                "/mnt",
+                "/runpod",
+                "/k8s",
+                "/tensorrtllm_backend",
+            ]
+        }
+    )
+
+    @property
+    def memory_path(self) -> Path:
+        return self.memory_db or self.home / "memory.db"
+
+    @property
+    def checkpoint_path(self) -> Path:
+        return self.checkpoint_db or self.home / "checkpoints.db"
+
+    @property
+    def default_brain(self) -> str:
+        return self.brain or ("llm" if self.llm_base_url else "rulebook")
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    return Settings()
