@@ -9,6 +9,7 @@ Writes land in an in-memory overlay so approved changes can be replayed without 
 
 from __future__ import annotations
 
+import fnmatch
 import posixpath
 import shlex
 import time
@@ -50,6 +51,25 @@ def _tokens(command: str) -> list[str]:
     while toks and toks[0] in ("sudo", "command", "exec"):
         toks = toks[1:]
     return toks
+
+
+def _find_roots(args: list[str]) -> list[str]:
+    roots: list[str] = []
+    for a in args:
+        if a.startswith(("-", "(", "!", "\\(")):
+            break
+        roots.append(a)
+    return roots or ["."]
+
+
+def _under(path: str, root: str) -> bool:
+    if root == "/":
+        return True
+    if any(c in root for c in "*?["):
+        parts = root.count("/")
+        prefix = "/".join(path.split("/")[: parts + 1])
+        return fnmatch.fnmatchcase(prefix, root) and len(path) > len(prefix)
+    return path.startswith(root + "/")
 
 
 class ReplayHost:
@@ -165,8 +185,10 @@ class ReplayHost:
             if data is not None:
                 return f"{len(data)} {int(time.time())}\n"
         elif prog == "find" and args:
-            root = args[0].rstrip("/") or "/"
-            hits = [p for p in self.file_paths() if p.startswith(root + "/") or root == "/"]
+            # Every leading operand is a root (find A B -maxdepth ...); globs match as the
+            # shell would have expanded them.
+            roots = [a.rstrip("/") or "/" for a in _find_roots(args)]
+            hits = [p for p in self.file_paths() if any(_under(p, r) for r in roots)]
             return "".join(f"{p}\n" for p in hits)
         return self._closest_command(prog, args)
 

@@ -1,0 +1,186 @@
+"""`find_logs`: which logs and configs exist on a host the agent has never seen.
+
+One `find` over the usual places (GNU find's `-printf` gives mtime and size in the same pass),
+newest first, bounded. Logs and config-like files (sitecustomize.py, .env, launch scripts,
+YAML/JSON under config dirs) are listed separately: the first tells the agent what to tail,
+the second what to read with config_read.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import posixpath
+import shlex
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from tools.base import ToolResult, ToolSpec, bound_lines, failed
+from tools.host import Host
+
+DEFAULT_ROOTS = [
+    "/var/log",
+    "/tmp",
+    "/data",
+    "/workspace",
+    "~",
+    "~/logs",
+    "/root",
+    "/app",
+    "/opt",
+    "/etc/pivot",
+    "/usr/lib/python3*",
+    "/usr/local/lib/python3*",
+]
+_LOG_NAMES = ["*.log", "*.log.[0-9]", "*.out", "*.err", "nohup.out"]
+_LOG_PATHS = ["*/logs/*.txt", "*/log/*.txt"]
+_CONFIG_NAMES = ["sitecustomize.py", "usercustomize.py", "*.env", ".env", "*.sh", "*.yaml", "*.yml"]
+_CONFIG_DIR_NAMES = ["*.json", "*.toml", "*.pbtxt", "*.ini", "*.conf"]
+_CONFIG_DIRS = ["*/conf/*", "*/config/*", "*/configs/*", "*/etc/*", "*/k8s/*", "*/deploy/*"]
+#: Hidden dirs (.git, .cache, .pyenv, .npm), package trees and caches hold other tools' files.
+_NOT_UNDER = ["*-packages/*", "*/.*/*", "*/node_modules/*", "*/__pycache__/*"]
+#: Lines asked of the host; the classification in Python takes `limit` of each kind from them.
+HOST_LINE_CAP = 4000
+
+
+class Args(BaseModel):
+    roots: list[str] = Field(default_factory=lambda: list(DEFAULT_ROOTS))
+    max_depth: int = Field(4, ge=1, le=10)
+    limit: int = Field(30, ge=1, le=200, description="files listed per kind")
+    kind: Literal["logs", "configs", "all"] = "all"
+
+
+class FoundFile(BaseModel):
+    path: str
+    kind: Literal["log", "config"]
+    mtime: float | None = Field(None, description="epoch seconds; None on replay hosts")
+    size: int | None = None
+    line: str = Field(description="the host's output line, verbatim")
+
+
+class Result(ToolResult):
+    command: str = ""
+    logs: list[FoundFile] = Field(default_factory=list)
+    configs: list[FoundFile] = Field(default_factory=list)
+    capped: bool = Field(False, description="the host listed more files than were read")
+
+    def lines(self) -> list[str]:
+        if self.error:
+            return super().lines()
+        out = [f"# each line: mtime(epoch s) size(bytes) path, newest first; on {self.host}"]
+        for title, files in (("log files", self.logs), ("config files", self.configs)):
+            out.append(f"# {len(files)} {title}")
+            out.extend(f.line for f in files)
+        if self.capped:
+            out.append(f"# the host listed more than {HOST_LINE_CAP} files; narrow the roots")
+        return bound_lines(out, max_lines=2 * 200 + 4)
+
+
+def classify(path: str) -> Literal["log", "config"] | None:
+    """Pure: what a path looks like, by name and directory (mirrors the find expression)."""
+    name = posixpath.basename(path)
+    if fnmatch.fnmatch(name, "sitecustomize.py*") or name == "usercustomize.py":
+        return "config"
+    if any(fnmatch.fnmatch(path, p) for p in _NOT_UNDER):
+        return None
+    if any(fnmatch.fnmatch(name, p) for p in _LOG_NAMES) or any(
+        fnmatch.fnmatch(path, p) for p in _LOG_PATHS
+    ):
+        return "log"
+    if any(fnmatch.fnmatch(name, p) for p in _CONFIG_NAMES):
+        return "config"
+    if any(fnmatch.fnmatch(name, p) for p in _CONFIG_DIR_NAMES) and any(
+        fnmatch.fnmatch(path, p) for p in _CONFIG_DIRS
+    ):
+        return "config"
+    return None
+
+
+def _root_arg(root: str) -> str:
+    """Quote a root for sh, but let `~` and glob characters expand as the user meant."""
+    if root == "~" or root.startswith("~/"):
+        return '"$HOME"' + shlex.quote(root[1:]) if len(root) > 1 else '"$HOME"'
+    if any(c in root for c in "*?[") and all(c.isalnum() or c in "/._-*?[]" for c in root):
+        return root
+    return shlex.quote(root)
+
+
+def _or(flag: str, patterns: list[str]) -> str:
+    return " -o ".join(f"{flag} {shlex.quote(p)}" for p in patterns)
+
+
+def build_command(args: Args) -> str:
+    not_under = " ".join(f"-not -path {shlex.quote(p)}" for p in _NOT_UNDER)
+    logs = f"\\( {_or('-name', _LOG_NAMES)} -o {_or('-path', _LOG_PATHS)} \\) {not_under}"
+    configs = (
+        f"-name 'sitecustomize.py*' -o -name usercustomize.py"
+        f" -o \\( \\( {_or('-name', _CONFIG_NAMES[2:])} \\) {not_under} \\)"
+        f" -o \\( \\( {_or('-name', _CONFIG_DIR_NAMES)} \\) \\( {_or('-path', _CONFIG_DIRS)} \\)"
+        f" {not_under} \\)"
+    )
+    match = {"logs": logs, "configs": configs, "all": f"{logs} -o {configs}"}[args.kind]
+    roots = " ".join(_root_arg(r) for r in args.roots)
+    return (
+        f"find {roots} -maxdepth {args.max_depth} -type f \\( {match} \\)"
+        f" -printf '%T@ %s %p\\n' 2>/dev/null | sort -rn | head -n {HOST_LINE_CAP}"
+    )
+
+
+def parse_find(output: str) -> list[tuple[float | None, int | None, str, str]]:
+    """Pure: `mtime size path` lines (GNU find -printf), or bare paths (replay hosts)."""
+    rows: list[tuple[float | None, int | None, str, str]] = []
+    for line in output.splitlines():
+        if not line.strip():
+            continue
+        parts = line.split(" ", 2)
+        if len(parts) == 3:
+            try:
+                rows.append((float(parts[0]), int(parts[1]), parts[2], line))
+                continue
+            except ValueError:
+                pass
+        rows.append((None, None, line.strip(), line))
+    return rows
+
+
+def run(host: Host, args: Args) -> Result:
+    command = build_command(args)
+    res = host.run(command, timeout=30)
+    # find exits 1 when a root is missing or unreadable; what it did list is still good.
+    if res.timed_out or res.error or res.rc not in (0, 1):
+        return failed(Result, res, command=command)
+    logs: list[FoundFile] = []
+    configs: list[FoundFile] = []
+    seen: set[str] = set()
+    rows = parse_find(res.stdout)
+    for mtime, size, path, line in rows:
+        kind = classify(path)
+        if kind is None or path in seen:
+            continue
+        if args.kind != "all" and kind + "s" != args.kind:
+            continue
+        seen.add(path)
+        bucket = logs if kind == "log" else configs
+        if len(bucket) < args.limit:
+            bucket.append(FoundFile(path=path, kind=kind, mtime=mtime, size=size, line=line))
+    return Result(
+        host=host.name,
+        command=command,
+        logs=logs,
+        configs=configs,
+        capped=len(rows) >= HOST_LINE_CAP or res.truncated,
+    )
+
+
+SPEC = ToolSpec(
+    name="find_logs",
+    description=(
+        "List recently modified log files (*.log, *.out, *.err, nohup.out, logs/*.txt) and "
+        "config-like files (sitecustomize.py, .env, launch scripts, YAML, config-dir JSON) "
+        "under the usual roots (/var/log, /tmp, /data, /workspace, ~, /root, /app, /opt), "
+        "newest first. Use it first on a host you have not seen."
+    ),
+    args=Args,
+    result=Result,
+    fn=run,
+)
