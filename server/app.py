@@ -1,0 +1,87 @@
+"""The app factory: wires memory, the Runner, the host catalog and the routers; nothing else.
+
+`create_app()` with no arguments runs on the embedded defaults (~/.pivot); tests pass a config
+with a temp home, their card directories and a known token.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+from fastapi import Depends, FastAPI
+from fastapi.staticfiles import StaticFiles
+
+from server.auth import TokenVerifier, ensure_token
+from server.config import ServeConfig
+from server.deps import require_token
+from server.hosts import HostCatalog
+from server.limits import BodyLimit
+from server.routers import approvals, evals, events, health, hosts, loop, memory, sessions
+from server.runs import RunHub
+
+STATIC = Path(__file__).resolve().parent / "static"
+
+
+def _open_memory(settings: Any) -> Any:
+    from agent.memory import Memory
+
+    return Memory(settings.memory_path)
+
+
+def _make_runner(settings: Any) -> Any:
+    from agent.runner import Runner
+
+    return Runner(settings)
+
+
+def create_app(
+    config: ServeConfig | None = None,
+    *,
+    settings: Any | None = None,
+    token: str | None = None,
+    verifier: TokenVerifier | None = None,
+) -> FastAPI:
+    if settings is None:
+        from agent.settings import get_settings
+
+        settings = get_settings()
+    config = config or ServeConfig.from_settings()
+    if verifier is None:
+        verifier = TokenVerifier.for_token(token) if token else ensure_token(config.home)[0]
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        mem = _open_memory(settings)
+        hub = RunHub(mem, _make_runner(settings), app.state.catalog, workers=config.workers)
+        hub.bind(asyncio.get_running_loop())
+        app.state.memory = mem
+        app.state.hub = hub
+        try:
+            yield
+        finally:
+            hub.shutdown()
+            mem.close()
+
+    app = FastAPI(
+        title="Pivot",
+        summary="Hypothesis-driven debugging agent for GPU LLM inference servers",
+        version="0.1.0",
+        lifespan=lifespan,
+    )
+    app.state.config = config
+    app.state.settings = settings
+    app.state.verifier = verifier
+    app.state.catalog = HostCatalog(config)
+    app.state.evals = {}
+
+    app.include_router(health.router)
+    authed = [Depends(require_token)]
+    for r in (sessions, events, approvals, memory, hosts, evals, loop):
+        app.include_router(r.router, dependencies=authed)
+    app.add_middleware(BodyLimit, max_bytes=config.max_body_bytes)
+    app.mount("/", StaticFiles(directory=STATIC, html=True), name="page")
+    return app

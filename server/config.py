@@ -1,0 +1,42 @@
+"""What the service needs to know beyond the agent's settings: where cards live, limits, workers.
+
+Built from `agent.settings.Settings` so `pivot serve` runs on the same embedded defaults as the
+CLI; tests build one directly with a temp home and the cards they replay.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+
+#: Cards shipped with the package: the replay hosts every installation offers.
+SHIPPED_CARDS = Path(__file__).resolve().parent.parent / "evals" / "incidents"
+
+
+class ServeConfig(BaseModel):
+    home: Path
+    card_dirs: list[Path] = Field(default_factory=lambda: [SHIPPED_CARDS])
+    allowed_roots: dict[str, list[str]] = Field(default_factory=dict)
+    default_brain: str = "rulebook"
+    max_body_bytes: int = 64 * 1024
+    workers: int = Field(8, description="investigations run at once; more wait their turn")
+    local_host: bool = Field(True, description="offer the machine the service runs on as `local`")
+    ping_s: float = Field(15.0, description="SSE keep-alive while a run waits for approval")
+    reach_timeout_s: float = 1.0
+
+    @classmethod
+    def from_settings(cls, **overrides: object) -> ServeConfig:
+        from agent.settings import get_settings
+
+        s = get_settings()
+        base: dict[str, object] = {
+            "home": s.home,
+            "allowed_roots": s.allowed_roots,
+            "default_brain": s.default_brain,
+        }
+        base.update(overrides)
+        return cls.model_validate(base)
+
+    def roots_for(self, host: str) -> list[str]:
+        return list(self.allowed_roots.get(host, self.allowed_roots.get("*", [])))

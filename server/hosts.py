@@ -1,0 +1,162 @@
+"""Which hosts the service can investigate: SSH aliases, the local machine, and replay cards.
+
+Shipped incident cards appear as `replay:<card-id>` so a fresh install has something to try.
+The SSH side (tools.hosts) is optional at import time: without it the list simply has no SSH
+hosts. Reachability is a bounded TCP connect, never a login.
+"""
+
+from __future__ import annotations
+
+import importlib
+import socket
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel
+
+from server.config import ServeConfig
+from tools.cards import CardError, load_card
+from tools.host import Host
+
+REPLAY = "replay:"
+LOCAL = "local"
+
+
+class HostInfo(BaseModel):
+    name: str
+    kind: Literal["replay", "ssh", "local"]
+    title: str = ""
+    reachable: bool | None = None
+    detail: str = ""
+
+
+class UnknownHost(Exception):
+    pass
+
+
+def _ssh_entries() -> list[Any]:
+    try:
+        mod = importlib.import_module("tools.hosts")
+    except ModuleNotFoundError:
+        return []
+    fn = getattr(mod, "configured_hosts", None)
+    if fn is None:
+        return []
+    try:
+        return list(fn())
+    except Exception:  # a broken ~/.ssh/config must not take the host list down
+        return []
+
+
+def _field(entry: Any, *names: str) -> Any:
+    for n in names:
+        v = entry.get(n) if isinstance(entry, dict) else getattr(entry, n, None)
+        if v:
+            return v
+    return None
+
+
+def _tcp_reachable(hostname: str, port: int, timeout: float) -> tuple[bool, str]:
+    start = time.monotonic()
+    try:
+        with socket.create_connection((hostname, port), timeout=timeout):
+            pass
+    except OSError as exc:
+        return False, f"{hostname}:{port}: {exc.strerror or exc}"
+    return True, f"{hostname}:{port} answered in {1000 * (time.monotonic() - start):.0f} ms"
+
+
+class HostCatalog:
+    def __init__(self, config: ServeConfig) -> None:
+        self._config = config
+
+    def cards(self) -> dict[str, Path]:
+        """Card id -> file, first directory wins (shipped cards before extra ones)."""
+        found: dict[str, Path] = {}
+        for d in self._config.card_dirs:
+            if not d.is_dir():
+                continue
+            for path in sorted(d.glob("*.yaml")):
+                found.setdefault(path.stem, path)
+        return found
+
+    def list(self, check: bool = True) -> list[HostInfo]:
+        out: list[HostInfo] = []
+        if self._config.local_host:
+            out.append(HostInfo(name=LOCAL, kind="local", reachable=True, detail="this machine"))
+        entries = _ssh_entries()
+        infos = []
+        for e in entries:
+            name = _field(e, "alias", "name", "host")
+            if not name:
+                continue
+            hostname = _field(e, "hostname", "host_name", "address") or name
+            port = int(_field(e, "port") or 22)
+            infos.append((str(name), str(hostname), port))
+        if check and infos:
+            t = self._config.reach_timeout_s
+            with ThreadPoolExecutor(max_workers=min(16, len(infos))) as pool:
+                results = list(pool.map(lambda i: _tcp_reachable(i[1], i[2], t), infos))
+        else:
+            results = [(None, "not checked")] * len(infos)
+        for (name, _, _), (ok, detail) in zip(infos, results, strict=True):
+            out.append(HostInfo(name=name, kind="ssh", reachable=ok, detail=detail))
+        for cid, path in self.cards().items():
+            try:
+                title = load_card(path).title
+            except CardError as exc:
+                out.append(
+                    HostInfo(name=REPLAY + cid, kind="replay", reachable=False, detail=str(exc))
+                )
+                continue
+            out.append(HostInfo(name=REPLAY + cid, kind="replay", title=title, reachable=True))
+        return out
+
+    def known(self, name: str) -> bool:
+        if name.startswith(REPLAY):
+            return name[len(REPLAY) :] in self.cards()
+        if name == LOCAL:
+            return self._config.local_host
+        return any(_field(e, "alias", "name", "host") == name for e in _ssh_entries())
+
+    def open(self, name: str) -> Host:
+        """A fresh Host for `name`; each session gets its own (replay cursors, SSH channels)."""
+        if name.startswith(REPLAY):
+            from tools.replay_host import ReplayHost
+
+            path = self.cards().get(name[len(REPLAY) :])
+            if path is None:
+                raise UnknownHost(f"no card for {name}")
+            try:
+                return ReplayHost(load_card(path), name=name)
+            except CardError as exc:
+                raise UnknownHost(str(exc)) from exc
+        if name == LOCAL and self._config.local_host:
+            from tools.local_host import LocalHost
+
+            return LocalHost(name=LOCAL)
+        if not self.known(name):
+            raise UnknownHost(f"{name} is not a configured host")
+        mod = importlib.import_module("tools.hosts")
+        opener = getattr(mod, "open_host", None)
+        if opener is None:
+            raise UnknownHost("this installation has no SSH support (tools.hosts.open_host)")
+        return opener(name)
+
+    def roots(self, name: str) -> list[str]:
+        return self._config.roots_for(name)
+
+    def card_path(self, path: str) -> Path:
+        """A card path from a request, allowed only inside the card directories."""
+        p = Path(path)
+        if ".." in p.parts:
+            raise ValueError(f"{path!r} contains '..'")
+        for d in self._config.card_dirs:
+            cand = (p if p.is_absolute() else d / p).resolve()
+            if cand.is_relative_to(d.resolve()) and cand.is_file():
+                return cand
+        raise FileNotFoundError(
+            f"{path} is not a card under {[str(d) for d in self._config.card_dirs]}"
+        )

@@ -1,0 +1,61 @@
+"""Approvals: changing actions the agent paused on; a decision resumes the graph from its checkpoint."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, HTTPException, Path, status
+from pydantic import BaseModel
+
+from agent.models import ApprovalRequest, Decision
+from server.deps import Catalog, Hub
+from server.paths import PathRefused, check_lexical
+from server.runs import Busy, NotFound
+from server.schemas import DecisionIn
+
+router = APIRouter(prefix="/api/approvals", tags=["approvals"])
+
+
+class Decided(BaseModel):
+    approval_id: str
+    session_id: str
+    approve: bool
+
+
+def _paths(args: dict[str, Any]) -> list[str]:
+    """Every argument of the action that names a file (path, src, dest, ...)."""
+    out = []
+    for key, value in args.items():
+        if isinstance(value, str) and ("path" in key or key in ("src", "dest", "file", "target")):
+            out.append(value)
+    return out
+
+
+@router.get("", response_model=list[ApprovalRequest])
+def pending(hub: Hub) -> list[ApprovalRequest]:
+    return hub.pending()
+
+
+@router.post("/{approval_id}", status_code=status.HTTP_202_ACCEPTED, response_model=Decided)
+def decide(
+    approval_id: Annotated[str, Path(max_length=100)], body: DecisionIn, hub: Hub, catalog: Catalog
+) -> Decided:
+    """Approve or deny; the run resumes in the background and streams on the session's events."""
+    req = next((a for a in hub.pending() if a.id == approval_id), None)
+    if req is None:
+        raise HTTPException(404, f"no pending approval {approval_id}")
+    if body.approve:
+        st = hub.state(req.session_id)
+        roots = catalog.roots(st.host_name if st else "*")
+        try:
+            for p in _paths(req.args):
+                check_lexical(p, roots)
+        except PathRefused as exc:
+            raise HTTPException(exc.status, f"refusing to approve: {exc.message}") from exc
+    try:
+        hub.decide(approval_id, Decision(approve=body.approve, reason=body.reason))
+    except NotFound as exc:
+        raise HTTPException(404, str(exc)) from exc
+    except Busy as exc:
+        raise HTTPException(409, str(exc)) from exc
+    return Decided(approval_id=approval_id, session_id=req.session_id, approve=body.approve)

@@ -1,0 +1,247 @@
+"""Runs investigations in worker threads and fans their events out to live SSE subscribers.
+
+The Runner is synchronous (it may take seconds and block on I/O), so each start / resume /
+follow-up runs in a thread pool. Its `on_event` callback, called in that thread, stores the
+event in memory first (memory assigns `seq`) and only then hands it to the event loop with
+`call_soon_threadsafe`, so a subscriber that replays from memory and then listens live never
+misses an event (it drops duplicates by seq). A sentinel follows the last event of a run that
+ended for good; a run paused for approval keeps its streams open.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from agent.models import ApprovalRequest, Decision, Event, Report
+from server.hosts import HostCatalog
+from tools.host import Host
+
+log = logging.getLogger("pivot.server")
+
+#: Put in a subscriber's queue after the last event of a run that will not continue by itself.
+END = object()
+ENDING_EVENTS = ("conclusion", "error")
+
+Phase = Literal["queued", "running", "awaiting_approval", "done"]
+
+
+class Busy(Exception):
+    """The session is already running; a second graph invocation on it would race the first."""
+
+
+class NotFound(Exception):
+    pass
+
+
+@dataclass
+class SessionState:
+    session_id: str
+    host_name: str
+    brain: str
+    host: Host | None = None
+    phase: Phase = "queued"
+    report: Report | None = None
+    error: str | None = None
+    subscribers: set[asyncio.Queue[Any]] = field(default_factory=set)
+
+
+class RunHub:
+    def __init__(self, memory: Any, runner: Any, catalog: HostCatalog, workers: int = 8) -> None:
+        self.memory = memory
+        self.runner = runner
+        self.catalog = catalog
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="pivot-run")
+        self._sessions: dict[str, SessionState] = {}
+        self._pending: dict[str, ApprovalRequest] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    # -- lifecycle -------------------------------------------------------------------------------
+    def bind(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+
+    def shutdown(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        for st in self._sessions.values():
+            if st.host is not None:
+                try:
+                    st.host.close()
+                except Exception:
+                    log.exception("closing host %s", st.host_name)
+
+    # -- what the routers ask ------------------------------------------------------------------
+    def state(self, session_id: str) -> SessionState | None:
+        return self._sessions.get(session_id)
+
+    def phase(self, session_id: str) -> Phase | None:
+        st = self._sessions.get(session_id)
+        return st.phase if st else None
+
+    def pending(self) -> list[ApprovalRequest]:
+        return sorted(self._pending.values(), key=lambda a: a.created)
+
+    def active(self, session_id: str) -> bool:
+        """True while more events may come without anyone asking (queued or running)."""
+        return self.phase(session_id) in ("queued", "running")
+
+    def waiting(self, session_id: str) -> bool:
+        return self.phase(session_id) == "awaiting_approval"
+
+    # -- starting work ---------------------------------------------------------------------------
+    def start(self, host_name: str, symptom: str, brain: str) -> str:
+        host = self.catalog.open(host_name)  # UnknownHost propagates to the edge as 404
+        session_id = self.memory.create_session(host_name, symptom, brain)
+        st = SessionState(session_id=session_id, host_name=host_name, brain=brain, host=host)
+        self._sessions[session_id] = st
+
+        def work(on_event: Callable[[Event], None]) -> Report:
+            return self.runner.start(
+                host, symptom, session_id=session_id, brain=brain, on_event=on_event
+            )
+
+        self._submit(st, work)
+        return session_id
+
+    def decide(self, approval_id: str, decision: Decision) -> ApprovalRequest:
+        req = self._pending.get(approval_id)
+        if req is None:
+            raise NotFound(f"no pending approval {approval_id}")
+        st = self._session_for(req.session_id)
+        if st.phase in ("queued", "running"):
+            raise Busy(f"session {req.session_id} is running")
+        del self._pending[approval_id]
+        host = self._host(st)
+
+        def work(on_event: Callable[[Event], None]) -> Report:
+            return self.runner.resume(host, req.session_id, decision, on_event=on_event)
+
+        self._submit(st, work)
+        return req
+
+    def message(self, session_id: str, text: str) -> None:
+        st = self._session_for(session_id)
+        if st.phase in ("queued", "running"):
+            raise Busy(f"session {session_id} is still running; send the message when it pauses")
+        host = self._host(st)
+
+        def work(on_event: Callable[[Event], None]) -> Report:
+            return self.runner.message(host, session_id, text, on_event=on_event)
+
+        self._submit(st, work)
+
+    def _session_for(self, session_id: str) -> SessionState:
+        st = self._sessions.get(session_id)
+        if st is not None:
+            return st
+        row = self.memory.get_session(session_id)  # a session from an earlier process or the CLI
+        if row is None:
+            raise NotFound(f"no session {session_id}")
+        st = SessionState(
+            session_id=session_id,
+            host_name=row.host,
+            brain=getattr(row, "brain", None) or "rulebook",
+            phase="done",
+        )
+        self._sessions[session_id] = st
+        return st
+
+    def _host(self, st: SessionState) -> Host:
+        if st.host is None:
+            st.host = self.catalog.open(st.host_name)
+        return st.host
+
+    # -- the worker side -------------------------------------------------------------------------
+    def _submit(self, st: SessionState, work: Callable[[Callable[[Event], None]], Report]) -> None:
+        assert self._loop is not None, "RunHub.bind(loop) is called in the app's lifespan"
+        st.phase = "queued"
+        st.error = None
+        self._pool.submit(self._run, st, work)
+
+    def _run(self, st: SessionState, work: Callable[[Callable[[Event], None]], Report]) -> None:
+        ended = False
+        self._call(self._set_phase, st, "running")
+
+        def on_event(ev: Event) -> None:
+            nonlocal ended
+            stored = self._store(st.session_id, ev)
+            if stored.type in ENDING_EVENTS:
+                ended = True
+            if stored.type == "approval_request":
+                req = stored.data.get("approval") or stored.data
+                with contextlib.suppress(ValueError):  # a malformed request stays just an event
+                    self._call(self._add_pending, ApprovalRequest.model_validate(req))
+            self._call(self._fanout, st.session_id, stored)
+
+        try:
+            report = work(on_event)
+        except Exception as exc:  # a bug in the agent must end the stream, not hang it
+            log.exception("run of session %s failed", st.session_id)
+            st.error = f"{type(exc).__name__}: {exc}"
+            on_event(Event(session_id=st.session_id, type="error", data={"error": st.error}))
+            self._call(self._finish, st, None)
+            return
+        if report.status != "awaiting_approval" and not ended:
+            on_event(
+                Event(
+                    session_id=st.session_id,
+                    type="conclusion",
+                    data={"report": report.model_dump(mode="json")},
+                )
+            )
+        self._call(self._finish, st, report)
+
+    def _store(self, session_id: str, ev: Event) -> Event:
+        if ev.session_id != session_id:  # isolation: a run only ever speaks for its session
+            ev = ev.model_copy(update={"session_id": session_id})
+        ret = self.memory.append_event(ev)
+        if isinstance(ret, Event):
+            return ret
+        if isinstance(ret, int) and not isinstance(ret, bool):
+            return ev.model_copy(update={"seq": ret})
+        return ev
+
+    def _call(self, fn: Callable[..., None], *args: Any) -> None:
+        assert self._loop is not None
+        self._loop.call_soon_threadsafe(fn, *args)
+
+    # -- on the event loop -----------------------------------------------------------------------
+    def _set_phase(self, st: SessionState, phase: Phase) -> None:
+        st.phase = phase
+
+    def _add_pending(self, req: ApprovalRequest) -> None:
+        self._pending[req.id] = req
+
+    def _fanout(self, session_id: str, ev: Event) -> None:
+        st = self._sessions.get(session_id)
+        if st is None:
+            return
+        for q in st.subscribers:
+            q.put_nowait(ev)
+
+    def _finish(self, st: SessionState, report: Report | None) -> None:
+        st.report = report
+        if report is not None and report.status == "awaiting_approval":
+            st.phase = "awaiting_approval"
+            if report.pending_approval is not None:
+                self._pending[report.pending_approval.id] = report.pending_approval
+            return
+        st.phase = "done"
+        for q in st.subscribers:
+            q.put_nowait(END)
+
+    def subscribe(self, session_id: str) -> asyncio.Queue[Any]:
+        q: asyncio.Queue[Any] = asyncio.Queue()
+        st = self._sessions.get(session_id)
+        if st is not None:
+            st.subscribers.add(q)
+        return q
+
+    def unsubscribe(self, session_id: str, q: asyncio.Queue[Any]) -> None:
+        st = self._sessions.get(session_id)
+        if st is not None:
+            st.subscribers.discard(q)

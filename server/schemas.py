@@ -1,0 +1,123 @@
+"""Request and response bodies of the HTTP API (the OpenAPI schema is generated from these)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from agent.models import Event, HypothesisView, Report
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class SessionCreate(Strict):
+    host: str = Field(min_length=1, max_length=200, examples=["replay:seed-sglang-fewchan-kv-oom"])
+    symptom: str = Field(min_length=1, max_length=8000)
+    brain: Literal["rulebook", "llm"] | None = None
+
+
+class SessionCreated(BaseModel):
+    session_id: str
+    events_url: str
+
+
+class MessageIn(Strict):
+    text: str = Field(min_length=1, max_length=8000)
+
+
+class Accepted(BaseModel):
+    session_id: str
+    accepted: bool = True
+
+
+class SessionSummary(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    session_id: str
+    host: str
+    symptom: str = ""
+    status: str = ""
+    root_cause: str | None = None
+    created: str | None = None
+
+
+class SessionDetail(BaseModel):
+    session_id: str
+    host: str
+    symptom: str = ""
+    brain: str = ""
+    status: str
+    phase: str | None = Field(None, description="queued | running | awaiting_approval | done")
+    observations: list[dict[str, Any]] = Field(default_factory=list)
+    hypotheses: list[HypothesisView | dict[str, Any]] = Field(default_factory=list)
+    conclusion: dict[str, Any] | None = None
+    report: Report | None = None
+    events: list[Event] = Field(default_factory=list)
+    error: str | None = None
+
+
+class DecisionIn(Strict):
+    approve: bool
+    reason: str = Field("", max_length=2000)
+
+
+class TodoIn(Strict):
+    text: str = Field(min_length=1, max_length=2000)
+    session_id: str | None = Field(None, max_length=100)
+
+
+class HandoffIn(Strict):
+    text: str = Field(min_length=1, max_length=8000)
+    session_id: str | None = Field(None, max_length=100)
+
+
+class Closed(BaseModel):
+    todo_id: int | str
+    closed: bool
+
+
+class FileTailOut(BaseModel):
+    host: str
+    path: str
+    exists: bool
+    size: int
+    text: str
+    error: str | None = None
+
+
+class EvalIn(Strict):
+    paths: list[str] = Field(min_length=1, max_length=200)
+    brain: Literal["rulebook", "llm"] | None = None
+
+
+class EvalRun(BaseModel):
+    eval_id: str
+    status: Literal["running", "done", "error"]
+    paths: list[str]
+    result: dict[str, Any] | None = None
+    error: str | None = None
+
+
+class LoopStatus(BaseModel):
+    available: bool
+    detail: str = ""
+    status: dict[str, Any] = Field(default_factory=dict)
+
+
+class LedgerEntry(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class Ledger(BaseModel):
+    available: bool
+    baseline: float | None = None
+    metric: str | None = None
+    entries: list[dict[str, Any]] = Field(default_factory=list)
+
+
+class Health(BaseModel):
+    status: Literal["ok"] = "ok"
+    version: str
