@@ -1,0 +1,100 @@
+"""Shared fixtures: a real sshd, hosts of every kind, and the fake-GPU PATH.
+
+Others add fixtures below; keep the ones here stable, every area's tests use them.
+- `sshd`: a real OpenSSH sshd for the whole session (tests/sshd.py); skips only when sshd
+  cannot start here at all.
+- `ssh_host`: an `SSHHost` connected to it as the test user (PATH has the fake nvidia-smi).
+- `ssh_host_factory(**overrides)`: more SSHHosts to it, e.g. with other keys or known_hosts.
+- `local_host`, `fake_gpu_path` (puts the fake nvidia-smi first on this process's PATH).
+- `replay_host_factory(card)`: a ReplayHost from a card path, dict or IncidentCard.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from tests.sshd import FAKE_BIN, Sshd, SshdUnavailable, start_sshd  # noqa: E402
+from tools.cards import IncidentCard, load_card  # noqa: E402
+from tools.local_host import LocalHost  # noqa: E402
+from tools.replay_host import ReplayHost  # noqa: E402
+from tools.ssh_host import SSHHost  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def sshd() -> Iterator[Sshd]:
+    try:
+        server = start_sshd()
+    except SshdUnavailable as exc:
+        pytest.skip(f"a real OpenSSH sshd cannot start here: {exc}")
+    yield server
+    server.stop()
+
+
+def _ssh_kwargs(server: Sshd, **overrides: Any) -> dict[str, Any]:
+    kw: dict[str, Any] = {
+        "hostname": server.host,
+        "port": server.port,
+        "user": server.user,
+        "key_filename": str(server.client_key),
+        "known_hosts": str(server.known_hosts),
+        "ssh_config_path": "/dev/null",
+        "allow_agent": False,
+        "connect_timeout": 5.0,
+    }
+    kw.update(overrides)
+    return kw
+
+
+@pytest.fixture
+def ssh_host_factory(sshd: Sshd) -> Iterator[Callable[..., SSHHost]]:
+    made: list[SSHHost] = []
+
+    def make(alias: str = "test-sshd", server: Sshd | None = None, **overrides: Any) -> SSHHost:
+        host = SSHHost(alias, **_ssh_kwargs(server or sshd, **overrides))
+        made.append(host)
+        return host
+
+    yield make
+    for h in made:
+        h.close()
+
+
+@pytest.fixture
+def ssh_host(ssh_host_factory: Callable[..., SSHHost]) -> SSHHost:
+    return ssh_host_factory()
+
+
+@pytest.fixture
+def local_host() -> LocalHost:
+    return LocalHost()
+
+
+@pytest.fixture
+def fake_gpu_path(monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Put the replaying fake nvidia-smi first on PATH for LocalHost; state idle unless set."""
+    import os
+
+    monkeypatch.setenv("PATH", f"{FAKE_BIN}{os.pathsep}{os.environ.get('PATH', '')}")
+    monkeypatch.setenv("PIVOT_FAKE_GPU_STATE", "idle")
+    return FAKE_BIN
+
+
+@pytest.fixture
+def replay_host_factory() -> Callable[[str | Path | dict[str, Any] | IncidentCard], ReplayHost]:
+    def make(card: str | Path | dict[str, Any] | IncidentCard) -> ReplayHost:
+        if isinstance(card, IncidentCard):
+            return ReplayHost(card)
+        if isinstance(card, dict):
+            return ReplayHost(IncidentCard.model_validate(card))
+        return ReplayHost(load_card(card))
+
+    return make
