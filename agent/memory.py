@@ -129,10 +129,16 @@ def _m002_observations(db: sqlite_utils.Database) -> None:
     )
 
 
+def _m003_host_spec(db: sqlite_utils.Database) -> None:
+    """How to reach the session's host again (e.g. `replay:/path/card.yaml`), for resume."""
+    db["sessions"].add_column("host_spec", str)
+
+
 #: Named, append-only. Never edit an entry; add a new one.
 MIGRATIONS: list[tuple[str, Callable[[sqlite_utils.Database], None]]] = [
     ("001_core", _m001_core),
     ("002_observations_hypotheses", _m002_observations),
+    ("003_host_spec", _m003_host_spec),
 ]
 
 
@@ -184,6 +190,16 @@ class Memory:
     def set_status(self, session_id: str, status: str) -> None:
         with self._lock, self.db.conn:
             self.db["sessions"].update(session_id, {"status": status, "updated": now()})
+
+    def set_host_spec(self, session_id: str, spec: str) -> None:
+        with self._lock, self.db.conn:
+            self.db["sessions"].update(session_id, {"host_spec": spec})
+
+    def host_spec(self, session_id: str) -> str | None:
+        row = self.db.execute(
+            "select host_spec from sessions where id = ?", [session_id]
+        ).fetchone()
+        return row[0] if row else None
 
     def get_session(self, session_id: str) -> SessionRow | None:
         try:

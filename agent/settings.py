@@ -31,6 +31,10 @@ class Settings(BaseSettings):
     llm_api_key: str | None = None
     llm_timeout_s: float = 60.0
     llm_max_retries: int = 2
+    #: keep every model turn here (`pivot eval --record DIR`)
+    llm_record_dir: Path | None = None
+    #: answer model turns from a recording, offline (`pivot eval --replay-model DIR`)
+    llm_replay_dir: Path | None = None
     brain: str | None = Field(
         None, description="rulebook | llm; default: llm iff an endpoint is set"
     )
@@ -69,7 +73,7 @@ class Settings(BaseSettings):
 
     @property
     def default_brain(self) -> str:
-        return self.brain or ("llm" if self.llm_base_url else "rulebook")
+        return self.brain or ("llm" if self.llm_base_url or self.llm_replay_dir else "rulebook")
 
 
 @lru_cache(maxsize=1)

@@ -1,0 +1,85 @@
+"""The hypothesis board: one entry per suspected label, weighed from findings.
+
+Hypotheses are data. A label enters the board when a finding supports it, when the operator's
+words suggest it, or because it is a usual suspect (knowledge/rivals.yaml). Its status follows its
+evidence: supported with real support, refuted with a check that speaks against it and nothing
+for it, confirmed only by the conclusion step (after the guardrails).
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+from pathlib import Path
+
+import yaml
+
+from agent.state import Finding, Hypothesis
+from tools.taxonomy import TAXONOMY
+
+SUPPORTED_AT = 1.5
+REFUTED_AT = -2.0
+
+
+@lru_cache(maxsize=1)
+def _rivals() -> dict:
+    return yaml.safe_load((Path(__file__).parent / "knowledge" / "rivals.yaml").read_text())
+
+
+def suspected(symptom: str) -> list[str]:
+    r = _rivals()
+    labels = list(r.get("always", []))
+    for pattern, lbls in (r.get("symptom_words") or {}).items():
+        if re.search(pattern, symptom or ""):
+            labels.extend(lbls)
+    return list(dict.fromkeys(labels))
+
+
+def build(
+    symptom: str,
+    findings: list[Finding],
+    previous: dict[str, Hypothesis] | None = None,
+    checks: dict[str, str] | None = None,
+) -> dict[str, Hypothesis]:
+    board: dict[str, Hypothesis] = {}
+    for label in suspected(symptom):
+        board[label] = _empty(label)
+    for f in findings:
+        if f["label"] and f["label"] not in board and f["strength"] > 0:
+            board[f["label"]] = _empty(f["label"])
+    for f in findings:
+        h = board.get(f["label"] or "")
+        if h is None:
+            continue
+        h["score"] += f["strength"]
+        ev = {"observation": f["observation"], "line": f["line"], "note": f["note"]}
+        (h["evidence"] if f["strength"] > 0 else h["against"]).append(ev)
+    for h in board.values():
+        pos = sum(f["strength"] for f in findings if f["label"] == h["label"] and f["strength"] > 0)
+        if h["score"] <= REFUTED_AT and pos < SUPPORTED_AT:
+            h["status"] = "refuted"
+        elif h["score"] >= SUPPORTED_AT:
+            h["status"] = "supported"
+        else:
+            h["status"] = "open"
+        h["evidence"].sort(key=lambda e: 0 if "signature" in e.get("note", "") else 1)
+        h["check"] = (checks or {}).get(h["label"], "")
+        if previous and previous.get(h["label"], {}).get("status") == "confirmed":
+            h["status"] = "confirmed"
+    return dict(sorted(board.items(), key=lambda kv: -kv[1]["score"]))
+
+
+def _empty(label: str) -> Hypothesis:
+    return Hypothesis(
+        label=label,
+        statement=TAXONOMY.get(label, label),
+        status="open",
+        score=0.0,
+        evidence=[],
+        against=[],
+        check="",
+    )
+
+
+def ranked(board: dict[str, Hypothesis]) -> list[Hypothesis]:
+    return sorted(board.values(), key=lambda h: -h["score"])

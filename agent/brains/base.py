@@ -1,0 +1,36 @@
+"""The policy seam: given the board and the options, what should the agent do next?"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from pydantic import BaseModel, ConfigDict
+
+from agent.checks import CheckOption
+from agent.facts import Facts
+from agent.state import Action, State
+
+
+class Context(BaseModel):
+    """Everything a brain may consult besides the state: derived, never raw host text to obey."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    options: list[CheckOption]
+    facts: Facts
+    changes_possible: list[Action] = []
+    budget_left: dict[str, float] = {}
+
+
+class Brain(Protocol):
+    name: str
+
+    def decide(self, state: State, ctx: Context) -> Action:
+        """One next step: a check, a change (needs approval), a conclusion, or insufficient."""
+        ...
+
+    def follow_up(self, state: State, text: str, ctx: Context) -> tuple[str, list[Action]]:
+        """Answer an operator's follow-up and name the checks it asks for."""
+        ...
+
+    def tokens_used(self) -> int: ...

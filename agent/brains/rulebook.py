@@ -1,0 +1,180 @@
+"""`RulebookBrain`: the deterministic, offline policy.
+
+It weighs the board built from findings and picks the check whose outcome would move the most
+belief. It concludes when one hypothesis leads clearly with verbatim evidence, and says
+"insufficient evidence" rather than guess. Nothing here knows any particular incident.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+from pathlib import Path
+
+import yaml
+
+from agent.board import ranked
+from agent.brains.base import Context
+from agent.signatures import load_signatures
+from agent.state import Action, State
+
+MIN_CHECK_VALUE = 0.12
+DECISIVE_SCORE, DECISIVE_MARGIN = 4.5, 2.5
+CONCLUDE_SCORE, CONCLUDE_MARGIN = 3.0, 1.0
+
+
+@lru_cache(maxsize=1)
+def _followups() -> dict[str, str]:
+    return yaml.safe_load((Path(__file__).parents[1] / "knowledge" / "followups.yaml").read_text())
+
+
+def next_step_for(state: State) -> str:
+    """The next step that the strongest evidence's signature recommends, plus any config change."""
+    sigs = {s.id: s for s in load_signatures()}
+    board = state.get("hypotheses", {})
+    top = ranked(board)[0] if board else None
+    parts: list[str] = []
+    if top:
+        for ev in top["evidence"]:
+            note = ev.get("note", "")
+            if note.startswith("signature "):
+                sig = sigs.get(note.split(" ", 1)[1])
+                if sig and sig.next_step:
+                    parts.append(sig.next_step.strip())
+                    break
+        if not parts:
+            parts.append(_fact_next_step(top["label"], top["evidence"]))
+    return " ".join(p for p in parts if p)
+
+
+def _fact_next_step(label: str, evidence: list[dict[str, str]]) -> str:
+    note = evidence[0].get("note", "") if evidence else ""
+    return {
+        "stale_gpu_process": f"Stop the process that holds the GPU ({note}); check nvidia-smi shows the memory free; relaunch.",
+        "still_starting": "Nothing failed: wait, and give the readiness probe a budget that fits the load time.",
+        "killed_externally": "Find who stopped it: supervisor/k8s events, timeouts, shell history; relaunch with a longer startup budget.",
+        "host_oom_killed": "Host RAM ran out: lower loader parallelism or CPU offload, add swap/RAM, and relaunch.",
+        "disk_full": "Free space on the full filesystem (or move caches to a bigger one) and relaunch.",
+        "shm_too_small": "Give the container a larger /dev/shm (--shm-size=16g or --ipc=host) and relaunch.",
+    }.get(label, "Fix the cause the evidence names, then relaunch the known-good configuration.")
+
+
+class RulebookBrain:
+    name = "rulebook"
+
+    def tokens_used(self) -> int:
+        return 0
+
+    def decide(self, state: State, ctx: Context) -> Action:
+        board = state.get("hypotheses", {})
+        order = [h for h in ranked(board) if h["status"] != "refuted"]
+        rejected = set(_rejected_labels(state))
+        order = [h for h in order if h["label"] not in rejected]
+        top = order[0] if order else None
+        second = order[1]["score"] if len(order) > 1 else 0.0
+        margin = (top["score"] - max(second, 0.0)) if top else 0.0
+        decisive = bool(top) and top["score"] >= DECISIVE_SCORE and margin >= DECISIVE_MARGIN
+        best = next((o for o in ctx.options if o.value >= MIN_CHECK_VALUE), None)
+        if best is not None and not decisive:
+            return Action(
+                kind="check",
+                tool=best.tool,
+                args=best.args,
+                why=f"{best.says} (separates {', '.join(best.separates[:4])})",
+                label=best.id,
+            )
+        for change in ctx.changes_possible:
+            if top and top["score"] >= CONCLUDE_SCORE:
+                return change
+        if top and top["score"] >= CONCLUDE_SCORE and margin >= CONCLUDE_MARGIN:
+            return self._conclude(state, top, min(0.99, 0.5 + 0.08 * top["score"] + 0.05 * margin))
+        if top and top["score"] >= 2.0 and margin >= 1.5:
+            return self._conclude(state, top, 0.5)
+        return Action(
+            kind="insufficient",
+            why="no hypothesis leads with verbatim evidence",
+            next_step=(
+                "Read the full server log from the launch on (pivot tools log_search), and check the "
+                "launch command and environment; then investigate again."
+            ),
+        )
+
+    def _conclude(self, state: State, top, confidence: float) -> Action:  # type: ignore[no-untyped-def]
+        board = state.get("hypotheses", {})
+        evidence = [
+            {"observation": e["observation"], "line": e["line"]} for e in top["evidence"][:3]
+        ]
+        ruled_out = [h["label"] for h in board.values() if h["status"] == "refuted"]
+        return Action(
+            kind="conclude",
+            label=top["label"],
+            confidence=round(confidence, 2),
+            evidence=evidence,
+            ruled_out=ruled_out,
+            next_step=next_step_for(state),
+            summary=f"{top['label']}: {top['evidence'][0].get('note', '') if top['evidence'] else ''}",
+        )
+
+    def follow_up(self, state: State, text: str, ctx: Context) -> tuple[str, list[Action]]:
+        board = state.get("hypotheses", {})
+        asked = [lbl for lbl in board if re.search(lbl.replace("_", "[ _-]?"), text, re.I)]
+        words = {w.lower() for w in re.findall(r"[A-Za-z]+", text)}
+        asked += [
+            lbl
+            for lbl in board
+            if lbl not in asked and any(p in words for p in lbl.split("_") if len(p) > 3)
+        ]
+        replies = []
+        for lbl in asked[:3]:
+            h = board[lbl]
+            if h["status"] == "refuted":
+                why = h["against"][0] if h["against"] else None
+                replies.append(
+                    f'{lbl} is refuted: {why["note"]}: "{why["line"]}"'
+                    if why
+                    else f"{lbl} is refuted."
+                )
+            elif h["evidence"]:
+                replies.append(
+                    f'{lbl} is {h["status"]} (score {h["score"]:.1f}): "{h["evidence"][0]["line"]}"'
+                )
+            else:
+                replies.append(f"{lbl} is {h['status']}: nothing on this host points at it yet.")
+        actions: list[Action] = []
+        for pattern, tool in _followups().items():
+            if re.search(pattern, text):
+                args = _default_args(tool, state)
+                if args is not None:
+                    actions.append(
+                        Action(kind="check", tool=tool, args=args, why=f"asked: {text[:80]}")
+                    )
+        if actions:
+            replies.append("Running: " + ", ".join(a["tool"] for a in actions) + ".")
+        if not replies:
+            replies.append(
+                "I can check dmesg, GPUs, processes, ports, disk, versions, the log or a config; "
+                "or ask why a hypothesis was ruled out."
+            )
+        return " ".join(replies), actions[:3]
+
+
+def _default_args(tool: str, state: State) -> dict | None:
+    from agent.checks import primary_log
+
+    if tool in ("log_tail", "config_read"):
+        obs = state.get("observations", [])
+        if tool == "log_tail":
+            path, _ = primary_log(obs)
+            return {"path": path} if path else None
+        paths = [o["args"].get("path") for o in obs if o["tool"] == "config_read"]
+        return {"path": paths[0]} if paths else None
+    return {}
+
+
+def _rejected_labels(state: State) -> list[str]:
+    out = []
+    for r in state.get("rejections", []):
+        m = re.match(r"^\[(\w+)\]", r)
+        if m:
+            out.append(m.group(1))
+    return out

@@ -1,0 +1,152 @@
+"""What the agent can look at next, and how much each look would tell it.
+
+The sweep decides what to read first (everything cheap, concurrently); after it, each candidate
+check from knowledge/checks.yaml gets a value: the share of belief among live hypotheses that
+its outcome would move. Brains choose among these; they never compose shell commands.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel
+
+from agent.state import Hypothesis, Observation
+
+LOG_NAME = re.compile(r"(?i)(\.log|\.out|\.err|nohup|/logs?/[^/]+$|\.txt$)")
+CONFIG_NAME = re.compile(
+    r"(?i)(sitecustomize\.py|\.env$|/\.env|\.sh$|\.ya?ml$|\.json$|\.toml$|\.pbtxt$|\.conf$|\.cfg$|\.ini$)"
+)
+KNOWN_GOOD_SUFFIXES = (".known-good", ".known_good", ".good", ".orig", ".bak")
+ABS_PATH = re.compile(r"(/[\w.@+-]+(?:/[\w.@+-]+)+)")
+PORT = re.compile(r"--port[ =](\d{2,5})\b|\bport=(\d{2,5})\b|:(\d{4,5})\b.*(?:in use|bind)")
+
+
+class CheckOption(BaseModel):
+    id: str
+    tool: str
+    args: dict[str, Any]
+    separates: list[str]
+    says: str
+    value: float = 0.0
+
+    @property
+    def key(self) -> str:
+        return f"{self.id}:{sorted(self.args.items())}"
+
+
+@lru_cache(maxsize=1)
+def catalogue() -> list[dict[str, Any]]:
+    return yaml.safe_load((Path(__file__).parent / "knowledge" / "checks.yaml").read_text())
+
+
+def listed_paths(observations: list[Observation]) -> list[str]:
+    """Paths that find_logs (or the operator) surfaced, newest first as the tool listed them."""
+    out: list[str] = []
+    for o in observations:
+        if o["tool"] != "find_logs" or not o["ok"]:
+            continue
+        d = o["data"]
+        for f in [*(d.get("logs") or []), *(d.get("configs") or []), *(d.get("files") or [])]:
+            p = f.get("path") if isinstance(f, dict) else f
+            if isinstance(p, str):
+                out.append(p)
+        for ln in o["lines"]:
+            if ln.startswith("# "):
+                continue
+            m = ABS_PATH.search(ln)
+            if m:
+                out.append(m.group(1))
+    return list(dict.fromkeys(out))
+
+
+def split_paths(paths: list[str]) -> tuple[list[str], list[str]]:
+    logs, configs = [], []
+    for p in paths:
+        if p.endswith(KNOWN_GOOD_SUFFIXES):
+            continue
+        if CONFIG_NAME.search(p) and not p.endswith(".log"):
+            configs.append(p)
+        elif LOG_NAME.search(p):
+            logs.append(p)
+    return logs, configs
+
+
+def known_good_of(path: str, all_paths: list[str]) -> str | None:
+    for suf in KNOWN_GOOD_SUFFIXES:
+        if path + suf in all_paths:
+            return path + suf
+    return None
+
+
+def primary_log(observations: list[Observation]) -> tuple[str | None, Observation | None]:
+    """The log the investigation is about: the newest read log that has any content."""
+    best: tuple[str | None, Observation | None] = (None, None)
+    for o in observations:
+        if o["tool"] == "log_tail" and o["ok"]:
+            text = [ln for ln in o["lines"] if not ln.startswith("# ")]
+            if text and best[0] is None:
+                best = (str(o["args"].get("path")), o)
+    return best
+
+
+def server_port(observations: list[Observation]) -> int | None:
+    for o in observations:
+        if o["tool"] not in ("log_tail", "processes", "config_read"):
+            continue
+        for ln in o["lines"]:
+            m = PORT.search(ln)
+            if m:
+                return int(next(g for g in m.groups() if g))
+    return None
+
+
+def options(
+    observations: list[Observation], board: dict[str, Hypothesis], done: list[str]
+) -> list[CheckOption]:
+    live = {
+        h["label"]: max(h["score"], 0.0) + 0.5 for h in board.values() if h["status"] != "refuted"
+    }
+    total = sum(live.values()) or 1.0
+    log_path, log_obs = primary_log(observations)
+    all_paths = listed_paths(observations)
+    out: list[CheckOption] = []
+    for c in catalogue():
+        args: dict[str, Any] | None = {}
+        need = c["needs"]
+        if need == "primary_log":
+            args = {"path": log_path} if log_path else None
+        elif need == "big_log":
+            size = int((log_obs or {}).get("data", {}).get("size") or 0) if log_obs else 0
+            text = sum(len(ln) + 1 for ln in (log_obs or {}).get("lines", [])) if log_obs else 0
+            args = (
+                {
+                    "path": log_path,
+                    "pattern": r"(?i)error|exception|traceback|killed|fatal|out of memory|terminated|warn",
+                }
+                if log_path and size > text * 1.5
+                else None
+            )
+        elif need == "port":
+            port = server_port(observations)
+            args = {"port": port} if port else None
+        elif need == "known_good_config":
+            _, configs = split_paths(all_paths)
+            good = next(
+                (known_good_of(p, all_paths) for p in configs if known_good_of(p, all_paths)), None
+            )
+            args = {"path": good} if good else None
+        if args is None:
+            continue
+        opt = CheckOption(
+            id=c["id"], tool=c["tool"], args=args, separates=c["separates"], says=c["says"]
+        )
+        if opt.key in done:
+            continue
+        opt.value = sum(live.get(lbl, 0.0) for lbl in opt.separates) / total
+        out.append(opt)
+    return sorted(out, key=lambda o: -o.value)

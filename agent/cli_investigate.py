@@ -1,0 +1,190 @@
+"""`pivot investigate`, `pivot todo`, `pivot handoff`, `pivot sessions`."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from agent.models import Decision
+from agent.render import live_printer, print_report
+
+DEFAULT_SYMPTOM = "The inference server launch failed or never became ready. Why?"
+
+
+def _host(host: str | None, local: bool, replay: str | None):  # type: ignore[no-untyped-def]
+    from tools.hosts import resolve_host
+
+    try:
+        return resolve_host(host, local, replay)
+    except (ValueError, OSError) as exc:
+        raise typer.BadParameter(str(exc)) from exc
+
+
+def _host_spec(host: str | None, local: bool, replay: str | None) -> str:
+    if replay:
+        return f"replay:{Path(replay).resolve()}"
+    return "local" if local else f"ssh:{host}"
+
+
+def _host_from_spec(spec: str):  # type: ignore[no-untyped-def]
+    kind, _, value = spec.partition(":")
+    return _host(
+        value if kind == "ssh" else None, kind == "local", value if kind == "replay" else None
+    )
+
+
+def investigate(
+    symptom: Annotated[
+        str | None, typer.Argument(help="what the operator saw, in their words")
+    ] = None,
+    host: Annotated[
+        str | None, typer.Option("--host", help="SSH alias (from ~/.ssh/config)")
+    ] = None,
+    local: Annotated[bool, typer.Option("--local", help="investigate this machine")] = False,
+    replay: Annotated[
+        str | None, typer.Option("--replay", help="an incident card to replay")
+    ] = None,
+    brain: Annotated[
+        str | None, typer.Option(help="rulebook | llm (default: llm iff an endpoint is set)")
+    ] = None,
+    log: Annotated[
+        list[str] | None, typer.Option("--log", help="a log to read (repeatable)")
+    ] = None,
+    config: Annotated[
+        list[str] | None, typer.Option("--config", help="a config to read (repeatable)")
+    ] = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="print one JSON object (the report)")
+    ] = False,
+    yes: Annotated[
+        bool, typer.Option("--yes", help="approve changing actions without asking")
+    ] = False,
+    resume: Annotated[
+        str | None, typer.Option("--resume", help="session id of a paused run")
+    ] = None,
+    approve: Annotated[
+        bool | None, typer.Option("--approve/--deny", help="decision for --resume")
+    ] = None,
+) -> None:
+    """Find why a launch died: sweep the host, weigh hypotheses, cite the log lines that prove it."""
+    from agent.runner import Runner
+
+    console = Console(stderr=as_json)
+    runner = Runner()
+    on_event = live_printer(console)
+    try:
+        if resume:
+            spec = runner.memory.host_spec(resume)
+            if not spec:
+                raise typer.BadParameter(f"no session {resume} (see pivot sessions)")
+            h = _host_from_spec(spec)
+            if approve is None:
+                raise typer.BadParameter("--resume needs --approve or --deny")
+            report = runner.resume(h, resume, Decision(approve=approve, reason="cli"), on_event)
+        else:
+            h = _host(host, local, replay)
+            text = symptom
+            if not text and replay:
+                from tools.cards import load_card
+
+                text = load_card(replay).symptom
+            report = runner.start(
+                h,
+                text or DEFAULT_SYMPTOM,
+                brain=brain,
+                on_event=on_event,
+                host_spec=_host_spec(host, local, replay),
+                logs=log,
+                configs=config,
+            )
+        while report.status == "awaiting_approval" and report.pending_approval:
+            p = report.pending_approval
+            if yes:
+                ok = True
+            elif sys.stdin.isatty() and not as_json:
+                ok = typer.confirm(
+                    f"Approve {p.tool} on {p.args.get('path', '')}? {p.reason}", default=False
+                )
+            else:
+                break  # leave it paused; the report says how to resume
+            report = runner.resume(
+                h, report.session_id, Decision(approve=ok, reason="cli"), on_event
+            )
+    finally:
+        runner.close()
+    if as_json:
+        sys.stdout.write(
+            report.model_dump_json(
+                indent=2, exclude={"pending_approval"} if not report.pending_approval else None
+            )
+            + "\n"
+        )
+    else:
+        print_report(console, report)
+
+
+todo_app = typer.Typer(help="Open todos per host (carried into the next session on that host).")
+
+
+@todo_app.command("list")
+def todo_list(host: str, all_: Annotated[bool, typer.Option("--all")] = False) -> None:
+    from agent.memory import Memory
+    from agent.settings import get_settings
+
+    for t in Memory(get_settings().memory_path).todos(host, open_only=not all_):
+        typer.echo(f"#{t.id} [{'x' if t.done else ' '}] {t.text}  ({t.created[:16]})")
+
+
+@todo_app.command("add")
+def todo_add(host: str, text: str) -> None:
+    from agent.memory import Memory
+    from agent.settings import get_settings
+
+    t = Memory(get_settings().memory_path).add_todo(host, text)
+    typer.echo(f"added #{t.id}")
+
+
+@todo_app.command("close")
+def todo_close(todo_id: int) -> None:
+    from agent.memory import Memory
+    from agent.settings import get_settings
+
+    ok = Memory(get_settings().memory_path).close_todo(todo_id)
+    typer.echo(f"closed #{todo_id}" if ok else f"no open todo #{todo_id}")
+    raise typer.Exit(0 if ok else 1)
+
+
+def handoff(host: str, text: Annotated[str | None, typer.Argument()] = None) -> None:
+    """Read the host's handoff notes, or write one (the next session starts from it)."""
+    from agent.memory import Memory
+    from agent.settings import get_settings
+
+    m = Memory(get_settings().memory_path)
+    if text:
+        h = m.add_handoff(host, text)
+        typer.echo(f"handoff #{h.id} saved for {host}")
+        return
+    for h in m.handoffs(host):
+        typer.echo(f"{h.created[:16]}  {h.text}")
+
+
+def sessions(host: Annotated[str | None, typer.Option()] = None, limit: int = 20) -> None:
+    """Past investigations, newest first."""
+    from agent.memory import Memory
+    from agent.settings import get_settings
+
+    for s in Memory(get_settings().memory_path).list_sessions(host, limit):
+        typer.echo(
+            f"{s.id}  {s.created[:16]}  {s.host:30}  {s.status:22} {s.root_cause or '-'}  {s.symptom[:50]!r}"
+        )
+
+
+def register(app: typer.Typer) -> None:
+    app.command("investigate")(investigate)
+    app.add_typer(todo_app, name="todo")
+    app.command("handoff")(handoff)
+    app.command("sessions")(sessions)

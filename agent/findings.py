@@ -1,0 +1,300 @@
+"""From observations to findings: signature hits on log text plus host-fact rules.
+
+Findings are signed support for a label, each tied to one verbatim line of one observation.
+Both brains read the same findings; neither may invent evidence outside them.
+"""
+
+from __future__ import annotations
+
+import re
+
+from agent.facts import Facts, derive
+from agent.signatures import Match, scan
+from agent.state import Finding, Observation
+
+WEIGHT = {"fatal": 3.0, "strong": 1.5, "weak": 0.25}
+TEXT_TOOLS = {"log_tail", "log_search", "dmesg", "host_facts"}
+OTHER_PROC_MEM = re.compile(r"Process (\d+) has ([\d.]+) ([GM]iB) memory in use")
+BIND_PORT = re.compile(r"(?:port|:)\s*(\d{2,5})\b")
+#: A traceback or an exception line means the process reported its own failure.
+OWN_ERROR = re.compile(
+    r"Traceback \(most recent call last\)|^\s*[\w.]*(Error|Exception): |\bFATAL\b|\bfatal error\b"
+)
+LAUNCH_PORT = re.compile(r"--port[ =](\d{2,5})\b|\bport=(\d{2,5})\b")
+
+
+def text_lines(o: Observation) -> list[str]:
+    return [ln for ln in o["lines"] if not ln.startswith("# ")]
+
+
+def latest_text_observations(observations: list[Observation]) -> list[Observation]:
+    """The newest read of each log (older reads of the same file only matter for growth)."""
+    newest: dict[tuple[str, str], Observation] = {}
+    for o in observations:
+        if o["tool"] in TEXT_TOOLS and o["ok"]:
+            key = (o["tool"], str(o["args"].get("path", "")) + str(o["args"].get("pattern", "")))
+            newest[key] = o
+    return list(newest.values())
+
+
+def signature_hits(observations: list[Observation]) -> list[tuple[Observation, Match]]:
+    out: list[tuple[Observation, Match]] = []
+    for o in latest_text_observations(observations):
+        for m in scan(text_lines(o)):
+            out.append((o, m))
+    return out
+
+
+def _finding(n: int, label: str, kind: str, w: float, obs: str, line: str, note: str) -> Finding:
+    return Finding(
+        id=f"f{n}", label=label, kind=kind, strength=w, observation=obs, line=line, note=note
+    )
+
+
+def compute(observations: list[Observation]) -> tuple[list[Finding], Facts]:
+    facts = derive(observations)
+    hits = signature_hits(observations)
+    findings: list[Finding] = []
+    seen: set[tuple[str | None, str]] = set()
+
+    def add(label: str, kind: str, w: float, obs: str | None, line: str, note: str) -> None:
+        if obs is None or not line or (label, line) in seen:
+            return
+        seen.add((label, line))
+        findings.append(_finding(len(findings) + 1, label, kind, w, obs, line, note))
+
+    fatal_lines = [(o, m) for o, m in hits if m.strength == "fatal"]
+    first_fatal = fatal_lines[0][1].line if fatal_lines else None
+    for o, m in hits:
+        if m.label is None:
+            continue
+        w = WEIGHT.get(m.strength, 0.0)
+        if m.strength == "fatal" and m.line == first_fatal:
+            w += 0.5  # the first fatal line is usually the cause; later ones are fallout
+        add(m.label, m.strength, w, o["id"], m.line, f"signature {m.signature}")
+
+    _stale_rules(facts, observations, hits, add)
+    _liveness_rules(facts, observations, hits, add)
+    _host_rules(facts, hits, add)
+    return findings, facts
+
+
+def _stale_rules(facts: Facts, observations: list[Observation], hits, add) -> None:  # type: ignore[no-untyped-def]
+    alive_servers = set(facts.server_pids)
+    holders = {
+        pid: mib for pid, mib in facts.gpu_pids.items() if mib >= 1024 and pid not in alive_servers
+    }
+    if holders:
+        for pid, mib in holders.items():
+            add(
+                "stale_gpu_process",
+                "fact",
+                4.0,
+                facts.gpu_pid_obs,
+                facts.gpu_pid_lines.get(pid, ""),
+                f"pid {pid} holds {mib:.0f} MiB of GPU memory and is not a running server",
+            )
+            if pid in facts.procs:
+                add(
+                    "stale_gpu_process",
+                    "fact",
+                    0.5,
+                    facts.ps_obs,
+                    facts.procs[pid],
+                    f"pid {pid} is alive: {facts.procs[pid][:80]}",
+                )
+    elif facts.gpu_clean is False and facts.server_alive is False:
+        busiest = max(facts.gpus, key=lambda g: g.used_mib or 0)
+        add(
+            "stale_gpu_process",
+            "fact",
+            3.0,
+            facts.gpu_obs,
+            busiest.line,
+            "GPU memory is in use although no server process runs",
+        )
+    elif facts.gpu_clean:
+        g = facts.gpus[0]
+        add(
+            "stale_gpu_process",
+            "fact",
+            -5.0,
+            facts.gpu_obs,
+            g.line,
+            "nvidia-smi shows the GPUs free: no process holds their memory",
+        )
+    # torch names other holders in its OOM message; believe it only if that pid still holds memory
+    for o in latest_text_observations(observations):
+        for ln in text_lines(o):
+            m = OTHER_PROC_MEM.search(ln)
+            if not m:
+                continue
+            pid = int(m.group(1))
+            if pid in holders or (
+                pid in facts.procs and pid not in alive_servers and not facts.gpu_clean
+            ):
+                add(
+                    "stale_gpu_process",
+                    "fact",
+                    2.0,
+                    o["id"],
+                    ln,
+                    f"the OOM names pid {pid}, which still holds GPU memory",
+                )
+
+
+def _liveness_rules(facts: Facts, observations: list[Observation], hits, add) -> None:  # type: ignore[no-untyped-def]
+    fatal = [(o, m) for o, m in hits if m.strength == "fatal" and m.label]
+    progress = [(o, m) for o, m in hits if m.strength == "progress"]
+    if facts.server_alive is False:
+        add(
+            "still_starting",
+            "fact",
+            -5.0,
+            facts.ps_obs,
+            facts.ps_header or "PID",
+            "no inference-server process is running: a dead process is not still loading",
+        )
+    elif facts.server_alive:
+        pid = facts.server_pids[0]
+        growing = [p for p, g in facts.log_growth.items() if g]
+        stalled = [p for p, g in facts.log_growth.items() if not g]
+        if growing and not fatal:
+            obs_id = facts.log_growth_obs[growing[0]]
+            line = next((m.line for o, m in reversed(progress) if o["id"] == obs_id), "")
+            if not line:
+                o = next(o for o in observations if o["id"] == obs_id)
+                line = next((ln for ln in reversed(text_lines(o)) if ln.strip()), "")
+            add(
+                "still_starting",
+                "fact",
+                4.0,
+                obs_id,
+                line,
+                "the server process is alive and its log advanced between two reads",
+            )
+            add(
+                "still_starting",
+                "fact",
+                0.5,
+                facts.ps_obs,
+                facts.procs.get(pid, ""),
+                f"server pid {pid} is alive",
+            )
+        elif stalled and not growing:
+            obs_id = facts.log_growth_obs[stalled[0]]
+            o = next(o for o in observations if o["id"] == obs_id)
+            line = next((ln for ln in reversed(text_lines(o)) if ln.strip()), "")
+            add(
+                "still_starting",
+                "fact",
+                -1.5,
+                obs_id,
+                line,
+                "the server is alive but its log did not advance between two reads (hung?)",
+            )
+    if fatal:
+        o, m = fatal[-1]
+        add("still_starting", "fact", -3.0, o["id"], m.line, "a fatal error ended the start-up")
+        add(
+            "killed_externally",
+            "fact",
+            -3.0,
+            o["id"],
+            m.line,
+            "the process printed its own fatal error",
+        )
+    elif facts.server_alive is False:
+        logs = [o for o in latest_text_observations(observations) if o["tool"] == "log_tail"]
+        if logs:
+            o = logs[-1]
+            text = text_lines(o)
+            last = next((ln for ln in reversed(text) if ln.strip()), "")
+            own_error = any(OWN_ERROR.search(ln) for ln in text)
+            add(
+                "killed_externally",
+                "fact",
+                0.5 if own_error else 2.0,
+                o["id"],
+                last,
+                "the server is gone; its log shows an error no signature knows"
+                if own_error
+                else "the server is gone and its log ends without an error of its own",
+            )
+
+
+def _host_rules(facts: Facts, hits, add) -> None:  # type: ignore[no-untyped-def]
+    labels_hit = {m.label for _, m in hits if m.label and m.strength in ("fatal", "strong")}
+    if facts.dmesg_available and facts.dmesg_obs:
+        first = facts.dmesg_lines[-1] if facts.dmesg_lines else ""
+        if "host_oom_killed" not in labels_hit and first:
+            add(
+                "host_oom_killed",
+                "fact",
+                -3.0,
+                facts.dmesg_obs,
+                first,
+                "the kernel log shows no OOM-killer line",
+            )
+        if "gpu_hardware_fault" not in labels_hit and first and facts.gpu_error is None:
+            add(
+                "gpu_hardware_fault",
+                "fact",
+                -3.0,
+                facts.dmesg_obs,
+                first,
+                "no Xid or ECC line in the kernel log and nvidia-smi answers",
+            )
+    if "host_oom_killed" in labels_hit:
+        for o, m in hits:
+            if m.label == "host_oom_killed" and o["tool"] == "dmesg":
+                add(
+                    "killed_externally",
+                    "fact",
+                    -2.0,
+                    o["id"],
+                    m.line,
+                    "the kernel's OOM killer ended it: not an outside supervisor",
+                )
+                break
+    if facts.gpu_error and facts.gpu_obs:
+        err = facts.gpu_error
+        if "communicate with the NVIDIA driver" in err or "driver" in err.lower():
+            add(
+                "cuda_driver_mismatch",
+                "fact",
+                1.5,
+                facts.gpu_obs,
+                err,
+                "nvidia-smi cannot reach the driver",
+            )
+    if facts.shm_mib is not None and facts.disk_obs:
+        if facts.shm_mib < 1024 or (facts.shm_use_pct or 0) >= 95:
+            add(
+                "shm_too_small",
+                "fact",
+                1.5,
+                facts.disk_obs,
+                facts.shm_line,
+                f"/dev/shm is {facts.shm_mib:.0f} MiB ({facts.shm_use_pct or 0:.0f}% used)",
+            )
+        elif facts.shm_mib >= 4096 and "shm_too_small" not in labels_hit:
+            add(
+                "shm_too_small",
+                "fact",
+                -3.0,
+                facts.disk_obs,
+                facts.shm_line,
+                f"/dev/shm has {facts.shm_mib / 1024:.0f} GiB",
+            )
+    for mount, pct, line in facts.full_mounts[:2]:
+        add("disk_full", "fact", 2.0, facts.disk_obs, line, f"{mount} is {pct:.0f}% full")
+    if facts.disk_available and not facts.full_mounts and "disk_full" not in labels_hit:
+        add(
+            "disk_full",
+            "fact",
+            -2.0,
+            facts.disk_obs,
+            facts.shm_line or "Filesystem",
+            "no filesystem is near full",
+        )

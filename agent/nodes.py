@@ -1,0 +1,348 @@
+"""Node functions of the investigation graph. Wiring lives in graph.py; policy in brains/."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from typing import Any
+
+from langgraph.config import get_stream_writer
+from langgraph.runtime import Runtime
+from langgraph.types import interrupt
+
+from agent import board as board_mod
+from agent.brains.base import Context
+from agent.checks import ABS_PATH, known_good_of, listed_paths, options, split_paths
+from agent.context import RunContext
+from agent.findings import compute
+from agent.guardrails import check_conclusion
+from agent.observe import run_many
+from agent.state import Action, Observation, State
+from tools.registry import TOOLS
+
+MAX_LOGS, MAX_CONFIGS = 3, 4
+MAX_REJECTIONS = 3
+
+
+def _emit(kind: str, data: dict[str, Any]) -> None:
+    with contextlib.suppress(RuntimeError):  # outside a graph run (a node's unit test)
+        get_stream_writer()({"type": kind, "data": data})
+
+
+def _obs_event(o: Observation) -> dict[str, Any]:
+    return {
+        "id": o["id"],
+        "tool": o["tool"],
+        "args": o["args"],
+        "ok": o["ok"],
+        "lines": o["lines"],
+        "round": o["round"],
+    }
+
+
+# -- sweep ----------------------------------------------------------------------------------------
+def sweep(state: State, runtime: Runtime[RunContext]) -> dict[str, Any]:
+    """Round 0: everything cheap at once, then the logs and configs the first wave surfaced."""
+    ctx = runtime.context
+    host = ctx.host
+    _emit(
+        "message",
+        {
+            "role": "agent",
+            "text": f"Sweeping {host.name}: GPUs, processes, kernel log, disk, ports, logs and configs.",
+        },
+    )
+    wave1: list[tuple[str, dict[str, Any]]] = [
+        (t, {})
+        for t in ("gpu_status", "processes", "dmesg", "disk", "ports", "host_facts")
+        if t in TOOLS
+    ]
+    if "find_logs" in TOOLS:
+        wave1.append(("find_logs", {}))
+    obs1 = run_many(host, wave1, 1, 0)
+    for o in obs1:
+        _emit("observation", _obs_event(o))
+    paths = listed_paths(obs1)
+    symptom_paths = ABS_PATH.findall(state.get("symptom", ""))
+    logs, configs = split_paths(list(dict.fromkeys([*ctx.extra_logs, *symptom_paths, *paths])))
+    configs = list(dict.fromkeys([*ctx.extra_configs, *configs]))
+    configs.sort(key=lambda p: (known_good_of(p, paths) is None, "sitecustomize" not in p))
+    wave2 = [("log_tail", {"path": p}) for p in logs[:MAX_LOGS]]
+    wave2 += [("config_read", {"path": p}) for p in configs[:MAX_CONFIGS] if "config_read" in TOOLS]
+    obs2 = run_many(host, wave2, len(obs1) + 1, 0) if wave2 else []
+    for o in obs2:
+        _emit("observation", _obs_event(o))
+    all_obs = obs1 + obs2
+    return {
+        "observations": all_obs,
+        "tool_calls": len(all_obs),
+        "rounds": 0,
+        "done_checks": [f"log_tail:{[('path', p)]}" for p in logs[:0]],
+    }
+
+
+# -- analyze --------------------------------------------------------------------------------------
+def analyze(state: State, runtime: Runtime[RunContext]) -> dict[str, Any]:
+    findings, _facts = compute(state.get("observations", []))
+    old = state.get("hypotheses", {}) or {}
+    new = board_mod.build(state.get("symptom", ""), findings, old)
+    if len(findings) != len(state.get("findings", []) or []):
+        for f in findings[len(state.get("findings", []) or []) :]:
+            _emit("finding", dict(f))
+    for label, h in new.items():
+        prev = old.get(label)
+        if prev is None or prev["status"] != h["status"] or abs(prev["score"] - h["score"]) > 1e-6:
+            _emit(
+                "hypothesis",
+                {k: h[k] for k in ("label", "statement", "status", "score", "evidence", "against")},
+            )
+    return {"findings": findings, "hypotheses": new}
+
+
+def _budget_left(state: State, ctx: RunContext) -> dict[str, float]:
+    b = ctx.settings.budget
+    return {
+        "rounds": b.max_rounds - state.get("rounds", 0),
+        "tool_calls": b.max_tool_calls - state.get("tool_calls", 0),
+        "seconds": b.max_seconds - (time.monotonic() - ctx.started),
+        "tokens": b.max_tokens - ctx.brain.tokens_used(),
+    }
+
+
+def _changes_possible(state: State) -> list[Action]:
+    """Reversible fixes the evidence makes obvious: a config that differs from its known-good copy."""
+    if "config_apply" not in TOOLS:
+        return []
+    obs = state.get("observations", [])
+    paths = listed_paths(obs)
+    done = {(c["tool"], c["args"].get("path")) for c in state.get("changes", [])}
+    out: list[Action] = []
+    reads = {o["args"].get("path"): o for o in obs if o["tool"] == "config_read" and o["ok"]}
+    for path, o in reads.items():
+        good = known_good_of(str(path), paths)
+        if not good or ("config_apply", path) in done:
+            continue
+        good_obs = reads.get(good)
+        if good_obs is None:
+            continue
+        good_text = good_obs["data"].get("text") or good_obs["data"].get("content")
+        cur_text = o["data"].get("text") or o["data"].get("content")
+        if not isinstance(good_text, str) or good_text == cur_text:
+            continue
+        out.append(
+            Action(
+                kind="change",
+                tool="config_apply",
+                args={"path": path, "content": good_text, "reason": f"restore {good}"},
+                why=f"{path} differs from its known-good copy {good}; restoring it undoes the one change (reversible: the current file is snapshotted first)",
+            )
+        )
+    return out
+
+
+def decide(state: State, runtime: Runtime[RunContext]) -> dict[str, Any]:
+    ctx = runtime.context
+    left = _budget_left(state, ctx)
+    if min(left.values()) <= 0:
+        spent = min(left, key=lambda k: left[k])
+        return {"action": Action(kind="budget", why=f"budget exhausted: {spent}")}
+    findings, facts = compute(state.get("observations", []))
+    opts = options(
+        state.get("observations", []), state.get("hypotheses", {}), state.get("done_checks", [])
+    )
+    bctx = Context(
+        options=opts, facts=facts, changes_possible=_changes_possible(state), budget_left=left
+    )
+    action = ctx.brain.decide(state, bctx)
+    if action.get("kind") in ("check", "change") and action.get("tool") not in TOOLS:
+        return {
+            "action": None,
+            "rejections": [f"[tool] no tool named {action.get('tool')!r}; use the typed tools"],
+        }
+    if action.get("kind") == "check" and TOOLS[action["tool"]].changing:
+        action = Action(**{**action, "kind": "change"})
+    _emit("message", {"role": "agent", "text": _say(action)})
+    return {"action": action}
+
+
+def _say(a: Action) -> str:
+    kind = a.get("kind")
+    if kind == "check":
+        return f"Next check: {a.get('tool')} {a.get('args')} because {a.get('why', '')}"
+    if kind == "change":
+        return f"Proposing a change (needs approval): {a.get('tool')} on {a.get('args', {}).get('path', '')}: {a.get('why', '')}"
+    if kind == "conclude":
+        return f"Concluding {a.get('label')} (confidence {a.get('confidence')})."
+    return f"Stopping: {a.get('why', kind)}"
+
+
+# -- approval and acting ------------------------------------------------------------------------
+def approval(state: State, runtime: Runtime[RunContext]) -> dict[str, Any]:
+    """Its own node: on resume interrupt() re-runs the node from the top, so nothing else is here."""
+    a = state["action"] or Action()
+    request = {"tool": a.get("tool"), "args": a.get("args", {}), "reason": a.get("why", "")}
+    _emit("approval_request", request)
+    decision = interrupt(request)
+    approved = bool(isinstance(decision, dict) and decision.get("approve"))
+    reason = str(decision.get("reason", "")) if isinstance(decision, dict) else ""
+    _emit("approval", {**request, "approved": approved, "reason": reason})
+    change = {
+        "tool": a.get("tool"),
+        "args": {k: v for k, v in a.get("args", {}).items() if k != "content"},
+        "approved": approved,
+        "reason": reason,
+    }
+    return {"changes": [change], "action": a if approved else None}
+
+
+def act(state: State, runtime: Runtime[RunContext]) -> dict[str, Any]:
+    ctx = runtime.context
+    queued = list(state.get("queue") or [])
+    a = state.get("action")
+    todo = queued or ([a] if a else [])
+    if not todo:
+        return {}
+    obs = state.get("observations", [])
+    rnd = state.get("rounds", 0) + 1
+    new = run_many(ctx.host, [(x["tool"], x.get("args", {})) for x in todo], len(obs) + 1, rnd)
+    for o in new:
+        _emit("observation", _obs_event(o))
+    keys = [f"{x.get('label') or x['tool']}:{sorted(x.get('args', {}).items())}" for x in todo]
+    return {
+        "observations": new,
+        "tool_calls": state.get("tool_calls", 0) + len(new),
+        "rounds": rnd,
+        "done_checks": keys,
+        "queue": [],
+        "action": None,
+    }
+
+
+def follow_up(state: State, runtime: Runtime[RunContext]) -> dict[str, Any]:
+    ctx = runtime.context
+    text = (state.get("messages") or [""])[-1]
+    findings, facts = compute(state.get("observations", []))
+    bctx = Context(options=[], facts=facts, budget_left=_budget_left(state, ctx))
+    reply, actions = ctx.brain.follow_up(state, text, bctx)
+    _emit("message", {"role": "agent", "text": reply})
+    actions = [x for x in actions if x.get("tool") in TOOLS and not TOOLS[x["tool"]].changing]
+    return {"queue": actions, "status": "running"}
+
+
+# -- conclusion -----------------------------------------------------------------------------------
+def conclude(state: State, runtime: Runtime[RunContext]) -> dict[str, Any]:
+    a = state.get("action") or Action(kind="insufficient")
+    obs = state.get("observations", [])
+    _, facts = compute(obs)
+    kind = a.get("kind")
+    if kind == "conclude":
+        problems = check_conclusion(a, obs, facts)
+        if problems:
+            for p in problems:
+                _emit("error", {"guardrail": p})
+            if len(state.get("rejections", [])) + len(problems) <= MAX_REJECTIONS:
+                return {"rejections": problems, "action": None, "status": "rejected"}
+            a = Action(
+                kind="insufficient",
+                why="guardrails refused every conclusion: " + "; ".join(problems),
+            )
+            kind = "insufficient"
+    board = state.get("hypotheses", {})
+    status = {"conclude": "concluded", "budget": "budget_exhausted"}.get(
+        kind or "", "insufficient_evidence"
+    )
+    if status == "concluded":
+        label = a["label"]
+        if label in board:
+            board = {**board, label: {**board[label], "status": "confirmed"}}
+            _emit(
+                "hypothesis",
+                {
+                    k: board[label][k]
+                    for k in ("label", "statement", "status", "score", "evidence", "against")
+                },
+            )
+    evidence = _fix_obs_ids(a.get("evidence") or [], obs) if status == "concluded" else []
+    changes = state.get("changes", [])
+    next_step = a.get("next_step") or ""
+    applied = [c for c in changes if c.get("approved")]
+    if applied:
+        next_step += (
+            " Applied with approval: "
+            + "; ".join(f"{c['tool']} {c['args'].get('path', '')}" for c in applied)
+            + "."
+        )
+    report = {
+        "status": status,
+        "root_cause": a.get("label") if status == "concluded" else None,
+        "confidence": a.get("confidence", 0.0) if status == "concluded" else 0.0,
+        "summary": a.get("summary") or a.get("why", ""),
+        "evidence": evidence,
+        "ruled_out": [h["label"] for h in board.values() if h["status"] == "refuted"],
+        "hypotheses": [
+            {
+                "label": h["label"],
+                "statement": h["statement"],
+                "status": h["status"],
+                "score": round(h["score"], 2),
+                "evidence": [
+                    {"observation": e["observation"], "line": e["line"]} for e in h["evidence"][:5]
+                ],
+                "against": [
+                    {"observation": e["observation"], "line": e["line"]} for e in h["against"][:3]
+                ],
+                "check": h.get("check", ""),
+            }
+            for h in board.values()
+        ],
+        "tool_calls": state.get("tool_calls", 0),
+        "rounds": state.get("rounds", 0),
+        "next_step": next_step.strip(),
+    }
+    _emit("conclusion", report)
+    return {"report": report, "status": status, "hypotheses": board, "action": None}
+
+
+def _fix_obs_ids(evidence: list[dict[str, str]], obs: list[Observation]) -> list[dict[str, str]]:
+    """An LLM may cite the right line under the wrong id; point it at where it really occurs."""
+    out = []
+    for ev in evidence:
+        line = ev.get("line", "")
+        where = next(
+            (
+                o["id"]
+                for o in obs
+                if o["id"] == ev.get("observation") and any(line in ln for ln in o["lines"])
+            ),
+            None,
+        )
+        where = where or next(
+            (o["id"] for o in obs if any(line in ln for ln in o["lines"])),
+            ev.get("observation", ""),
+        )
+        out.append({"observation": where, "line": line})
+    return out
+
+
+# -- routers (tiny, returning names) ----------------------------------------------------------------
+def route_start(state: State) -> str:
+    return "follow_up" if state.get("observations") else "sweep"
+
+
+def route_decision(state: State) -> str:
+    a = state.get("action")
+    if a is None:
+        return "decide"
+    return {"check": "act", "change": "approval"}.get(a.get("kind", ""), "conclude")
+
+
+def route_approval(state: State) -> str:
+    return "act" if state.get("action") else "analyze"
+
+
+def route_conclusion(state: State) -> str:
+    return "decide" if state.get("status") == "rejected" else "end"
+
+
+def route_follow_up(state: State) -> str:
+    return "act" if state.get("queue") else "analyze"

@@ -1,0 +1,79 @@
+"""Human views of a run: live event lines and the final report (rich)."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.panel import Panel
+from rich.table import Table
+
+from agent.models import Event, Report
+
+STATUS_STYLE = {
+    "confirmed": "bold green",
+    "supported": "yellow",
+    "refuted": "dim strike",
+    "open": "cyan",
+}
+
+
+def live_printer(console: Console):  # type: ignore[no-untyped-def]
+    """An on_event callback that shows hypotheses and checks as they happen."""
+
+    def show(ev: Event) -> None:
+        d = ev.data
+        if ev.type == "observation":
+            mark = "[green]ok[/]" if d.get("ok") else "[red]fail[/]"
+            args = d.get("args") or {}
+            arg = args.get("path") or args.get("port") or args.get("pattern") or ""
+            console.print(f"  [dim]{d.get('id')}[/] {d.get('tool')} {arg} {mark}", highlight=False)
+        elif ev.type == "hypothesis":
+            st = d.get("status", "open")
+            console.print(
+                f"  [bold]hypothesis[/] {d.get('label')}: [{STATUS_STYLE.get(st, '')}]{st}[/] ({d.get('score', 0):.1f})",
+                highlight=False,
+            )
+        elif ev.type == "message" and d.get("role") == "agent":
+            console.print(f"[blue]›[/] {d.get('text')}", highlight=False, markup=False)
+        elif ev.type == "approval_request":
+            console.print(
+                f"[magenta]approval needed[/]: {d.get('tool')} {d.get('args', {}).get('path', '')}: {d.get('reason')}",
+                highlight=False,
+            )
+        elif ev.type == "error":
+            console.print(f"[red]refused[/]: {d}", highlight=False, markup=False)
+
+    return show
+
+
+def print_report(console: Console, r: Report) -> None:
+    head = {
+        "concluded": f"[bold green]Root cause: {r.root_cause}[/] (confidence {r.confidence:.2f})",
+        "insufficient_evidence": "[bold yellow]Insufficient evidence[/]: no hypothesis leads with proof",
+        "budget_exhausted": "[bold red]Budget exhausted[/] before a conclusion",
+        "awaiting_approval": "[bold magenta]Waiting for approval[/]",
+    }.get(r.status, r.status)
+    body = [head, ""]
+    if r.evidence:
+        body.append("[bold]Evidence[/] (verbatim):")
+        body += [f"  {e.observation}: {e.line}" for e in r.evidence]
+    if r.ruled_out:
+        body.append(f"[bold]Ruled out[/]: {', '.join(r.ruled_out)}")
+    if r.next_step:
+        body.append(f"[bold]Next step[/]: {r.next_step}")
+    for s in r.seen_before:
+        body.append(f"[bold]Memory[/]: {s}")
+    if r.pending_approval:
+        p = r.pending_approval
+        body.append(f"[bold]Pending[/]: {p.tool} {p.args.get('path', '')}: {p.reason}")
+        body.append(f"Resume: pivot investigate --resume {r.session_id} --approve | --deny")
+    body.append(f"[dim]session {r.session_id} · {r.tool_calls} tool calls · {r.rounds} rounds[/]")
+    console.print(Panel("\n".join(body), title=f"Pivot · {r.host}", expand=False), highlight=False)
+    t = Table("hypothesis", "status", "score", "evidence / against", box=None)
+    for h in r.hypotheses:
+        line = (h.evidence[0].line if h.evidence else (h.against[0].line if h.against else ""))[
+            :100
+        ]
+        t.add_row(
+            h.label, f"[{STATUS_STYLE.get(h.status, '')}]{h.status}[/]", f"{h.score:.1f}", line
+        )
+    console.print(t)

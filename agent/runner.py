@@ -1,0 +1,246 @@
+"""Runner: starts, resumes and follows up investigations; the contract in agent/api.py.
+
+Checkpoints go to their own SQLite file (settings.checkpoint_path) so a paused or crashed run
+resumes by session id in another process. Every event is stored in memory as it happens, so the
+trajectory survives a crash, and handed to `on_event` for live views (CLI, SSE).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from langgraph.checkpoint.sqlite import SqliteSaver
+from langgraph.types import Command
+
+from agent.brains import make_brain
+from agent.context import RunContext
+from agent.graph import build_graph
+from agent.memory import Memory
+from agent.models import ApprovalRequest, Decision, Event, Evidence, HypothesisView, Report
+from agent.settings import Settings, get_settings
+from tools.host import Host
+
+EventSink = Callable[[Event], None]
+RECURSION_LIMIT = 400
+
+
+class Runner:
+    def __init__(self, settings: Settings | None = None, memory: Memory | None = None) -> None:
+        self.settings = settings or get_settings()
+        self.settings.home.mkdir(parents=True, exist_ok=True)
+        self.memory = memory or Memory(self.settings.memory_path)
+        self._conn = sqlite3.connect(
+            str(self.settings.checkpoint_path), check_same_thread=False, timeout=30
+        )
+        self._conn.execute("PRAGMA journal_mode=WAL")
+        self._saver = SqliteSaver(self._conn)
+        self._lock = threading.Lock()
+        self.graph = build_graph(self._saver)
+
+    # -- public API ------------------------------------------------------------------------------
+    def start(
+        self,
+        host: Host,
+        symptom: str,
+        session_id: str | None = None,
+        brain: str | None = None,
+        on_event: EventSink | None = None,
+        host_spec: str | None = None,
+        logs: list[str] | None = None,
+        configs: list[str] | None = None,
+    ) -> Report:
+        brain_name = brain or self.settings.default_brain
+        sid = self.memory.create_session(
+            host.name, symptom, brain_name, session_id or uuid.uuid4().hex[:12]
+        )
+        if host_spec:
+            self.memory.set_host_spec(sid, host_spec)
+        notes = self._notes(host.name)
+        sink = self._sink(sid, on_event)
+        sink(
+            "session", {"host": host.name, "symptom": symptom, "brain": brain_name, "notes": notes}
+        )
+        state = {
+            "session_id": sid,
+            "host": host.name,
+            "symptom": symptom,
+            "notes": notes,
+            "messages": [],
+        }
+        return self._drive(sid, host, brain_name, state, sink, logs or [], configs or [])
+
+    def resume(
+        self, host: Host, session_id: str, decision: Decision, on_event: EventSink | None = None
+    ) -> Report:
+        row = self.memory.get_session(session_id)
+        if row is None:
+            raise KeyError(f"no session {session_id}")
+        return self._drive(
+            session_id,
+            host,
+            row.brain,
+            Command(resume=decision.model_dump()),
+            self._sink(session_id, on_event),
+            [],
+            [],
+        )
+
+    def message(
+        self, host: Host, session_id: str, text: str, on_event: EventSink | None = None
+    ) -> Report:
+        row = self.memory.get_session(session_id)
+        if row is None:
+            raise KeyError(f"no session {session_id}")
+        sink = self._sink(session_id, on_event)
+        sink("message", {"role": "user", "text": text})
+        return self._drive(
+            session_id, host, row.brain, {"messages": [text], "status": "running"}, sink, [], []
+        )
+
+    def pending(self, session_id: str) -> ApprovalRequest | None:
+        snap = self.graph.get_state(self._config(session_id))
+        for task in snap.tasks:
+            for intr in task.interrupts:
+                v = intr.value if isinstance(intr.value, dict) else {}
+                return ApprovalRequest(
+                    id=f"{session_id}:{intr.id}",
+                    session_id=session_id,
+                    tool=str(v.get("tool")),
+                    args=v.get("args", {}),
+                    reason=str(v.get("reason", "")),
+                )
+        return None
+
+    # -- internals -------------------------------------------------------------------------------
+    def _config(self, sid: str) -> dict[str, Any]:
+        return {"configurable": {"thread_id": sid}, "recursion_limit": RECURSION_LIMIT}
+
+    def _notes(self, host: str) -> list[str]:
+        notes = [f"open todo #{t.id}: {t.text}" for t in self.memory.todos(host)]
+        last = self.memory.last_handoff(host)
+        if last:
+            notes.append(f"last handoff ({last.created[:10]}): {last.text}")
+        return notes
+
+    def _sink(self, sid: str, on_event: EventSink | None) -> Callable[[str, dict[str, Any]], None]:
+        def emit(kind: str, data: dict[str, Any]) -> None:
+            ev = self.memory.append_event(Event(session_id=sid, type=kind, data=data))  # type: ignore[arg-type]
+            if kind == "observation":
+                self.memory.record_observation(sid, data)
+            if on_event:
+                on_event(ev)
+
+        return emit
+
+    def _drive(
+        self,
+        sid: str,
+        host: Host,
+        brain_name: str,
+        inp: Any,
+        sink: Callable[[str, dict[str, Any]], None],
+        logs: list[str],
+        configs: list[str],
+    ) -> Report:
+        ctx = RunContext(
+            host=host,
+            brain=make_brain(brain_name, self.settings),
+            settings=self.settings,
+            started=time.monotonic(),
+            extra_logs=logs,
+            extra_configs=configs,
+        )
+        try:
+            for mode, chunk in self.graph.stream(
+                inp, self._config(sid), context=ctx, stream_mode=["custom", "updates"]
+            ):
+                if mode == "custom" and isinstance(chunk, dict):
+                    sink(chunk.get("type", "message"), chunk.get("data", {}))
+        except Exception as exc:  # a bug: record it so the trajectory says what happened
+            sink("error", {"error": f"{type(exc).__name__}: {exc}"})
+            self.memory.set_status(sid, "error")
+            raise
+        return self._report(sid, host, sink)
+
+    def _report(self, sid: str, host: Host, sink: Callable[[str, dict[str, Any]], None]) -> Report:
+        snap = self.graph.get_state(self._config(sid))
+        values = snap.values
+        pending = self.pending(sid)
+        row = self.memory.get_session(sid)
+        base = dict(values.get("report") or {})
+        if pending is not None:
+            base.update(status="awaiting_approval")
+        report = Report(
+            session_id=sid,
+            host=host.name,
+            symptom=row.symptom if row else values.get("symptom", ""),
+            status=base.get("status", "insufficient_evidence"),
+            root_cause=base.get("root_cause"),
+            confidence=base.get("confidence", 0.0),
+            summary=base.get("summary", ""),
+            evidence=[Evidence(**e) for e in base.get("evidence", [])],
+            ruled_out=base.get("ruled_out", []),
+            hypotheses=[HypothesisView(**h) for h in base.get("hypotheses", [])]
+            or [
+                HypothesisView(
+                    label=h["label"], statement=h["statement"], status=h["status"], score=h["score"]
+                )  # type: ignore[arg-type]
+                for h in (values.get("hypotheses") or {}).values()
+            ],
+            tool_calls=values.get("tool_calls", 0),
+            rounds=values.get("rounds", 0),
+            next_step=base.get("next_step", ""),
+            pending_approval=pending,
+        )
+        if report.status == "concluded":
+            report.seen_before = self._seen_before(report)
+        self.memory.save_report(report)
+        if pending is not None:
+            self.memory.set_status(sid, "awaiting_approval")
+        return report
+
+    def _seen_before(self, report: Report) -> list[str]:
+        out = []
+        lines = " ".join(e.line for e in report.evidence)[:300]
+        for c in self.memory.search_conclusions(f"{report.root_cause} {lines}", limit=10):
+            if c.session_id != report.session_id and c.root_cause == report.root_cause:
+                out.append(
+                    f"seen before on host {c.host} on {c.created[:10]}: root cause {c.root_cause} ({c.summary[:120]})"
+                )
+        return out[:3]
+
+    def close(self) -> None:
+        self._conn.close()
+        self.memory.close()
+
+
+def investigate(
+    host: Host,
+    symptom: str,
+    brain: str = "rulebook",
+    settings: Settings | None = None,
+    on_event: EventSink | None = None,
+    approve: Callable[[ApprovalRequest], bool] | None = None,
+    runner: Runner | None = None,
+) -> Report:
+    """One-shot run for evals and the loop: approvals go to `approve` (default: deny)."""
+    r = runner or Runner(settings)
+    try:
+        report = r.start(host, symptom, brain=brain, on_event=on_event)
+        while report.status == "awaiting_approval" and report.pending_approval is not None:
+            ok = bool(approve(report.pending_approval)) if approve else False
+            report = r.resume(
+                host,
+                report.session_id,
+                Decision(approve=ok, reason="policy" if ok else "denied by policy"),
+                on_event,
+            )
+        return report
+    finally:
+        if runner is None:
+            r.close()
