@@ -1,0 +1,185 @@
+"""`dmesg`: what the kernel said about memory and GPUs.
+
+A server that dies with a bare "Killed" or a CUDA error that names no cause is explained here:
+the OOM killer's "Out of memory: Killed process 1234 (python3)", NVIDIA Xid errors, NVRM
+messages, "fallen off the bus", segfaults. The tail is read with `dmesg -T` (falling back to
+plain `dmesg`, then `journalctl -k`); a restricted kernel log comes back as an error with the
+sysctl that opens it.
+"""
+
+from __future__ import annotations
+
+import re
+
+from pydantic import BaseModel, Field
+
+from tools.base import ToolResult, ToolSpec, bound_lines
+from tools.host import Host
+
+COMMANDS = ("dmesg -T", "dmesg", "journalctl -k --no-pager -n 2000")
+
+_OOM = re.compile(
+    r"Out of memory:|oom-kill:|invoked oom-killer|oom_reaper|Memory cgroup out of memory", re.I
+)
+_KILLED = re.compile(r"(?:Killed|Kill) process (\d+) \(([^)]*)\)")
+_XID = re.compile(r"NVRM: Xid \(([^)]*)\): (\d+),(?:\s*pid=(\d+|'<unknown>'))?")
+_NVRM = re.compile(r"NVRM:")
+_BUS = re.compile(r"fallen off the bus|GPU has fallen off", re.I)
+_SEGV = re.compile(r"segfault at|general protection fault|traps: .* trap ", re.I)
+_DENIED = re.compile(r"Operation not permitted|Permission denied|read kernel buffer failed", re.I)
+
+#: Xid codes that mean hardware or driver trouble rather than an application bug.
+HARDWARE_XIDS = {48, 61, 62, 63, 64, 74, 79, 92, 94, 95, 119, 120, 140}
+
+
+class Args(BaseModel):
+    tail: int = Field(500, ge=10, le=5000, description="how many of the newest lines to scan")
+    pattern: str | None = Field(None, description="also keep lines matching this regex")
+
+
+class Xid(BaseModel):
+    code: int
+    device: str
+    pid: int | None = None
+    line: str
+
+
+class OomKill(BaseModel):
+    pid: int
+    name: str
+    line: str
+
+
+class DmesgParse(BaseModel):
+    oom_lines: list[str] = Field(default_factory=list)
+    oom_kills: list[OomKill] = Field(default_factory=list)
+    xids: list[Xid] = Field(default_factory=list)
+    nvrm_lines: list[str] = Field(default_factory=list)
+    bus_lines: list[str] = Field(default_factory=list)
+    segfault_lines: list[str] = Field(default_factory=list)
+    matched_lines: list[str] = Field(default_factory=list)
+    total_lines: int = 0
+
+
+class Result(DmesgParse, ToolResult):
+    source: str = Field("", description="the command whose output this is")
+    hardware_fault: bool = Field(False, description="an Xid code that means hardware/driver")
+
+    def lines(self) -> list[str]:
+        seen: set[str] = set()
+        out: list[str] = []
+        for ln in (
+            self.oom_lines
+            + [x.line for x in self.xids]
+            + self.nvrm_lines
+            + self.bus_lines
+            + self.segfault_lines
+            + self.matched_lines
+        ):
+            if ln not in seen:
+                seen.add(ln)
+                out.append(ln)
+        if self.ok:
+            out.append(
+                f"# {self.total_lines} kernel lines scanned ({self.source}): "
+                f"{len(self.oom_kills)} OOM kills, {len(self.xids)} Xid, "
+                f"{len(self.bus_lines)} fallen-off-the-bus, {len(self.segfault_lines)} segfaults"
+            )
+            out += [f"# OOM killer killed pid {k.pid} ({k.name})" for k in self.oom_kills]
+            codes = sorted({x.code for x in self.xids})
+            if codes:
+                out.append(
+                    f"# Xid codes {codes}"
+                    + (" (hardware/driver fault)" if self.hardware_fault else "")
+                )
+        return bound_lines(out + super().lines())
+
+
+def parse_dmesg(text: str, pattern: str | None = None) -> DmesgParse:
+    out = DmesgParse()
+    extra: re.Pattern[str] | None = None
+    if pattern:
+        try:
+            extra = re.compile(pattern, re.I)
+        except re.error:
+            extra = re.compile(re.escape(pattern), re.I)
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        out.total_lines += 1
+        if _OOM.search(line):
+            out.oom_lines.append(line)
+            m = _KILLED.search(line)
+            if m:
+                out.oom_kills.append(OomKill(pid=int(m.group(1)), name=m.group(2), line=line))
+        m = _XID.search(line)
+        if m:
+            pid = m.group(3)
+            out.xids.append(
+                Xid(
+                    code=int(m.group(2)),
+                    device=m.group(1),
+                    pid=int(pid) if pid and pid.isdigit() else None,
+                    line=line,
+                )
+            )
+        elif _NVRM.search(line):
+            out.nvrm_lines.append(line)
+        if _BUS.search(line):
+            out.bus_lines.append(line)
+        if _SEGV.search(line):
+            out.segfault_lines.append(line)
+        if extra is not None and extra.search(line):
+            out.matched_lines.append(line)
+    return out
+
+
+def run(host: Host, args: Args) -> Result:
+    attempts = []
+    for cmd in COMMANDS:
+        full = f"{cmd} | tail -n {args.tail}" if cmd.startswith("dmesg") else cmd
+        res = host.run(full, timeout=15)
+        attempts.append(res)
+        # `| tail` hides dmesg's exit status; a permission error leaves stdout empty.
+        # journalctl's "-- No entries --" / "-- Logs begin ..." are not kernel lines.
+        text = "\n".join(ln for ln in res.stdout.splitlines() if not ln.startswith("-- "))
+        if text.strip():
+            parsed = parse_dmesg(text, args.pattern)
+            return Result(
+                host=host.name,
+                source=cmd,
+                hardware_fault=any(x.code in HARDWARE_XIDS for x in parsed.xids)
+                or bool(parsed.bus_lines),
+                **parsed.model_dump(),
+            )
+    denied = next((r for r in attempts if _DENIED.search(r.stderr + r.stdout)), None)
+    if denied is not None:
+        return Result(
+            host=host.name,
+            ok=False,
+            error=f"{denied.command!r} on {host.name}: the kernel log is restricted "
+            f"({denied.stderr.strip()[:200]})",
+            fix="run as root (sudo dmesg -T), or allow it: sudo sysctl kernel.dmesg_restrict=0",
+        )
+    last = attempts[-1]
+    return Result(
+        host=host.name,
+        ok=False,
+        error=f"no kernel log on {host.name}: dmesg and journalctl -k printed nothing"
+        + (f" ({last.error or last.stderr.strip()[:200]})" if last.error or last.stderr else ""),
+        fix="in a container the host's kernel log is not visible: read it on the host itself",
+    )
+
+
+SPEC = ToolSpec(
+    name="dmesg",
+    description=(
+        "The kernel log's newest lines, with OOM-killer kills ('Out of memory: Killed process "
+        "PID (NAME)'), NVIDIA Xid errors, NVRM messages, 'fallen off the bus' and segfaults "
+        "picked out. Use it when a process died with 'Killed' or no error of its own, or on "
+        "CUDA/ECC/'unknown error' failures. pattern= keeps other matching lines too."
+    ),
+    args=Args,
+    result=Result,
+    fn=run,
+)

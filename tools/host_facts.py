@@ -1,0 +1,161 @@
+"""`host_facts`: cheap read-only facts that fit no other tool, in one call.
+
+Investigators (and the incident cards that record them) check the driver's kernel module
+version, ECC error counters, host memory, resource limits and, where present, the container
+or cluster view (`docker ps -a`, `kubectl get events`). Each comes back as its own section.
+The commands are a fixed allowlist: this tool never runs free shell. A command that is not
+installed (rc 127) is recorded as unavailable, which is a fact, not an error.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from tools.base import ToolResult, ToolSpec, bound_lines
+from tools.host import Host
+
+SectionName = Literal["driver", "ecc", "memory", "ulimit", "kernel", "docker", "kubectl"]
+
+#: The allowlist: section -> (command, max lines kept).
+COMMANDS: dict[str, tuple[str, int]] = {
+    "driver": ("cat /proc/driver/nvidia/version", 5),
+    "ecc": ("nvidia-smi -q -d ECC", 60),
+    "memory": ("free -m", 5),
+    "ulimit": ("ulimit -a", 25),
+    "kernel": ("uname -r", 2),
+    "docker": ("docker ps -a", 30),
+    "kubectl": ("kubectl get events", 40),
+}
+
+_ECC_KEEP = re.compile(
+    r"^GPU [0-9A-Fa-f]|ECC|^Volatile$|^Aggregate$|Correctable|Uncorrectable|Parity|SEC-DED|"
+    r"Remap|Retired|Single Bit|Double Bit|Unrepairable|Page Blacklist"
+)
+_ECC_COUNT = re.compile(r"^\s*((?:SRAM|DRAM)?\s*(?:Uncorrectable|Correctable)[^:]*?)\s*:\s*(\d+)")
+
+
+class Args(BaseModel):
+    sections: list[SectionName] = Field(
+        default_factory=lambda: list(COMMANDS),  # type: ignore[arg-type]
+        description="which facts to read; all by default",
+    )
+
+
+class Section(BaseModel):
+    name: str
+    command: str
+    ok: bool
+    available: bool = Field(True, description="False when the command is not installed")
+    rc: int | None = None
+    lines: list[str] = Field(default_factory=list)
+    note: str | None = None
+
+
+class EccCounts(BaseModel):
+    volatile_uncorrectable: int = 0
+    aggregate_uncorrectable: int = 0
+    volatile_correctable: int = 0
+    aggregate_correctable: int = 0
+    found: bool = False
+
+
+class Result(ToolResult):
+    sections: list[Section] = Field(default_factory=list)
+    driver_version: str | None = None
+    ecc: EccCounts | None = None
+
+    def lines(self) -> list[str]:
+        out: list[str] = []
+        for s in self.sections:
+            state = "ok" if s.ok else ("not installed" if not s.available else f"rc {s.rc}")
+            out.append(f"# $ {s.command}  ({state})" + (f" — {s.note}" if s.note else ""))
+            out += s.lines
+        if self.ecc and self.ecc.found:
+            e = self.ecc
+            out.append(
+                f"# ECC uncorrectable: volatile {e.volatile_uncorrectable}, aggregate "
+                f"{e.aggregate_uncorrectable}; correctable: volatile {e.volatile_correctable}"
+                + (
+                    " — uncorrectable ECC errors: a GPU memory fault"
+                    if e.aggregate_uncorrectable or e.volatile_uncorrectable
+                    else ""
+                )
+            )
+        return bound_lines(out + super().lines())
+
+
+def parse_ecc(text: str) -> EccCounts:
+    """Sums `nvidia-smi -q -d ECC` counters over GPUs, split by Volatile / Aggregate block."""
+    counts = EccCounts()
+    block = ""
+    for line in text.splitlines():
+        stripped = line.strip()
+        if stripped in ("Volatile", "Aggregate"):
+            block = stripped.lower()
+            continue
+        if stripped.startswith("Aggregate Uncorrectable SRAM Sources") or stripped.startswith(
+            ("Retired", "Remapped", "Channel", "TPC", "Unrepairable")
+        ):
+            block = ""
+            continue
+        m = _ECC_COUNT.match(line)
+        if not m or not block:
+            continue
+        counts.found = True
+        kind = "uncorrectable" if "Uncorrectable" in m.group(1) else "correctable"
+        field = f"{block}_{kind}"
+        setattr(counts, field, getattr(counts, field) + int(m.group(2)))
+    return counts
+
+
+def run(host: Host, args: Args) -> Result:
+    from tools.packages import parse_driver_version
+
+    sections: list[Section] = []
+    driver = None
+    ecc = None
+    for name in dict.fromkeys(args.sections):
+        command, keep = COMMANDS[name]
+        res = host.run(command, timeout=15, max_bytes=200_000)
+        text = res.stdout if res.stdout.strip() else res.stderr
+        lines = [ln for ln in text.splitlines() if ln.strip()]
+        note = None
+        if name == "ecc":
+            ecc = parse_ecc(res.stdout) if res.ok else None
+            if ecc is not None and not ecc.found:
+                note, ecc = "no ECC counters in the output (ECC off, or not this query)", None
+            lines = [ln for ln in lines if _ECC_KEEP.search(ln.strip())]
+        if name == "driver" and res.ok:
+            driver = parse_driver_version(res.stdout)
+        if len(lines) > keep:
+            note = (note + "; " if note else "") + f"{len(lines) - keep} more lines cut"
+            lines = lines[:keep]
+        sections.append(
+            Section(
+                name=name,
+                command=command,
+                ok=res.ok,
+                available=not res.missing_command,
+                rc=res.rc,
+                lines=lines if not res.missing_command else [],
+                note=note or (res.error if res.timed_out else None),
+            )
+        )
+    return Result(host=host.name, sections=sections, driver_version=driver, ecc=ecc)
+
+
+SPEC = ToolSpec(
+    name="host_facts",
+    description=(
+        "Cheap read-only facts in one call, one section per command: NVIDIA kernel-module "
+        "version (/proc/driver/nvidia/version), ECC error counters (nvidia-smi -q -d ECC), "
+        "free -m, ulimit -a, uname -r, docker ps -a and kubectl get events where installed. "
+        "Use it for driver-mismatch, ECC/hardware, container restarts and probe-kill questions."
+    ),
+    args=Args,
+    result=Result,
+    fn=run,
+)

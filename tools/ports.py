@@ -1,0 +1,228 @@
+"""`ports`: who listens on which TCP port.
+
+"address already in use" is answered by naming the process that holds the port. `ss -ltnp` is
+asked first, then `netstat -ltnp`; hosts with neither (the real H200 had no ss, netstat nor
+lsof) are read from /proc/net/tcp and /proc/net/tcp6, whose socket inodes are mapped to pids
+through /proc/*/fd where those are readable.
+"""
+
+from __future__ import annotations
+
+import re
+
+from pydantic import BaseModel, Field
+
+from tools.base import ToolResult, ToolSpec, bound_lines
+from tools.host import Host
+
+SS = "ss -ltnp"
+NETSTAT = "netstat -ltnp"
+PROC_TCP = "cat /proc/net/tcp /proc/net/tcp6"
+#: Prints "<pid> <inode>" for each socket fd we may read; unreadable fds are skipped silently.
+PROC_FDS = (
+    'for f in /proc/[0-9]*/fd/*; do l=$(readlink "$f" 2>/dev/null) || continue; '
+    'case $l in socket:*) p=${f#/proc/}; echo "${p%%/*} ${l#socket:}";; esac; done | '
+    "sort -u | tr -d '[]'"
+)
+PROC_COMM = "cat /proc/{pid}/comm"
+
+
+class Args(BaseModel):
+    port: int | None = Field(None, ge=1, le=65535, description="a port to check for a listener")
+
+
+class Listener(BaseModel):
+    addr: str
+    port: int
+    pid: int | None = None
+    process: str | None = None
+    inode: int | None = None
+    raw: str = ""
+
+
+class Result(ToolResult):
+    listeners: list[Listener] = Field(default_factory=list)
+    port: int | None = None
+    port_free: bool | None = Field(None, description="whether the asked port has no listener")
+    source: str = ""
+
+    def lines(self) -> list[str]:
+        shown = [ln for ln in self.listeners if self.port is None or ln.port == self.port]
+        out = [ln.raw for ln in shown if ln.raw]
+        for ln in shown:
+            who = f"pid {ln.pid} ({ln.process or '?'})" if ln.pid else "an unknown process"
+            out.append(f"# {ln.addr}:{ln.port} is held by {who}")
+        if self.ok:
+            out.append(f"# {len(self.listeners)} TCP listeners ({self.source})")
+        if self.port is not None and self.port_free is not None:
+            out.append(f"# port {self.port} is " + ("free" if self.port_free else "IN USE"))
+        return bound_lines(out + super().lines())
+
+
+def _split_addr(s: str) -> tuple[str, int] | None:
+    m = re.match(r"^(.*)[:.](\d+|\*)$", s)
+    if not m or m.group(2) == "*":
+        return None
+    return m.group(1).strip("[]") or "*", int(m.group(2))
+
+
+_SS_USER = re.compile(r'\(\("([^"]*)",pid=(\d+)')
+_NETSTAT_PROG = re.compile(r"\s(\d+)/(\S+)\s*$")
+
+
+def parse_ss(text: str) -> list[Listener]:
+    """`ss -ltnp` rows (State Recv-Q Send-Q Local Peer Process) or `ss -ltnp` without State."""
+    out: list[Listener] = []
+    for line in text.splitlines():
+        toks = line.split()
+        if not toks or toks[0] in ("State", "Netid", "Recv-Q"):
+            continue
+        if toks[0] != "LISTEN" and not (toks[0] == "tcp" and "LISTEN" in toks):
+            continue
+        i = toks.index("LISTEN")
+        if len(toks) < i + 4:
+            continue
+        hp = _split_addr(toks[i + 3])
+        if hp is None:
+            continue
+        m = _SS_USER.search(line)
+        out.append(
+            Listener(
+                addr=hp[0],
+                port=hp[1],
+                pid=int(m.group(2)) if m else None,
+                process=m.group(1) if m else None,
+                raw=line,
+            )
+        )
+    return out
+
+
+def parse_netstat(text: str) -> list[Listener]:
+    """`netstat -ltnp`: Proto Recv-Q Send-Q Local Foreign State PID/Program."""
+    out: list[Listener] = []
+    for line in text.splitlines():
+        toks = line.split()
+        if len(toks) < 6 or not toks[0].startswith("tcp") or "LISTEN" not in toks:
+            continue
+        hp = _split_addr(toks[3])
+        if hp is None:
+            continue
+        m = _NETSTAT_PROG.search(line)
+        out.append(
+            Listener(
+                addr=hp[0],
+                port=hp[1],
+                pid=int(m.group(1)) if m else None,
+                process=m.group(2) if m else None,
+                raw=line,
+            )
+        )
+    return out
+
+
+def _hex_ip(h: str) -> str | None:
+    try:
+        raw = bytes.fromhex(h)
+    except ValueError:
+        return None
+    if len(raw) == 4:
+        return ".".join(str(b) for b in reversed(raw))
+    if len(raw) == 16:
+        # Four little-endian 32-bit words.
+        words = [raw[i : i + 4][::-1] for i in range(0, 16, 4)]
+        b = b"".join(words)
+        if b[:12] == b"\x00" * 10 + b"\xff\xff":
+            return ".".join(str(x) for x in b[12:])  # v4-mapped
+        groups = [f"{(b[i] << 8) | b[i + 1]:x}" for i in range(0, 16, 2)]
+        import ipaddress
+
+        return str(ipaddress.IPv6Address(":".join(groups)))
+    return None
+
+
+def parse_proc_net_tcp(text: str) -> list[Listener]:
+    """/proc/net/tcp{,6}: `sl local rem st ... uid timeout inode`; state 0A is LISTEN."""
+    out: list[Listener] = []
+    for line in text.splitlines():
+        toks = line.split()
+        if len(toks) < 10 or not toks[0].endswith(":") or toks[3] != "0A":
+            continue
+        local = toks[1].split(":")
+        if len(local) != 2:
+            continue
+        ip = _hex_ip(local[0])
+        try:
+            port = int(local[1], 16)
+            inode = int(toks[9])
+        except ValueError:
+            continue
+        if ip is None or not 0 < port < 65536:
+            continue
+        out.append(Listener(addr=ip, port=port, inode=inode, raw=line))
+    return out
+
+
+def parse_socket_fds(text: str) -> dict[int, int]:
+    """'<pid> <inode>' lines -> inode -> pid."""
+    out: dict[int, int] = {}
+    for line in text.splitlines():
+        toks = line.split()
+        if len(toks) == 2 and toks[0].isdigit() and toks[1].isdigit():
+            out.setdefault(int(toks[1]), int(toks[0]))
+    return out
+
+
+def run(host: Host, args: Args) -> Result:
+    listeners: list[Listener] | None = None
+    source = ""
+    tried: list[str] = []
+    for cmd, parser in ((SS, parse_ss), (NETSTAT, parse_netstat)):
+        res = host.run(cmd, timeout=15)
+        if res.ok and (parser(res.stdout) or "Local" in res.stdout or not res.stdout.strip()):
+            listeners, source = parser(res.stdout), cmd
+            break
+        tried.append(f"{cmd}: {'not installed' if res.missing_command else f'rc {res.rc}'}")
+    if listeners is None:
+        res = host.run(PROC_TCP, timeout=15)
+        if "local_address" in res.stdout:  # a card may answer `cat` with another file
+            listeners, source = parse_proc_net_tcp(res.stdout), "/proc/net/tcp"
+            if listeners:
+                fds = host.run(PROC_FDS, timeout=20)
+                owners = parse_socket_fds(fds.stdout) if fds.ok else {}
+                for ln in listeners:
+                    ln.pid = owners.get(ln.inode or -1)
+                for pid in sorted({ln.pid for ln in listeners if ln.pid})[:20]:
+                    comm = host.run(PROC_COMM.format(pid=pid), timeout=5)
+                    name = comm.stdout.strip().splitlines()[0] if comm.ok and comm.stdout else None
+                    for ln in listeners:
+                        if ln.pid == pid:
+                            ln.process = name
+        else:
+            tried.append(f"{PROC_TCP}: rc {res.rc}")
+    if listeners is None:
+        return Result(
+            host=host.name,
+            ok=False,
+            port=args.port,
+            error=f"cannot list listening sockets on {host.name}: " + "; ".join(tried),
+            fix="install iproute2 (ss) or net-tools (netstat), or check /proc is mounted",
+        )
+    listeners.sort(key=lambda ln: (ln.port, ln.addr))
+    port_free = None if args.port is None else all(ln.port != args.port for ln in listeners)
+    return Result(
+        host=host.name, listeners=listeners, port=args.port, port_free=port_free, source=source
+    )
+
+
+SPEC = ToolSpec(
+    name="ports",
+    description=(
+        "TCP listeners on the host: address, port and the pid/process holding it (ss, netstat, "
+        "or /proc/net/tcp when neither exists). port= tells whether that port is free. Use it "
+        "on 'address already in use' or when a server's port does not answer."
+    ),
+    args=Args,
+    result=Result,
+    fn=run,
+)
