@@ -32,10 +32,10 @@ def _open_memory(settings: Any) -> Any:
     return Memory(settings.memory_path)
 
 
-def _make_runner(settings: Any) -> Any:
+def _make_runner(settings: Any, memory: Any) -> Any:
     from agent.runner import Runner
 
-    return Runner(settings)
+    return Runner(settings, memory=memory)
 
 
 def create_app(
@@ -56,15 +56,17 @@ def create_app(
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         mem = _open_memory(settings)
-        hub = RunHub(mem, _make_runner(settings), app.state.catalog, workers=config.workers)
+        runner = _make_runner(settings, mem)
+        hub = RunHub(mem, runner, app.state.catalog, workers=config.workers)
         hub.bind(asyncio.get_running_loop())
+        hub.restore()
         app.state.memory = mem
         app.state.hub = hub
         try:
             yield
         finally:
             hub.shutdown()
-            mem.close()
+            runner.close()  # closes its checkpointer and the shared memory
 
     app = FastAPI(
         title="Pivot",

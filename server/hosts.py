@@ -17,7 +17,7 @@ from typing import Any, Literal
 from pydantic import BaseModel
 
 from server.config import ServeConfig
-from tools.cards import CardError, load_card
+from tools.cards import CardError, IncidentCard, load_card
 from tools.host import Host
 
 REPLAY = "replay:"
@@ -36,18 +36,36 @@ class UnknownHost(Exception):
     pass
 
 
-def _ssh_entries() -> list[Any]:
+def _ssh_entries(ssh_config: Path | None = None) -> list[Any]:
+    """SSH aliases: tools.hosts.configured_hosts() where it exists, else ~/.ssh/config read here."""
     try:
         mod = importlib.import_module("tools.hosts")
     except ModuleNotFoundError:
-        return []
+        mod = None
     fn = getattr(mod, "configured_hosts", None)
-    if fn is None:
-        return []
     try:
-        return list(fn())
+        if fn is not None and ssh_config is None:
+            return list(fn())
+        return _from_ssh_config(ssh_config or Path.home() / ".ssh" / "config")
     except Exception:  # a broken ~/.ssh/config must not take the host list down
         return []
+
+
+def _from_ssh_config(path: Path) -> list[dict[str, Any]]:
+    if not path.is_file():
+        return []
+    import paramiko
+
+    cfg = paramiko.SSHConfig.from_path(str(path))
+    out = []
+    for alias in sorted(cfg.get_hostnames()):
+        if any(c in alias for c in "*?!") or alias == "*":
+            continue
+        d = cfg.lookup(alias)
+        out.append(
+            {"alias": alias, "hostname": d.get("hostname", alias), "port": d.get("port", 22)}
+        )
+    return out
 
 
 def _field(entry: Any, *names: str) -> Any:
@@ -71,6 +89,16 @@ def _tcp_reachable(hostname: str, port: int, timeout: float) -> tuple[bool, str]
 class HostCatalog:
     def __init__(self, config: ServeConfig) -> None:
         self._config = config
+        self._cards: dict[Path, tuple[float, IncidentCard]] = {}
+
+    def load(self, path: Path) -> IncidentCard:
+        """Parse a card once per change of its file; ReplayHost copies what it uses."""
+        mtime = path.stat().st_mtime
+        hit = self._cards.get(path)
+        if hit is None or hit[0] != mtime:
+            hit = (mtime, load_card(path))
+            self._cards[path] = hit
+        return hit[1]
 
     def cards(self) -> dict[str, Path]:
         """Card id -> file, first directory wins (shipped cards before extra ones)."""
@@ -86,7 +114,7 @@ class HostCatalog:
         out: list[HostInfo] = []
         if self._config.local_host:
             out.append(HostInfo(name=LOCAL, kind="local", reachable=True, detail="this machine"))
-        entries = _ssh_entries()
+        entries = _ssh_entries(self._config.ssh_config)
         infos = []
         for e in entries:
             name = _field(e, "alias", "name", "host")
@@ -105,7 +133,7 @@ class HostCatalog:
             out.append(HostInfo(name=name, kind="ssh", reachable=ok, detail=detail))
         for cid, path in self.cards().items():
             try:
-                title = load_card(path).title
+                title = self.load(path).title
             except CardError as exc:
                 out.append(
                     HostInfo(name=REPLAY + cid, kind="replay", reachable=False, detail=str(exc))
@@ -119,7 +147,10 @@ class HostCatalog:
             return name[len(REPLAY) :] in self.cards()
         if name == LOCAL:
             return self._config.local_host
-        return any(_field(e, "alias", "name", "host") == name for e in _ssh_entries())
+        return any(
+            _field(e, "alias", "name", "host") == name
+            for e in _ssh_entries(self._config.ssh_config)
+        )
 
     def open(self, name: str) -> Host:
         """A fresh Host for `name`; each session gets its own (replay cursors, SSH channels)."""
@@ -130,7 +161,7 @@ class HostCatalog:
             if path is None:
                 raise UnknownHost(f"no card for {name}")
             try:
-                return ReplayHost(load_card(path), name=name)
+                return ReplayHost(self.load(path), name=name)
             except CardError as exc:
                 raise UnknownHost(str(exc)) from exc
         if name == LOCAL and self._config.local_host:
@@ -139,10 +170,12 @@ class HostCatalog:
             return LocalHost(name=LOCAL)
         if not self.known(name):
             raise UnknownHost(f"{name} is not a configured host")
-        mod = importlib.import_module("tools.hosts")
-        opener = getattr(mod, "open_host", None)
-        if opener is None:
-            raise UnknownHost("this installation has no SSH support (tools.hosts.open_host)")
+        try:
+            opener = importlib.import_module("tools.hosts").open_host
+        except (ModuleNotFoundError, AttributeError):
+            from tools.ssh_host import SSHHost
+
+            return SSHHost(name, ssh_config_path=self._config.ssh_config)
         return opener(name)
 
     def roots(self, name: str) -> list[str]:

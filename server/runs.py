@@ -11,7 +11,6 @@ ended for good; a run paused for approval keeps its streams open.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -26,7 +25,6 @@ log = logging.getLogger("pivot.server")
 
 #: Put in a subscriber's queue after the last event of a run that will not continue by itself.
 END = object()
-ENDING_EVENTS = ("conclusion", "error")
 
 Phase = Literal["queued", "running", "awaiting_approval", "done"]
 
@@ -65,8 +63,25 @@ class RunHub:
     def bind(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
 
+    def restore(self) -> int:
+        """Re-list approvals that sessions of an earlier process still wait on (checkpointed)."""
+        found = 0
+        for row in self.memory.list_sessions(limit=500):
+            if row.status != "awaiting_approval":
+                continue
+            req = self.runner.pending(row.id)
+            if req is None:
+                continue
+            self._sessions[row.id] = SessionState(
+                session_id=row.id, host_name=row.host, brain=row.brain, phase="awaiting_approval"
+            )
+            self._pending[req.id] = req
+            found += 1
+        return found
+
     def shutdown(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        """Queued runs are dropped (their sessions stay resumable); running ones finish."""
+        self._pool.shutdown(wait=True, cancel_futures=True)
         for st in self._sessions.values():
             if st.host is not None:
                 try:
@@ -163,18 +178,14 @@ class RunHub:
         self._pool.submit(self._run, st, work)
 
     def _run(self, st: SessionState, work: Callable[[Callable[[Event], None]], Report]) -> None:
-        ended = False
+        concluded = failed = False
         self._call(self._set_phase, st, "running")
 
         def on_event(ev: Event) -> None:
-            nonlocal ended
+            nonlocal concluded, failed
             stored = self._store(st.session_id, ev)
-            if stored.type in ENDING_EVENTS:
-                ended = True
-            if stored.type == "approval_request":
-                req = stored.data.get("approval") or stored.data
-                with contextlib.suppress(ValueError):  # a malformed request stays just an event
-                    self._call(self._add_pending, ApprovalRequest.model_validate(req))
+            concluded = concluded or stored.type == "conclusion"
+            failed = failed or (stored.type == "error" and "error" in stored.data)
             self._call(self._fanout, st.session_id, stored)
 
         try:
@@ -182,28 +193,27 @@ class RunHub:
         except Exception as exc:  # a bug in the agent must end the stream, not hang it
             log.exception("run of session %s failed", st.session_id)
             st.error = f"{type(exc).__name__}: {exc}"
-            on_event(Event(session_id=st.session_id, type="error", data={"error": st.error}))
+            if not failed:
+                on_event(Event(session_id=st.session_id, type="error", data={"error": st.error}))
             self._call(self._finish, st, None)
             return
-        if report.status != "awaiting_approval" and not ended:
+        if report.status != "awaiting_approval" and not concluded:
             on_event(
                 Event(
                     session_id=st.session_id,
                     type="conclusion",
-                    data={"report": report.model_dump(mode="json")},
+                    data=report.model_dump(mode="json"),
                 )
             )
         self._call(self._finish, st, report)
 
     def _store(self, session_id: str, ev: Event) -> Event:
+        """Events the Runner already stored carry their seq; only the hub's own get stored here."""
         if ev.session_id != session_id:  # isolation: a run only ever speaks for its session
-            ev = ev.model_copy(update={"session_id": session_id})
-        ret = self.memory.append_event(ev)
-        if isinstance(ret, Event):
-            return ret
-        if isinstance(ret, int) and not isinstance(ret, bool):
-            return ev.model_copy(update={"seq": ret})
-        return ev
+            ev = ev.model_copy(update={"session_id": session_id, "seq": 0})
+        if ev.seq > 0:
+            return ev
+        return self.memory.append_event(ev)
 
     def _call(self, fn: Callable[..., None], *args: Any) -> None:
         assert self._loop is not None
@@ -212,9 +222,6 @@ class RunHub:
     # -- on the event loop -----------------------------------------------------------------------
     def _set_phase(self, st: SessionState, phase: Phase) -> None:
         st.phase = phase
-
-    def _add_pending(self, req: ApprovalRequest) -> None:
-        self._pending[req.id] = req
 
     def _fanout(self, session_id: str, ev: Event) -> None:
         st = self._sessions.get(session_id)

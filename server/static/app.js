@@ -113,6 +113,7 @@ async function openSession(id) {
 
 async function follow(id, after) {
   // SSE over fetch: parse `id:`/`event:`/`data:` blocks as they arrive; resume with Last-Event-ID.
+  if (S.stream) S.stream.abort();
   const ctrl = new AbortController(); S.stream = ctrl;
   status("streaming…");
   try {
@@ -157,17 +158,17 @@ async function refreshStatus(id) {
 }
 
 function handle(ev) {
-  if (ev.seq) S.lastSeq = Math.max(S.lastSeq, ev.seq);
+  if (ev.seq) { if (ev.seq <= S.lastSeq) return; S.lastSeq = ev.seq; }
   const d = ev.data || {};
   switch (ev.type) {
     case "observation": addObservation(d); break;
     case "hypothesis": for (const h of d.hypotheses || [d.hypothesis || d]) upsertHyp(h); break;
     case "finding": say("finding", `finding: ${d.name || d.signature || d.label || ""} ${d.line ? "— " + d.line : d.text || ""}`.trim()); break;
-    case "approval_request": renderApprovals([d.approval || d.request || d]); status("waiting for your approval"); break;
-    case "approval": say("approval", `${d.approve ? "approved" : "denied"}${d.reason ? ": " + d.reason : ""}`); $("#approvals").replaceChildren(); break;
+    case "approval_request": say("agent", `wants to run ${d.tool}: ${d.reason || ""}`); status("waiting for your approval"); pollApprovals(ev.session_id); break;
+    case "approval": say("approval", `${(d.approved ?? d.approve) ? "approved" : "denied"}${d.reason ? ": " + d.reason : ""}`); $("#approvals").replaceChildren(); break;
     case "message": streamText(d); break;
     case "conclusion": showReport(d.report || d); break;
-    case "error": say("error", d.error || JSON.stringify(d)); break;
+    case "error": say("error", d.error || (d.guardrail ? `guardrail: ${d.guardrail}` : JSON.stringify(d))); break;
     case "session": status(`session ${ev.session_id}: running on ${d.host || S.host}`); break;
   }
 }
@@ -212,12 +213,22 @@ function showReport(r) {
   if (r.status !== "awaiting_approval") status(`session ${r.session_id}: ${r.status}`);
 }
 
+async function pollApprovals(sid) {
+  // The request's id exists once the graph has paused at its checkpoint, just after the event.
+  for (let i = 0; i < 40 && sid === S.session; i++) {
+    const list = await api("/api/approvals").catch(() => []);
+    if (list.some((a) => a.session_id === sid)) { renderApprovals(list); return; }
+    await new Promise((r) => setTimeout(r, 150));
+  }
+}
+
 function renderApprovals(list) {
   const box = $("#approvals"); box.replaceChildren();
   for (const a of list.filter((x) => x && x.id && x.session_id === S.session)) {
     const reason = el("input", { id: `reason-${a.id}`, placeholder: "reason (optional)", maxlength: "2000" });
     const decide = async (approve) => {
-      await api(`/api/approvals/${a.id}`, { method: "POST", body: { approve, reason: reason.value } });
+      try { await api(`/api/approvals/${encodeURIComponent(a.id)}`, { method: "POST", body: { approve, reason: reason.value } }); }
+      catch (err) { say("error", String(err)); return; }
       box.replaceChildren(); follow(S.session, S.lastSeq);
     };
     box.append(el("div", { class: "approval", role: "group", "aria-label": `approval ${a.tool}` },

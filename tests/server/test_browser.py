@@ -1,0 +1,80 @@
+"""The page in headless Debian Chromium (Playwright, no browser download): token, host picker,
+an investigation that fills the board, approving the revert, the conclusion; a screenshot is
+kept under test-artifacts/."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.server.conftest import SEED, TOKEN, Live
+
+CHROMIUM = "/usr/bin/chromium"
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
+ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+
+pytestmark = pytest.mark.skipif(
+    shutil.which(CHROMIUM) is None, reason="Debian chromium not installed (scripts/system-deps.sh)"
+)
+
+
+def test_investigate_approve_and_conclude_in_the_page(live: Live) -> None:
+    from playwright.sync_api import expect, sync_playwright
+
+    ARTIFACTS.mkdir(exist_ok=True)
+    with live.client() as c:  # a todo and a handoff for the host, so the side panel has content
+        c.post(f"/api/hosts/{SEED}/todos", json={"text": "retry fewer-channels with 0.50"})
+        c.post(
+            f"/api/hosts/{SEED}/handoffs", json={"text": "baseline 0.55 works; NCCL exp 1b died"}
+        )
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1440, "height": 900})
+            page.set_default_timeout(20_000)
+            page.goto(live.base_url)
+            expect(page.locator("#token-dialog")).to_be_visible()
+            page.fill("#token-input", TOKEN)
+            page.press("#token-input", "Enter")
+            expect(page.locator(f'#host option[value="{SEED}"]')).to_have_count(1)
+            page.select_option("#host", SEED)
+            expect(page.locator("#todos")).to_contain_text("retry fewer-channels with 0.50")
+            expect(page.locator("#handoff")).to_contain_text("NCCL exp 1b died")
+
+            page.fill("#chat-text", 'Died at start-up with "Not enough memory". GPUs held?')
+            page.press("#chat-text", "Enter")  # Enter sends
+            expect(page.locator("#observations li").first).to_be_visible()
+            expect(page.locator("#board .hyp").first).to_be_visible()
+            approve = page.get_by_role("button", name="Approve")
+            expect(approve).to_be_visible()
+            expect(page.locator("#approvals")).to_contain_text("config_revert")
+            page.fill("#approvals input", "revert to known-good")
+            page.screenshot(path=str(ARTIFACTS / "server-page-approval.png"), full_page=True)
+            approve.click()
+
+            expect(page.locator("#conclusion")).to_be_visible()
+            expect(page.locator("#conclusion")).to_contain_text("kv_cache_no_room")
+            expect(page.locator('#board .col[data-status="confirmed"]')).to_contain_text(
+                "kv_cache_no_room"
+            )
+            expect(page.locator('#board .col[data-status="refuted"]')).to_contain_text(
+                "stale_gpu_process"
+            )
+            expect(page.locator("#chat")).to_contain_text("approved: revert to known-good")
+            ev = page.locator("#conclusion .ev").first
+            expect(ev).to_contain_text("Not enough memory")
+            assert "monospace" in ev.evaluate("e => getComputedStyle(e).fontFamily")
+            expect(page.locator("#sessions li")).not_to_have_count(0)
+            page.screenshot(path=str(ARTIFACTS / "server-page.png"), full_page=True)
+        finally:
+            browser.close()
+    assert (ARTIFACTS / "server-page.png").stat().st_size > 10_000
