@@ -346,3 +346,36 @@ def test_resolve_host_kinds_and_cache(sshd: Sshd, tmp_path: Path) -> None:
         assert got[0].run("true").ok and hosts.resolve_host("cached-box", **kw).connects == 1
     finally:
         hosts.close_all()
+
+
+# -- tools.sweep -------------------------------------------------------------------------------
+def test_sweep_runs_tools_at_once_in_order_and_survives_a_crashing_tool(
+    ssh_host: SSHHost, sshd: Sshd
+) -> None:
+    from pydantic import BaseModel
+
+    from tools.base import ToolResult, ToolSpec
+    from tools.sweep import run_commands_concurrently, run_concurrently
+
+    class NoArgs(BaseModel):
+        pass
+
+    def slow_echo(word: str) -> ToolSpec:
+        def fn(host, args: NoArgs) -> ToolResult:
+            r = host.run(f"sleep 0.3; echo {word}")
+            return ToolResult(host=host.name, ok=r.ok, error=None if r.ok else r.error)
+
+        return ToolSpec(word, "echo after a pause", NoArgs, ToolResult, fn)
+
+    def crash(host, args: NoArgs) -> ToolResult:
+        raise RuntimeError("parser bug")
+
+    calls = [(slow_echo(w), None) for w in ("gpu", "ps", "log")]
+    calls.insert(1, (ToolSpec("broken", "crashes", NoArgs, ToolResult, crash), {}))
+    t0 = time.monotonic()
+    results = run_concurrently(ssh_host, calls)
+    assert time.monotonic() - t0 < 0.3 * 3 * 0.8
+    assert [r.ok for r in results] == [True, False, True, True]
+    assert "broken" in results[1].error and "parser bug" in results[1].error and results[1].fix
+    outs = run_commands_concurrently(ssh_host, ["echo a", "echo b", "echo c"])
+    assert [o.stdout for o in outs] == ["a\n", "b\n", "c\n"] and ssh_host.connects == 1
