@@ -70,7 +70,14 @@ def collapse_cr(line: str) -> tuple[list[str], int]:
     last_by_shape: dict[str, int] = {}
     for i, shape in enumerate(shapes):
         last_by_shape[shape] = i
-    keep_set = set(last_by_shape.values())
+    # A segment is superseded by a later update of the same bar: same shape, or the later one
+    # is that bar with text glued on ("Capturing 50%Traceback ...").
+    keep_set: set[int] = set()
+    later_prefixes: set[str] = set()
+    for i in range(len(segments) - 1, -1, -1):
+        if shapes[i] not in later_prefixes:
+            keep_set.add(i)
+        later_prefixes.update(shapes[i][:k] for k in range(len(shapes[i]) + 1))
     # An update that is much longer than the bar's final state carries text of its own
     # (an error printed right after it, then overwritten by the next update): keep it too.
     for i, shape in enumerate(shapes):

@@ -1,0 +1,96 @@
+"""find_logs: one real `find` on a temp tree, the replay path, and the pure parsers."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from tools.cards import load_card
+from tools.find_logs import Args, build_command, classify, parse_find, run
+from tools.local_host import LocalHost
+from tools.replay_host import ReplayHost
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _card(card_id: str) -> Path:
+    for base in (ROOT / "evals" / "incidents", Path("/work/shared/incidents")):
+        if (base / f"{card_id}.yaml").exists():
+            return base / f"{card_id}.yaml"
+    raise AssertionError(f"card {card_id} not found")
+
+
+def _touch(path: Path, mtime: float, body: str = "x\n") -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(body)
+    os.utime(path, (mtime, mtime))
+
+
+def test_finds_logs_newest_first_and_configs_separately(tmp_path: Path) -> None:
+    t = 1_700_000_000
+    _touch(tmp_path / "logs" / "old.log", t)
+    _touch(tmp_path / "logs" / "new.log", t + 100, "hello\n")
+    _touch(tmp_path / "run" / "nohup.out", t + 50)
+    _touch(tmp_path / "logs" / "notes.txt", t + 10)
+    _touch(tmp_path / "notes.txt", t + 10)  # not under logs/
+    _touch(tmp_path / "model.bin", t + 200)
+    _touch(tmp_path / ".git" / "x.log", t + 300)  # hidden dir: never
+    _touch(tmp_path / "a" / "b" / "c" / "d" / "e" / "deep.log", t + 400)  # past max_depth
+    _touch(tmp_path / "sitecustomize.py", t)
+    _touch(tmp_path / ".env", t)
+    _touch(tmp_path / "launch.sh", t)
+    _touch(tmp_path / "config" / "engine.json", t)
+    _touch(tmp_path / "weights.json", t)  # JSON outside a config dir: not a config
+    res = run(LocalHost(), Args(roots=[str(tmp_path)], max_depth=4))
+    assert res.ok, res.error
+    logs = [f.path for f in res.logs]
+    assert logs == [
+        str(tmp_path / "logs" / "new.log"),
+        str(tmp_path / "run" / "nohup.out"),
+        str(tmp_path / "logs" / "notes.txt"),
+        str(tmp_path / "logs" / "old.log"),
+    ]
+    assert res.logs[0].size == 6 and res.logs[0].mtime == t + 100
+    configs = {Path(f.path).name for f in res.configs}
+    assert configs == {"sitecustomize.py", ".env", "launch.sh", "engine.json"}
+    only = run(LocalHost(), Args(roots=[str(tmp_path)], kind="configs", limit=2))
+    assert not only.logs and len(only.configs) == 2
+
+
+def test_missing_roots_are_not_an_error(tmp_path: Path) -> None:
+    _touch(tmp_path / "server.log", 1_700_000_000)
+    res = run(LocalHost(), Args(roots=["/no/such/root", str(tmp_path)]))
+    assert res.ok and [f.path for f in res.logs] == [str(tmp_path / "server.log")]
+
+
+def test_replay_card_answers_with_its_paths() -> None:
+    host = ReplayHost(load_card(_card("seed-sglang-fusion-sm120-jit")))
+    res = run(host, Args())
+    assert [f.path for f in res.logs] == [
+        "/data/eagle3/synth_100k/logs/nccl_exp_1b_fewchan_fusion.log"
+    ]
+    assert "/usr/lib/python3.12/sitecustomize.py" in [f.path for f in res.configs]
+    assert res.logs[0].mtime is None
+    assert res.lines()[2] == "/data/eagle3/synth_100k/logs/nccl_exp_1b_fewchan_fusion.log"
+
+
+def test_parse_find_both_shapes() -> None:
+    rows = parse_find("1700000000.5 42 /var/log/a b.log\n/data/x.log\n\n")
+    assert rows[0][:3] == (1700000000.5, 42, "/var/log/a b.log")
+    assert rows[1][:3] == (None, None, "/data/x.log")
+
+
+def test_classify() -> None:
+    assert classify("/tmp/nohup.out") == "log"
+    assert classify("/data/logs/run.txt") == "log"
+    assert classify("/usr/local/lib/python3.12/dist-packages/sitecustomize.py") == "config"
+    assert classify("/usr/lib/python3/dist-packages/foo/run.sh") is None
+    assert classify("/app/start.sh") == "config"
+    assert classify("/data/models/x/config.json") is None
+    assert classify("/opt/app/configs/serve.json") == "config"
+
+
+def test_command_is_one_find_with_home_expanded() -> None:
+    cmd = build_command(Args(roots=["~/logs", "/usr/lib/python3*", "/odd dir"]))
+    assert cmd.startswith("find \"$HOME\"/logs /usr/lib/python3* '/odd dir' -maxdepth 4")
+    assert cmd.count("find ") == 1 and "-printf '%T@ %s %p\\n'" in cmd
