@@ -36,6 +36,8 @@ _MODULES: list[str] = [
     "disk",
     "packages",
     "host_facts",
+    "launch",
+    "benchmark",
 ]
 
 _load()

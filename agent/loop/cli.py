@@ -1,0 +1,208 @@
+"""`pivot loop run|status|report|demo`: the overnight loop from the command line."""
+
+# ruff: noqa: B008  (typer declares options as argument defaults)
+
+from __future__ import annotations
+
+import socket
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from agent.loop.ledger import Ledger, NightRow
+from agent.loop.plan import Plan, load_plan
+from agent.loop.runner import Night, agent_diagnoser, default_state_dir
+
+loop_app = typer.Typer(help="Overnight optimization loop: ranked plan, TPE search, morning report.")
+console = Console()
+DEMO_PLAN = Path(__file__).with_name("plans") / "demo.yaml"
+KNOWN_GOOD_SITECUSTOMIZE = """import os
+# NCCL tuning for PCIe-only Blackwell (known good)
+os.environ.setdefault("NCCL_PROTO", "LL")
+os.environ.setdefault("NCCL_ALGO", "Ring")
+os.environ.setdefault("NCCL_P2P_LEVEL", "SYS")
+os.environ.setdefault("NCCL_MAX_NCHANNELS", "16")
+os.environ.setdefault("NCCL_BUFFSIZE", "16777216")
+os.environ.setdefault("NCCL_NTHREADS", "512")
+"""
+
+
+def _table(ledger: Ledger, night: NightRow | None, started: float | None = None) -> Table:
+    title = f"night {night.id} — {night.status}" if night else "no night yet"
+    if started is not None:
+        title += f" — {time.time() - started:.0f}s"
+    t = Table(title=title)
+    for col in ("#", "experiment", "status", "phase", "elapsed s", "mean", "± spread", "diagnosis"):
+        t.add_column(col)
+    if night is None:
+        return t
+    now = time.time()
+    for r in ledger.experiments(night.id):
+        elapsed = (
+            r.duration_s if r.duration_s is not None else (now - r.started if r.started else None)
+        )
+        t.add_row(
+            str(r.seq),
+            r.name,
+            r.status,
+            r.phase,
+            "-" if elapsed is None else f"{elapsed:.1f}",
+            "-" if r.metric_mean is None else f"{r.metric_mean:.1f}",
+            "-" if r.metric_spread is None else f"{r.metric_spread:.1f}",
+            (f"{r.label or ''} {r.evidence or ''}".strip())[:70],
+        )
+    return t
+
+
+def run_night(night: Night, live: bool = True) -> NightRow:
+    """Run the night in this thread (so Ctrl-C reverts); a side thread draws the progress."""
+    if not live:
+        return night.run()
+    stop = threading.Event()
+    started = time.time()
+
+    def draw(lv: Live) -> None:
+        while not stop.wait(0.3):
+            current = getattr(night, "night", None)
+            lv.update(
+                _table(night.ledger, night.ledger.night(current.id) if current else None, started)
+            )
+
+    with Live(_table(night.ledger, None), console=console, refresh_per_second=4) as lv:
+        th = threading.Thread(target=draw, args=(lv,), daemon=True)
+        th.start()
+        try:
+            result = night.run()
+        finally:
+            stop.set()
+            th.join(timeout=2)
+        lv.update(_table(night.ledger, night.ledger.night(result.id)))
+    return result
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def prepare_demo(state_dir: Path, load_s: float = 1.0, gpu: bool = False) -> Plan:
+    """A temp host layout for the demo plan: a known-good sitecustomize.py and a free port."""
+    site = state_dir / "site"
+    site.mkdir(parents=True, exist_ok=True)
+    (site / "sitecustomize.py").write_text(KNOWN_GOOD_SITECUSTOMIZE, encoding="utf-8")
+    repo = Path(__file__).resolve().parents[2]
+    return load_plan(
+        DEMO_PLAN,
+        {
+            "PYTHON": sys.executable,
+            "REPO": str(repo),
+            "STATE": str(state_dir),
+            "PORT": str(_free_port()),
+            "LOAD_S": str(load_s),
+            "GPU_FLAG": "--gpu" if gpu else "",
+        },
+    )
+
+
+@loop_app.command("run")
+def run_cmd(
+    plan_path: Path = typer.Argument(..., exists=True, help="the plan YAML"),
+    state: Path = typer.Option(None, help="state dir (ledger, logs, reports)"),
+    no_diagnose: bool = typer.Option(False, help="skip the investigating agent on failures"),
+    quiet: bool = typer.Option(False, help="no live table"),
+) -> None:
+    """Run (or resume) the night described by PLAN_PATH."""
+    plan = load_plan(plan_path)
+    state_dir = state or default_state_dir() / plan.name
+    night = Night(plan, state_dir, diagnoser=None if no_diagnose else agent_diagnoser())
+    result = run_night(night, live=not quiet)
+    console.print(f"night {result.id}: {result.status}; report: {_latest(state_dir)}")
+
+
+@loop_app.command("status")
+def status_cmd(state: Path = typer.Option(None, help="state dir of the plan")) -> None:
+    """The latest night's ledger: experiments, status, phase, metric."""
+    state_dir = state or _guess_state()
+    ledger = Ledger(Path(state_dir) / "ledger.db")
+    console.print(_table(ledger, ledger.night()))
+
+
+@loop_app.command("report")
+def report_cmd(
+    state: Path = typer.Option(None, help="state dir of the plan"),
+    open_: bool = typer.Option(False, "--open", help="open the report in a browser"),
+) -> None:
+    """Write the latest night's morning report again and print its path."""
+    from agent.loop.report import write_report
+
+    state_dir = Path(state or _guess_state())
+    ledger = Ledger(state_dir / "ledger.db")
+    night = ledger.night()
+    if night is None:
+        console.print(f"no night in {state_dir}")
+        raise typer.Exit(1)
+    plan = Plan.model_validate_json((state_dir / "plans" / f"{night.id}.json").read_text())
+    path = write_report(ledger, night, plan)
+    console.print(str(path))
+    if open_:
+        import webbrowser
+
+        if not webbrowser.open(path.as_uri()):
+            console.print(path.read_text(encoding="utf-8"))
+
+
+@loop_app.command("demo")
+def demo_cmd(
+    state: Path = typer.Option(None, help="where to keep the demo night (default: a temp dir)"),
+    load_s: float = typer.Option(1.0, help="emulated start-up time per launch"),
+    gpu: bool = typer.Option(False, help="the emulator holds real GPU memory and does matmuls"),
+    quiet: bool = typer.Option(False, help="no live table"),
+    keep_server: bool = typer.Option(False, help="leave the final server running"),
+) -> None:
+    """A full night on the engine emulator in a temp dir (< 2 min); prints the report path."""
+    state_dir = Path(state or tempfile.mkdtemp(prefix="pivot-loop-demo-"))
+    plan = prepare_demo(state_dir, load_s=load_s, gpu=gpu)
+    night = Night(
+        plan,
+        state_dir,
+        diagnoser=agent_diagnoser(home=state_dir),
+        memory_path=state_dir / "memory.db",
+    )
+    result = run_night(night, live=not quiet)
+    if not keep_server and result.final_pid:
+        from agent.loop import launcher
+
+        launcher.stop(night.hosts[0], result.final_pid, None, grace_s=2)
+        for pid in launcher.marked_pids(night.hosts[0], prefix=f"{result.id}."):
+            night.hosts[0].run(f"kill -KILL {pid} 2>/dev/null; true")
+        console.print(
+            f"demo: stopped the morning server (pid {result.final_pid}); use --keep-server to keep it"
+        )
+    console.print(f"night {result.id}: {result.status}")
+    console.print(_latest(state_dir))
+
+
+def _latest(state_dir: Path) -> str:
+    p = Path(state_dir) / "latest-report.txt"
+    return p.read_text(encoding="utf-8").strip() if p.exists() else "(no report)"
+
+
+def _guess_state() -> Path:
+    root = default_state_dir()
+    dbs = sorted(root.glob("*/ledger.db"), key=lambda p: p.stat().st_mtime) if root.exists() else []
+    if not dbs:
+        console.print(f"no ledger under {root}; pass --state")
+        raise typer.Exit(1)
+    return dbs[-1].parent
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(loop_app, name="loop")

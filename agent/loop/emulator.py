@@ -1,0 +1,438 @@
+"""An engine emulator that starts, serves and fails the way SGLang does, without a GPU.
+
+Why: the loop must be tested against real processes that load slowly, print carriage-return
+progress, bind a port, answer a probe, and die (or hang, or leave orphans) for the same
+configuration reasons the real engines do. It reads the same inputs a real launch reads:
+NCCL_* from the environment (a sitecustomize.py on PYTHONPATH sets them, exactly as on the
+seed's machine), engine flags, and an optional `--config` file of env settings.
+
+    python -m agent.loop.emulator --port 30000 --model-path /models/x --mem-fraction-static 0.8
+    python -m agent.loop.emulator --bench-client --port 30000 --requests 3   # the benchmark
+
+Failure modes (all driven by configuration, never by a test hook inside the loop):
+- NCCL_MAX_NCHANNELS <= 2 with NCCL_BUFFSIZE < 1 MiB and --mem-fraction-static >= 0.5:
+  SGLang's "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static".
+- --enable-flashinfer-allreduce-fusion with EMULATOR_GPU_ARCH=sm120: FlashInfer's JIT error
+  during CUDA-graph capture.
+- the port already held: "OSError: [Errno 98] Address already in use".
+- EMULATOR_HANG=1 / --emulate-hang: alive, silent, never ready.
+- EMULATOR_ORPHAN=1 / --spawn-orphan: a double-forked child in its own session outlives us.
+- EMULATOR_DIE_AFTER=S: SIGKILL itself after S seconds, writing the moment to
+  EMULATOR_DEATH_FILE first (the dead-launch benchmark measures from it).
+With --gpu it holds mem-fraction of the real GPU through torch and does real matmuls per request.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import signal
+import sys
+import threading
+import time
+from datetime import datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+BASE_TOKENS_PER_S = 1000.0
+SHARDS = 16
+FUSION_ARCHS = {"sm90", "sm100"}
+
+
+def _ts(tp: bool = True) -> str:
+    stamp = datetime.now().strftime("%Y-%m-%d %H:%M:%S")
+    return f"[{stamp} TP0]" if tp else f"[{stamp}]"
+
+
+def _say(text: str, end: str = "\n") -> None:
+    sys.stdout.write(text + end)
+    sys.stdout.flush()
+
+
+def _env_int(name: str, default: int) -> int:
+    try:
+        return int(os.environ.get(name, default))
+    except ValueError:
+        return default
+
+
+def apply_config_file(path: str) -> None:
+    """Apply KEY=VALUE / export KEY=VALUE / os.environ.setdefault("K", "V") lines (setdefault)."""
+    import re
+
+    pat = re.compile(
+        r"""^\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)\s*=\s*["']?([^"'\n]*)["']?\s*$"""
+        r"""|os\.environ(?:\.setdefault\(\s*["'](\w+)["']\s*,\s*["']([^"']*)["']\s*\)"""
+        r"""|\[\s*["'](\w+)["']\s*\]\s*=\s*["']([^"']*)["'])"""
+    )
+    with open(path, encoding="utf-8") as fh:
+        for line in fh:
+            m = pat.search(line)
+            if not m:
+                continue
+            key = m.group(1) or m.group(3) or m.group(5)
+            val = m.group(2) if m.group(1) else (m.group(4) if m.group(3) else m.group(6))
+            os.environ.setdefault(key, val or "")
+
+
+def throughput(args: argparse.Namespace, env: dict[str, str] | None = None) -> float:
+    """Tokens/s as a deterministic function of the configuration (noise is added per request)."""
+    env = dict(os.environ) if env is None else env
+    bs = max(1, args.cuda_graph_max_bs)
+    # Smaller graph batch sizes help this decode-bound workload up to 16 (the seed's +9%).
+    f_bs = 1.0 + 0.09 * math.exp(-((math.log2(bs / 16.0)) ** 2) / 0.6)
+    f_mem = 0.9 + 0.15 * min(max(args.mem_fraction_static, 0.0), 0.95)
+    channels = int(env.get("NCCL_MAX_NCHANNELS", "16") or 16)
+    f_nccl = 1.0 + 0.015 * math.log2(16.0 / max(1, min(channels, 32)))
+    f_proto = 1.04 if env.get("NCCL_PROTO", "") == "LL" else 1.0
+    f_fusion = 1.06 if args.enable_flashinfer_allreduce_fusion else 1.0
+    f_tp = max(1, args.tp) ** 0.85
+    return BASE_TOKENS_PER_S * f_bs * f_mem * f_nccl * f_proto * f_fusion * f_tp
+
+
+def _spawn_orphan() -> None:
+    """Double fork into a new session: the grandchild is re-parented to init and keeps running."""
+    if os.fork() != 0:
+        os.wait()
+        return
+    os.setsid()
+    if os.fork() != 0:
+        os._exit(0)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a stubborn leftover, like a stuck worker
+    while True:
+        time.sleep(3600)
+
+
+def _die_later(after_s: float, death_file: str | None) -> None:
+    def _kill() -> None:
+        time.sleep(after_s)
+        if death_file:
+            with open(death_file, "w", encoding="utf-8") as fh:
+                fh.write(f"{time.time():.6f}\n")
+                fh.flush()
+                os.fsync(fh.fileno())
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    threading.Thread(target=_kill, daemon=True).start()
+
+
+def _traceback(frames: list[tuple[str, int, str, str]], error: str) -> None:
+    lines = [f"{_ts()} Scheduler hit an exception: Traceback (most recent call last):"]
+    for path, no, fn, code in frames:
+        lines += [f'  File "{path}", line {no}, in {fn}', f"    {code}"]
+    lines += [
+        error,
+        "",
+        f"{_ts(False)} Received sigquit from a child process. It usually means the child failed.",
+    ]
+    _say("\n".join(lines))
+
+
+SG = "/usr/local/lib/python3.12/dist-packages/sglang/srt"
+
+
+def _fail_not_enough_memory(mf: float) -> None:
+    _traceback(
+        [
+            (
+                f"{SG}/managers/scheduler.py",
+                2871,
+                "run_scheduler_process",
+                "scheduler = Scheduler(",
+            ),
+            (f"{SG}/managers/scheduler.py", 312, "__init__", "self.tp_worker = TpModelWorker("),
+            (f"{SG}/model_executor/model_runner.py", 318, "initialize", "self.init_memory_pool("),
+            (
+                f"{SG}/model_executor/model_runner_kv_cache_mixin.py",
+                207,
+                "init_memory_pool",
+                "raise RuntimeError(",
+            ),
+        ],
+        "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static. "
+        f"Current value: self.server_args.mem_fraction_static={mf}",
+    )
+
+
+def _fail_fusion_jit() -> None:
+    fi = "/usr/local/lib/python3.12/dist-packages/flashinfer"
+    _traceback(
+        [
+            (
+                f"{SG}/model_executor/cuda_graph_runner.py",
+                389,
+                "capture",
+                ") = self.capture_one_batch_size(bs, forward)",
+            ),
+            (
+                f"{SG}/layers/flashinfer_comm_fusion.py",
+                54,
+                "initialize_flashinfer_allreduce_workspace",
+                "comm = flashinfer.comm.trtllm_ar.get_trtllm_comm_module()",
+            ),
+            (
+                f"{fi}/jit/core.py",
+                301,
+                "gen_jit_spec",
+                "nvcc_flags = current_compilation_context.get_nvcc_flags_list(supported_major_versions=[9, 10])",
+            ),
+            (f"{fi}/compilation_context.py", 62, "get_nvcc_flags_list", "raise RuntimeError("),
+        ],
+        "RuntimeError: No supported CUDA architectures found for major versions [9, 10].",
+    )
+
+
+def _fail_port(port: int) -> None:
+    _say(
+        f"{_ts(False)} Traceback (most recent call last):\n"
+        f'  File "{SG}/entrypoints/http_server.py", line 1187, in launch_server\n'
+        "    uvicorn.run(\n"
+        '  File "/usr/lib/python3.12/socketserver.py", line 473, in server_bind\n'
+        "    self.socket.bind(self.server_address)\n"
+        "OSError: [Errno 98] Address already in use"
+        f"\n{_ts(False)} ERROR: port {port} is held by another process"
+    )
+
+
+class _GpuLoad:
+    """Real GPU memory and real matmuls when --gpu is given; torch is imported only then."""
+
+    def __init__(self, fraction: float) -> None:
+        import torch
+
+        self.torch = torch
+        free, total = torch.cuda.mem_get_info()
+        want = int(total * fraction)
+        self.block = torch.empty(
+            max(0, min(want, free - (1 << 30))), dtype=torch.uint8, device="cuda"
+        )
+        self.a = torch.randn(2048, 2048, device="cuda", dtype=torch.float16)
+        self.total_gb = total / 2**30
+        self.held_gb = self.block.numel() / 2**30
+
+    def work(self, tokens: int) -> None:
+        x = self.a
+        for _ in range(max(1, tokens // 8)):
+            x = (x @ self.a).clamp_(-1, 1)
+        self.torch.cuda.synchronize()
+
+
+def _make_handler(state: dict[str, Any]) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, fmt: str, *a: Any) -> None:  # the engine logs requests tersely
+            return
+
+        def _send(self, code: int, body: dict[str, Any]) -> None:
+            data = json.dumps(body).encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_GET(self) -> None:
+            if self.path in ("/health", "/health_generate", "/v1/models"):
+                self._send(200, {"status": "ok"})
+            elif self.path == "/get_server_info":
+                self._send(200, state["info"])
+            else:
+                self._send(404, {"error": "not found"})
+
+        def do_POST(self) -> None:
+            if self.path != "/generate":
+                self._send(404, {"error": "not found"})
+                return
+            n = int(self.headers.get("Content-Length") or 0)
+            try:
+                req = json.loads(self.rfile.read(n) or b"{}")
+            except json.JSONDecodeError:
+                self._send(400, {"error": "bad json"})
+                return
+            tokens = int((req.get("sampling_params") or {}).get("max_new_tokens", 64))
+            start = time.monotonic()
+            rate = state["tps"] * (1.0 + random.gauss(0.0, state["noise"]))
+            if state["gpu"] is not None:
+                state["gpu"].work(tokens)
+            left = tokens / max(rate, 1.0) - (time.monotonic() - start)
+            if left > 0:
+                time.sleep(left)
+            took = time.monotonic() - start
+            self._send(
+                200,
+                {
+                    "text": "ok " * min(tokens, 8),
+                    "meta_info": {"completion_tokens": tokens, "e2e_latency": took},
+                },
+            )
+
+    return Handler
+
+
+def serve(args: argparse.Namespace) -> int:
+    if args.config:
+        apply_config_file(args.config)
+    env = os.environ
+    if args.spawn_orphan or env.get("EMULATOR_ORPHAN") == "1":
+        _spawn_orphan()
+    die_after = args.die_after if args.die_after is not None else env.get("EMULATOR_DIE_AFTER")
+    if die_after is not None:
+        _die_later(float(die_after), env.get("EMULATOR_DEATH_FILE"))
+    arch = env.get("EMULATOR_GPU_ARCH", "sm90")
+    L = max(0.0, args.load_seconds)
+
+    _say(
+        f"{_ts(False)} server_args=ServerArgs(model_path={args.model_path!r}, tp_size={args.tp}, "
+        f"mem_fraction_static={args.mem_fraction_static}, cuda_graph_max_bs={args.cuda_graph_max_bs}, "
+        f"enable_flashinfer_allreduce_fusion={args.enable_flashinfer_allreduce_fusion}, port={args.port})"
+    )
+    # The seed's false-CRASHED trap: harmless lines that contain "Exception".
+    _say(
+        f"{_ts(False)} Ignore import error when loading sglang.srt.layers.quantization.deep_gemm_wrapper: Exception: DeepGEMM is not built for {arch.replace('sm', 'sm_')}"
+    )
+    _say(
+        f"{_ts(False)} Ignore import error when loading sglang.srt.models.glm4v_moe: No module named 'transformers.models.glm4v_moe'"
+    )
+    nccl = " ".join(f"{k}={v}" for k, v in sorted(env.items()) if k.startswith("NCCL_"))
+    _say(f"{_ts()} Init torch distributed begin. {nccl}".rstrip())
+    time.sleep(L * 0.05)
+    _say(f"{_ts()} Init torch distributed ends. mem usage=0.61 GB")
+
+    gpu = _GpuLoad(args.mem_fraction_static) if args.gpu else None
+    total_gb = gpu.total_gb if gpu else 139.8
+    _say(f"{_ts()} Load weight begin. avail mem={total_gb - 0.6:.2f} GB")
+    for i in range(SHARDS + 1):
+        pct = int(100 * i / SHARDS)
+        _say(
+            f"\rLoading safetensors checkpoint shards: {pct:3d}% Completed | {i}/{SHARDS} [00:{i:02d}<00:{SHARDS - i:02d},  1.0s/it]",
+            end="",
+        )
+        time.sleep(L * 0.6 / SHARDS)
+    weights_gb = 0.52 * total_gb
+    _say("")
+    _say(
+        f"{_ts()} Load weight end. type=DeepseekV3ForCausalLM, dtype=torch.bfloat16, avail mem={total_gb - weights_gb:.2f} GB, mem usage={weights_gb:.2f} GB."
+    )
+
+    channels = _env_int("NCCL_MAX_NCHANNELS", 16)
+    buffsize = _env_int("NCCL_BUFFSIZE", 4 << 20)
+    if channels <= 2 and buffsize < (1 << 20) and args.mem_fraction_static >= 0.5:
+        time.sleep(L * 0.05)
+        _fail_not_enough_memory(args.mem_fraction_static)
+        return 1
+    if args.emulate_hang or env.get("EMULATOR_HANG") == "1":
+        while True:  # alive, silent, never ready: the loop must call it "hung"
+            time.sleep(3600)
+    kv_gb = max(0.1, args.mem_fraction_static * total_gb - weights_gb)
+    _say(
+        f"{_ts()} KV Cache is allocated. #tokens: {int(kv_gb * 60000)}, K size: {kv_gb / 2:.2f} GB, V size: {kv_gb / 2:.2f} GB"
+    )
+    _say(f"{_ts()} Memory pool end. avail mem={total_gb * (1 - args.mem_fraction_static):.2f} GB")
+    _say(
+        f"{_ts()} Capture cuda graph begin. This can take up to several minutes. avail mem={total_gb * (1 - args.mem_fraction_static) - 0.03:.2f} GB"
+    )
+    time.sleep(L * 0.05)
+    if args.enable_flashinfer_allreduce_fusion and arch not in FUSION_ARCHS:
+        _fail_fusion_jit()
+        return 1
+    sizes = [b for b in (1, 2, 4, 8, 16, 32, 64, 128, 256) if b <= args.cuda_graph_max_bs]
+    for j, b in enumerate(reversed(sizes)):
+        _say(
+            f"\rCapturing batches (bs={b} avail_mem={total_gb * 0.1:.2f} GB): {int(100 * (j + 1) / len(sizes))}%|",
+            end="",
+        )
+        time.sleep(L * 0.2 / max(1, len(sizes)))
+    _say("")
+    _say(f"{_ts()} Capture cuda graph end. Time elapsed: {L * 0.2:.2f} s. mem usage=0.35 GB.")
+
+    tps = throughput(args)
+    state: dict[str, Any] = {
+        "tps": tps,
+        "noise": float(env.get("EMULATOR_NOISE", "0.01")),
+        "gpu": gpu,
+        "info": {
+            "tokens_per_s_model": tps,
+            "pid": os.getpid(),
+            "gpu_held_gb": gpu.held_gb if gpu else 0.0,
+        },
+    }
+    try:
+        httpd = ThreadingHTTPServer((args.host, args.port), _make_handler(state))
+    except OSError as exc:
+        if exc.errno == 98:
+            _fail_port(args.port)
+            return 1
+        raise
+    httpd.daemon_threads = True
+    _say(
+        f"{_ts(False)} INFO:     Uvicorn running on http://{args.host}:{args.port} (Press CTRL+C to quit)"
+    )
+    _say(f"{_ts(False)} The server is fired up and ready to roll!")
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    try:
+        httpd.serve_forever(poll_interval=0.1)
+    except KeyboardInterrupt:
+        _say(f"{_ts(False)} Shutting down.")
+    return 0
+
+
+def bench_client(args: argparse.Namespace) -> int:
+    """The plan's benchmark command: N sequential requests, prints one JSON line with tokens/s."""
+    import urllib.request
+
+    url = f"http://{args.host}:{args.port}/generate"
+    body = json.dumps(
+        {"text": "hello", "sampling_params": {"max_new_tokens": args.tokens}}
+    ).encode()
+    tokens, start = 0, time.monotonic()
+    for _ in range(args.requests):
+        req = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            tokens += json.loads(resp.read())["meta_info"]["completion_tokens"]
+    took = time.monotonic() - start
+    print(
+        json.dumps(
+            {
+                "output_throughput": round(tokens / took, 2),
+                "requests": args.requests,
+                "duration_s": round(took, 3),
+            }
+        )
+    )
+    return 0
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="python -m agent.loop.emulator", description=__doc__.splitlines()[0]
+    )
+    p.add_argument("--port", type=int, default=30000)
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--model-path", default="/models/emulated")
+    p.add_argument("--tp", "--tp-size", type=int, default=1)
+    p.add_argument("--mem-fraction-static", type=float, default=0.8)
+    p.add_argument("--cuda-graph-max-bs", type=int, default=32)
+    p.add_argument("--enable-flashinfer-allreduce-fusion", action="store_true")
+    p.add_argument("--load-seconds", type=float, default=2.0, help="how long start-up takes")
+    p.add_argument("--config", help="a KEY=VALUE / sitecustomize-style env file to apply")
+    p.add_argument("--gpu", action="store_true", help="hold real GPU memory and do real matmuls")
+    p.add_argument("--emulate-hang", action="store_true")
+    p.add_argument("--spawn-orphan", action="store_true")
+    p.add_argument("--die-after", type=float)
+    p.add_argument("--bench-client", action="store_true", help="act as the benchmark client")
+    p.add_argument("--requests", type=int, default=3)
+    p.add_argument("--tokens", type=int, default=64)
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    return bench_client(args) if args.bench_client else serve(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

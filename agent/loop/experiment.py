@@ -1,0 +1,264 @@
+"""One experiment, phase by phase, with the ledger updated before each phase starts.
+
+pre-flight -> apply (snapshot + ONE change) -> launch (detached) -> ready (probe + liveness)
+-> benchmark -> [result recorded] -> stop (group + orphans) -> revert (byte for byte) ->
+diagnose (failures only) -> done. Stop and revert run in a `finally`, whatever happened.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from agent.loop import configs, launcher
+from agent.loop.knobs import set_flag
+from agent.loop.ledger import ExperimentRow, Ledger
+from agent.loop.plan import Plan
+from agent.loop.preflight import run_preflight
+from tools.benchmark import Args as BenchArgs
+from tools.benchmark import benchmark
+from tools.host import Host
+
+
+@dataclass
+class Diagnosis:
+    label: str | None
+    evidence: str | None
+    summary: str
+    source: str  # "agent" | "signatures"
+
+
+Diagnoser = Callable[[Host, ExperimentRow, str], Diagnosis | None]
+
+
+@dataclass
+class Context:
+    plan: Plan
+    ledger: Ledger
+    night_id: str
+    host: Host
+    state_dir: str
+    baseline_files: dict[str, bytes]
+    diagnoser: Diagnoser | None = None
+    on_phase: Callable[[ExperimentRow, str], None] | None = None
+    leave_running: bool = False
+    store_root: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def log_dir(self) -> str:
+        return os.path.join(self.state_dir, "logs", self.night_id)
+
+
+def launch_command(plan: Plan, change: dict[str, Any]) -> str:
+    cmd = plan.baseline.launch
+    for knob, value in change.items():
+        kind, name = knob.split(":", 1)
+        if kind == "flag":
+            cmd = set_flag(cmd, name, value)
+    return cmd
+
+
+def env_change(change: dict[str, Any]) -> dict[str, Any]:
+    return {k.split(":", 1)[1]: v for k, v in change.items() if k.startswith("env:")}
+
+
+def _phase(ctx: Context, row: ExperimentRow, phase: str) -> None:
+    ctx.ledger.set_phase(row.id, phase)  # type: ignore[arg-type]
+    row.phase = phase  # type: ignore[assignment]
+    if ctx.on_phase:
+        ctx.on_phase(row, phase)
+
+
+def run_experiment(ctx: Context, row: ExperimentRow, repeat: int | None = None) -> ExperimentRow:
+    """Run `row` to a terminal status; returns the stored row."""
+    plan, host, led = ctx.plan, ctx.host, ctx.ledger
+    t0 = time.time()
+    attempt = row.attempts + 1
+    marker = f"{ctx.night_id}.{row.seq}.{attempt}"
+    log_path = os.path.join(ctx.log_dir, f"{row.seq:02d}-{row.name}-a{attempt}.log")
+    led.update(
+        row.id, attempts=attempt, started=t0, host=host.name, log_path=log_path, status="running"
+    )
+    row.attempts, row.log_path = attempt, log_path
+    try:
+        _phase(ctx, row, "preflight")
+        pf = run_preflight(host, plan, ctx.state_dir)
+        if not pf.ok:
+            result = {
+                "status": "skipped",
+                "label": pf.label,
+                "evidence": pf.problems[0],
+                "diagnosis": "pre-flight: " + "; ".join(pf.problems),
+            }
+            pid = None
+        else:
+            result, pid = _launch_and_measure(ctx, row, log_path, marker, repeat)
+    except BaseException:
+        # Ctrl-C / SIGTERM of the loop: stop what we started and revert before dying.
+        stored = led.get(row.id)
+        try:
+            launcher.stop(host, stored.pid if stored else None, marker, grace_s=1.0)
+        finally:
+            configs.revert(host, ctx.baseline_files, store_root=ctx.store_root)
+        raise
+    return _finish(ctx, row, result, pid, t0, marker=marker)
+
+
+def _launch_and_measure(
+    ctx: Context, row: ExperimentRow, log_path: str, marker: str, repeat: int | None
+) -> tuple[dict[str, Any], int | None]:
+    """apply -> launch -> ready -> benchmark; returns (result fields, pid). Never cleans up."""
+    plan, host, led = ctx.plan, ctx.host, ctx.ledger
+    pid: int | None = None
+    try:
+        _phase(ctx, row, "apply")
+        diff_parts = []
+        env = env_change(row.change)
+        if env and plan.baseline.config_file:
+            path = plan.baseline.config_file
+            diff_parts.append(
+                configs.apply_env(
+                    host,
+                    path,
+                    env,
+                    ctx.baseline_files[path],
+                    f"loop {row.name}",
+                    ctx.store_root,
+                )
+            )
+        command = launch_command(plan, row.change)
+        if command != plan.baseline.launch:
+            diff_parts.append(f"- launch: {plan.baseline.launch}\n+ launch: {command}\n")
+        led.update(row.id, diff="".join(diff_parts))
+
+        _phase(ctx, row, "launch")
+        lr = launcher.start(
+            host, command, plan.baseline.workdir, plan.baseline.env, log_path, marker
+        )
+        if not lr.ok or lr.pid is None:
+            result = {
+                "status": "failed",
+                "diagnosis": f"launch failed: {lr.error}",
+                "evidence": lr.error,
+            }
+            return result, None
+        pid = lr.pid
+        led.update(row.id, pid=pid)
+
+        _phase(ctx, row, "ready")
+        t = plan.baseline.timeouts
+        verdict = launcher.watch_until_ready(
+            host, pid, log_path, plan.baseline.ready_url, t.ready_s, t.stall_s
+        )
+        if verdict.state != "ready":
+            result = {
+                "status": "hung" if verdict.state == "hung" else "failed",
+                "label": verdict.label,
+                "evidence": verdict.evidence,
+                "diagnosis": f"{verdict.state}: {verdict.detail}",
+            }
+            return result, pid
+        if ctx.leave_running:
+            result = {
+                "status": "ok",
+                "diagnosis": f"ready in {verdict.elapsed_s:.1f}s; left running",
+            }
+            return result, pid
+
+        _phase(ctx, row, "benchmark")
+        b = plan.baseline.benchmark
+        br = benchmark(
+            host,
+            BenchArgs(
+                command=b.command,
+                workdir=plan.baseline.workdir,
+                metric_json_key=b.metric_json_key,
+                metric_regex=b.metric_regex,
+                repeat=repeat or b.repeat,
+                timeout_s=t.benchmark_s,
+            ),
+        )
+        if not br.ok:
+            result = {
+                "status": "failed",
+                "diagnosis": f"benchmark: {br.error}",
+                "evidence": br.error,
+            }
+        else:
+            result = {
+                "status": "ok",
+                "metric_mean": br.mean,
+                "metric_spread": br.spread,
+                "metric_values": br.values,
+            }
+        return result, pid
+    except Exception as exc:  # a config error or a bug: recorded; _finish still cleans up
+        return {
+            "status": "failed",
+            "diagnosis": f"loop error: {exc!r}",
+            "evidence": traceback.format_exc(limit=3)[-300:],
+        }, pid
+
+
+def _finish(
+    ctx: Context,
+    row: ExperimentRow,
+    result: dict[str, Any],
+    pid: int | None,
+    t0: float,
+    marker: str,
+) -> ExperimentRow:
+    """Record the result, then stop, revert and (on failure) diagnose; always in this order."""
+    led = ctx.ledger
+    leave = ctx.leave_running and result.get("status") == "ok"
+    led.update(row.id, **result, phase="stop")
+    try:
+        if not leave:
+            cleanup(ctx, pid, marker, row)
+    finally:
+        if not leave:
+            _phase(ctx, row, "revert")
+            bad = configs.revert(ctx.host, ctx.baseline_files, store_root=ctx.store_root)
+            if bad:
+                led.update(
+                    row.id, diagnosis=(result.get("diagnosis") or "") + f"; REVERT FAILED: {bad}"
+                )
+                raise configs.ConfigError(f"config not back to baseline on {ctx.host.name}: {bad}")
+    stored = led.get(row.id) or row
+    if stored.status in ("failed", "hung") and ctx.diagnoser is not None:
+        _phase(ctx, stored, "diagnose")
+        diagnose_row(ctx, stored)
+    led.update(row.id, phase="done", ended=time.time(), duration_s=round(time.time() - t0, 3))
+    return led.get(row.id) or stored
+
+
+def cleanup(ctx: Context, pid: int | None, marker: str | None, row: ExperimentRow) -> None:
+    _phase(ctx, row, "stop")
+    left = launcher.stop(ctx.host, pid, marker, grace_s=ctx.plan.policy.stop_grace_s)
+    if left:
+        ctx.ledger.update(row.id, diagnosis=f"processes survived stop: {left}")
+
+
+def diagnose_row(ctx: Context, row: ExperimentRow) -> None:
+    assert ctx.diagnoser is not None
+    symptom = (
+        f"experiment {row.name} ({row.diff.strip().splitlines()[-1] if row.diff else 'baseline'}) "
+        f"failed: {row.diagnosis}. Server log: {row.log_path}"
+    )
+    try:
+        d = ctx.diagnoser(ctx.host, row, symptom)
+    except Exception as exc:  # the agent failing must not take the night down
+        d = Diagnosis(None, None, f"diagnosis failed: {exc!r}", "error")
+    if d is None:
+        return
+    fields: dict[str, Any] = {"diagnosis": f"{row.diagnosis} | {d.source}: {d.summary}".strip(" |")}
+    if d.label:
+        fields["label"] = d.label
+    if d.evidence:
+        fields["evidence"] = d.evidence
+    ctx.ledger.update(row.id, **fields)

@@ -1,0 +1,241 @@
+"""The night's ledger: one SQLite file (WAL) in the state dir, one row per experiment.
+
+Why its own file: the loop writes while the API and the agent's memory write theirs; separate
+files never lock each other. Every phase change is committed before the phase starts, so a
+`kill -9` at any moment leaves a row that says exactly what to undo on restart.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Literal
+
+import sqlite_utils
+from pydantic import BaseModel, Field
+
+Status = Literal["pending", "running", "ok", "kept", "discarded", "failed", "hung", "skipped"]
+Phase = Literal[
+    "pending", "preflight", "apply", "launch", "ready", "benchmark", "stop", "revert",
+    "diagnose", "done",
+]  # fmt: skip
+#: Phases in which the experiment has no result yet: a restart runs it again from scratch.
+BEFORE_RESULT = {"preflight", "apply", "launch", "ready", "benchmark"}
+#: Phases after the result was recorded: a restart only finishes the cleanup (and diagnosis).
+AFTER_RESULT = {"stop", "revert", "diagnose"}
+TERMINAL = {"ok", "kept", "discarded", "failed", "hung", "skipped"}
+
+
+class ExperimentRow(BaseModel):
+    id: str
+    night_id: str
+    seq: int
+    name: str
+    kind: Literal["baseline", "ranked", "search", "final"]
+    host: str = ""
+    change: dict[str, Any] = Field(default_factory=dict)
+    diff: str = ""
+    expect: str = ""
+    status: Status = "pending"
+    phase: Phase = "pending"
+    metric_mean: float | None = None
+    metric_spread: float | None = None
+    metric_values: list[float] = Field(default_factory=list)
+    gain: float | None = None
+    duration_s: float | None = None
+    label: str | None = None
+    evidence: str | None = None
+    diagnosis: str | None = None
+    log_path: str | None = None
+    pid: int | None = None
+    attempts: int = 0
+    trial_number: int | None = None
+    started: float | None = None
+    ended: float | None = None
+
+
+class NightRow(BaseModel):
+    id: str
+    plan_name: str
+    plan_digest: str
+    state_dir: str
+    started: float
+    ended: float | None = None
+    status: Literal["running", "done", "blocked"] = "running"
+    noise: float | None = None
+    best: str | None = None
+    final_pid: int | None = None
+    final_host: str | None = None
+    note: str | None = None
+
+
+def _m001_init(db: sqlite_utils.Database) -> None:
+    db["nights"].create(
+        {
+            "id": str, "plan_name": str, "plan_digest": str, "state_dir": str, "started": float,
+            "ended": float, "status": str, "noise": float, "best": str, "final_pid": int,
+            "final_host": str, "note": str,
+        },
+        pk="id",
+    )  # fmt: skip
+    db["experiments"].create(
+        {
+            "id": str, "night_id": str, "seq": int, "name": str, "kind": str, "host": str,
+            "change": str, "diff": str, "expect": str, "status": str, "phase": str,
+            "metric_mean": float, "metric_spread": float, "metric_values": str, "gain": float,
+            "duration_s": float, "label": str, "evidence": str, "diagnosis": str,
+            "log_path": str, "pid": int, "attempts": int, "trial_number": int,
+            "started": float, "ended": float,
+        },
+        pk="id",
+    )  # fmt: skip
+    db["experiments"].create_index(["night_id", "seq"])
+    db["baseline_files"].create(
+        {"night_id": str, "host": str, "path": str, "sha256": str, "content": bytes},
+        pk=("night_id", "host", "path"),
+    )
+
+
+MIGRATIONS: list[tuple[str, Callable[[sqlite_utils.Database], None]]] = [
+    ("001_init", _m001_init),
+]
+
+
+class Ledger:
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.RLock()
+        import sqlite3
+
+        conn = sqlite3.connect(str(self.path), check_same_thread=False, timeout=30)
+        self.db = sqlite_utils.Database(conn)
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("PRAGMA synchronous=NORMAL")
+        self._migrate()
+
+    def _migrate(self) -> None:
+        with self._lock:
+            self.db["_migrations"].create(
+                {"name": str, "applied": float}, pk="name", if_not_exists=True
+            )
+            done = {r["name"] for r in self.db["_migrations"].rows}
+            for name, fn in MIGRATIONS:
+                if name not in done:
+                    with self.db.conn:
+                        fn(self.db)
+                        self.db["_migrations"].insert({"name": name, "applied": time.time()})
+
+    # nights
+    def open_night(self, plan_name: str, digest: str, state_dir: str) -> tuple[NightRow, bool]:
+        """The running night of this plan (resumed=True), or a new one."""
+        with self._lock:
+            rows = list(
+                self.db["nights"].rows_where(
+                    "plan_name = ? and status = 'running'", [plan_name], order_by="started desc"
+                )
+            )
+            if rows:
+                return NightRow(**rows[0]), True
+            night = NightRow(
+                id=time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6],
+                plan_name=plan_name,
+                plan_digest=digest,
+                state_dir=state_dir,
+                started=time.time(),
+            )
+            self.db["nights"].insert(night.model_dump())
+            return night, False
+
+    def night(self, night_id: str | None = None) -> NightRow | None:
+        with self._lock:
+            if night_id:
+                rows = list(self.db["nights"].rows_where("id = ?", [night_id]))
+            else:
+                rows = list(self.db["nights"].rows_where(order_by="started desc", limit=1))
+            return NightRow(**rows[0]) if rows else None
+
+    def update_night(self, night_id: str, **fields: Any) -> None:
+        with self._lock, self.db.conn:
+            self.db["nights"].update(night_id, fields)
+
+    # baseline files
+    def save_baseline_file(self, night_id: str, host: str, path: str, content: bytes) -> None:
+        import hashlib
+
+        with self._lock, self.db.conn:
+            self.db["baseline_files"].upsert(
+                {
+                    "night_id": night_id,
+                    "host": host,
+                    "path": path,
+                    "sha256": hashlib.sha256(content).hexdigest(),
+                    "content": content,
+                },
+                pk=("night_id", "host", "path"),
+            )
+
+    def baseline_files(self, night_id: str, host: str) -> dict[str, bytes]:
+        with self._lock:
+            return {
+                r["path"]: r["content"]
+                for r in self.db["baseline_files"].rows_where(
+                    "night_id = ? and host = ?", [night_id, host]
+                )
+            }
+
+    # experiments
+    def add(self, row: ExperimentRow) -> ExperimentRow:
+        with self._lock, self.db.conn:
+            self.db["experiments"].insert(self._dump(row), pk="id", ignore=True)
+        return self.get(row.id) or row
+
+    def get(self, exp_id: str) -> ExperimentRow | None:
+        with self._lock:
+            rows = list(self.db["experiments"].rows_where("id = ?", [exp_id]))
+        return self._load(rows[0]) if rows else None
+
+    def experiments(self, night_id: str) -> list[ExperimentRow]:
+        with self._lock:
+            rows = list(
+                self.db["experiments"].rows_where("night_id = ?", [night_id], order_by="seq")
+            )
+        return [self._load(r) for r in rows]
+
+    def update(self, exp_id: str, **fields: Any) -> None:
+        for k in ("change", "metric_values"):
+            if k in fields:
+                fields[k] = json.dumps(fields[k])
+        with self._lock, self.db.conn:
+            self.db["experiments"].update(exp_id, fields)
+
+    def set_phase(self, exp_id: str, phase: Phase) -> None:
+        self.update(exp_id, phase=phase)
+
+    def next_seq(self, night_id: str) -> int:
+        with self._lock:
+            row = self.db.execute(
+                "select coalesce(max(seq), -1) + 1 from experiments where night_id = ?", [night_id]
+            ).fetchone()
+        return int(row[0])
+
+    @staticmethod
+    def _dump(row: ExperimentRow) -> dict[str, Any]:
+        d = row.model_dump()
+        d["change"] = json.dumps(d["change"])
+        d["metric_values"] = json.dumps(d["metric_values"])
+        return d
+
+    @staticmethod
+    def _load(r: dict[str, Any]) -> ExperimentRow:
+        r = dict(r)
+        r["change"] = json.loads(r.get("change") or "{}")
+        r["metric_values"] = json.loads(r.get("metric_values") or "[]")
+        return ExperimentRow(**{k: v for k, v in r.items() if v is not None})
+
+    def close(self) -> None:
+        self.db.conn.close()

@@ -1,0 +1,183 @@
+"""The night's plan as data: a baseline, ranked one-change experiments, an optional search space.
+
+Validation is where the seeds' worst habit dies: an experiment whose change touches more than
+one knob is refused at load time unless the plan says `combined: true` on purpose.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from pathlib import Path
+from string import Template
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from agent.loop.knobs import Value, knob_id
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Timeouts(_Strict):
+    ready_s: float = Field(600, gt=0, description="launch -> probe answers")
+    stall_s: float = Field(180, gt=0, description="alive but log silent this long = hung")
+    benchmark_s: float = Field(900, gt=0, description="one benchmark run")
+    experiment_s: float = Field(2400, gt=0, description="one experiment, all phases")
+
+
+class BenchmarkSpec(_Strict):
+    command: str
+    metric_json_key: str | None = None
+    metric_regex: str | None = None
+    repeat: int = Field(3, ge=1, le=50)
+
+    @model_validator(mode="after")
+    def _reader(self) -> BenchmarkSpec:
+        if not (self.metric_json_key or self.metric_regex):
+            raise ValueError("benchmark needs metric_json_key or metric_regex")
+        return self
+
+
+class Baseline(_Strict):
+    launch: str = Field(description="the known-good launch command")
+    workdir: str = "."
+    env: dict[str, str] = Field(default_factory=dict)
+    config_file: str | None = Field(
+        None, description="file where env knobs live (sitecustomize.py, .env)"
+    )
+    config_files: list[str] = Field(
+        default_factory=list, description="every file the server reads; verified byte for byte"
+    )
+    port: int = Field(gt=0, lt=65536)
+    ready_url: str
+    benchmark: BenchmarkSpec
+    higher_is_better: bool = True
+    noise_runs: int = Field(3, ge=3, description="baseline repeats to measure run-to-run noise")
+    timeouts: Timeouts = Field(default_factory=Timeouts)
+
+    @model_validator(mode="after")
+    def _files(self) -> Baseline:
+        if self.config_file and self.config_file not in self.config_files:
+            self.config_files.insert(0, self.config_file)
+        return self
+
+
+class Experiment(_Strict):
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9._-]*$")
+    expect: str = Field("", description="the expected effect, in words")
+    env: dict[str, Value] = Field(default_factory=dict, description="keys set in config_file")
+    flags: dict[str, Value] = Field(default_factory=dict, description="launch flags")
+    combined: bool = Field(False, description="allow a change of several knobs, on purpose")
+
+    @field_validator("flags")
+    @classmethod
+    def _dashes(cls, v: dict[str, Value]) -> dict[str, Value]:
+        for k in v:
+            if not k.startswith("-"):
+                raise ValueError(f"flag {k!r} must start with '-'")
+        return v
+
+    def change(self) -> dict[str, Value]:
+        return {
+            **{knob_id("env", k): v for k, v in self.env.items()},
+            **{knob_id("flag", k): v for k, v in self.flags.items()},
+        }
+
+    @model_validator(mode="after")
+    def _one_knob(self) -> Experiment:
+        knobs = list(self.change())
+        if not knobs:
+            raise ValueError(f"experiment {self.name!r} changes nothing")
+        if len(knobs) > 1 and not self.combined:
+            raise ValueError(
+                f"experiment {self.name!r} touches {len(knobs)} knobs ({', '.join(knobs)}); "
+                "test one change at a time, or mark it `combined: true` on purpose"
+            )
+        return self
+
+
+class SearchParam(_Strict):
+    knob: str = Field(pattern=r"^(flag:-|env:)\S+$", description="flag:--x or env:KEY")
+    type: Literal["int", "float", "categorical"]
+    low: float | None = None
+    high: float | None = None
+    log: bool = False
+    step: float | None = None
+    choices: list[Value] | None = None
+
+    @model_validator(mode="after")
+    def _range(self) -> SearchParam:
+        if self.type == "categorical":
+            if not self.choices:
+                raise ValueError(f"{self.knob}: categorical needs choices")
+        elif self.low is None or self.high is None or self.low >= self.high:
+            raise ValueError(f"{self.knob}: {self.type} needs low < high")
+        return self
+
+
+class Search(_Strict):
+    study: str = Field(pattern=r"^[A-Za-z0-9._-]+$")
+    trials: int = Field(ge=1)
+    params: list[SearchParam] = Field(min_length=1)
+    seed: int | None = None
+
+
+class Policy(_Strict):
+    kill_leftovers: bool = Field(False, description="may pre-flight kill leftover servers by pid")
+    server_match: list[str] = Field(
+        default_factory=list, description="regexes over `ps` args that identify server processes"
+    )
+    gpu_idle_mib: int = Field(1024, description="per-GPU memory.used that counts as idle")
+    min_shm_mb: int = 64
+    min_disk_mb: int = 512
+    weights_gb: float | None = Field(None, description="for the cheap memory estimate")
+    stop_grace_s: float = Field(5.0, ge=0)
+
+
+class Budget(_Strict):
+    night_s: float = Field(8 * 3600, gt=0)
+    final_slot: bool = Field(True, description="relaunch the best config at the end, leave it up")
+
+
+class Plan(_Strict):
+    name: str = Field(pattern=r"^[A-Za-z0-9._-]+$")
+    hosts: list[str] = Field(default_factory=lambda: ["local"], min_length=1)
+    baseline: Baseline
+    experiments: list[Experiment] = Field(default_factory=list)
+    search: Search | None = None
+    policy: Policy = Field(default_factory=Policy)
+    budget: Budget = Field(default_factory=Budget)
+
+    @model_validator(mode="after")
+    def _checks(self) -> Plan:
+        names = [e.name for e in self.experiments]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"duplicate experiment names: {dupes}")
+        if "baseline" in names or any(
+            re.fullmatch(r"trial-\d+|final(-baseline)?", n) for n in names
+        ):
+            raise ValueError("experiment names 'baseline', 'final' and 'trial-N' are reserved")
+        needs_file = any(e.env for e in self.experiments) or (
+            self.search and any(p.knob.startswith("env:") for p in self.search.params)
+        )
+        if needs_file and not self.baseline.config_file:
+            raise ValueError("env knobs need baseline.config_file (where they are written)")
+        return self
+
+
+def load_plan(path: str | Path, variables: dict[str, str] | None = None) -> Plan:
+    """Load and validate a plan; `${VAR}` is filled from `variables`, then the environment."""
+    text = Path(path).read_text(encoding="utf-8")
+    text = Template(text).safe_substitute({**os.environ, **(variables or {})})
+    data: Any = yaml.safe_load(text)
+    return Plan.model_validate(data)
+
+
+def plan_digest(plan: Plan) -> str:
+    return hashlib.sha256(plan.model_dump_json().encode()).hexdigest()[:16]

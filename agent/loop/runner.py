@@ -1,0 +1,406 @@
+"""The night: recover, baseline noise, ranked plan, Optuna TPE search, final relaunch, report.
+
+Every decision is read back from the ledger, so the same code path runs a fresh night and a
+night resumed after `kill -9`: recovery first finishes or resets whatever was in flight (stop,
+revert, verify), then the loop simply continues with the rows that are not done.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from agent.loop import configs, launcher
+from agent.loop.experiment import (
+    Context,
+    Diagnoser,
+    Diagnosis,
+    cleanup,
+    diagnose_row,
+    run_experiment,
+)
+from agent.loop.ledger import AFTER_RESULT, BEFORE_RESULT, TERMINAL, ExperimentRow, Ledger, NightRow
+from agent.loop.plan import Plan, SearchParam, plan_digest
+from tools.host import Host
+
+
+def make_host(spec: str) -> Host:
+    if spec in ("local", "localhost"):
+        from tools.local_host import LocalHost
+
+        return LocalHost("localhost")
+    from tools.ssh_host import SSHHost
+
+    return SSHHost(spec)
+
+
+def signature_diagnosis(host: Host, row: ExperimentRow) -> Diagnosis | None:
+    """The KB's verdict on the experiment's log: first fatal line, else first strong one."""
+    if not row.log_path:
+        return None
+    from agent.signatures import scan
+
+    kb = launcher.signatures()
+    if not kb:
+        return None
+    tail = host.read_tail(row.log_path, max_bytes=200_000)
+    import re
+
+    lines = re.split(r"[\r\n]", tail.data.decode("utf-8", errors="replace"))
+    hits = scan(lines, kb)
+    for strength in ("fatal", "strong"):
+        for m in hits:
+            if m.strength == strength and m.label:
+                return Diagnosis(m.label, m.line.strip(), f"signature {m.signature}", "signatures")
+    return None
+
+
+def agent_diagnoser(home: Path | None = None, brain: str = "rulebook") -> Diagnoser:
+    """Run the investigating agent on the host; fall back to the signature KB without it."""
+
+    def diagnose(host: Host, row: ExperimentRow, symptom: str) -> Diagnosis | None:
+        try:
+            from agent.runner import Runner
+            from agent.settings import Settings
+        except ImportError:
+            return signature_diagnosis(host, row)
+        settings = Settings(home=home) if home else Settings()
+        report = Runner(settings).start(host, symptom=symptom, brain=brain)
+        if report.root_cause:
+            line = report.evidence[0].line if report.evidence else None
+            return Diagnosis(report.root_cause, line, report.summary or report.status, "agent")
+        return signature_diagnosis(host, row) or Diagnosis(None, None, report.status, "agent")
+
+    return diagnose
+
+
+class Night:
+    def __init__(
+        self,
+        plan: Plan,
+        state_dir: str | Path,
+        hosts: list[Host] | None = None,
+        diagnoser: Diagnoser | None = None,
+        memory_path: str | Path | None = None,
+        on_phase: Callable[[ExperimentRow, str], None] | None = None,
+    ) -> None:
+        self.plan = plan
+        self.state_dir = str(Path(state_dir).resolve())
+        Path(self.state_dir).mkdir(parents=True, exist_ok=True)
+        self.ledger = Ledger(Path(self.state_dir) / "ledger.db")
+        self.hosts = hosts or [make_host(h) for h in plan.hosts]
+        self.diagnoser = diagnoser
+        self.memory_path = memory_path
+        self.on_phase = on_phase
+        self._lock = threading.Lock()
+        self.night: NightRow
+        self.baselines: dict[str, dict[str, bytes]] = {}
+
+    # helpers
+    def _ctx(self, host: Host, leave_running: bool = False) -> Context:
+        return Context(
+            plan=self.plan,
+            ledger=self.ledger,
+            night_id=self.night.id,
+            host=host,
+            state_dir=self.state_dir,
+            baseline_files=self.baselines[host.name],
+            diagnoser=self.diagnoser,
+            on_phase=self.on_phase,
+            leave_running=leave_running,
+            store_root=self._store_root(host),
+        )
+
+    def _store_root(self, host: Host) -> str | None:
+        """Snapshots of a local host live beside the ledger; a remote host keeps its default."""
+        from tools.local_host import LocalHost
+
+        return os.path.join(self.state_dir, "snapshots") if isinstance(host, LocalHost) else None
+
+    def _host(self, name: str) -> Host:
+        return next((h for h in self.hosts if h.name == name), self.hosts[0])
+
+    def _row(
+        self, name: str, kind: str, seq: int, change: dict[str, Any], **kw: Any
+    ) -> ExperimentRow:
+        return self.ledger.add(
+            ExperimentRow(
+                id=f"{self.night.id}:{name}",
+                night_id=self.night.id,
+                seq=seq,
+                name=name,
+                kind=kind,  # type: ignore[arg-type]
+                change=change,
+                **kw,
+            )
+        )
+
+    def deadline(self) -> float:
+        return self.night.started + self.plan.budget.night_s
+
+    def _reserve(self) -> float:
+        t = self.plan.baseline.timeouts
+        return (t.ready_s + 5.0) if self.plan.budget.final_slot else 0.0
+
+    def _fits(self) -> bool:
+        t = self.plan.baseline.timeouts
+        need = min(t.experiment_s, t.ready_s + t.benchmark_s * self.plan.baseline.benchmark.repeat)
+        return time.time() + need + self._reserve() <= self.deadline()
+
+    # the night
+    def run(self) -> NightRow:
+        self.night, resumed = self.ledger.open_night(
+            self.plan.name, plan_digest(self.plan), self.state_dir
+        )
+        plan_copy = Path(self.state_dir) / "plans" / f"{self.night.id}.json"
+        plan_copy.parent.mkdir(exist_ok=True)
+        plan_copy.write_text(self.plan.model_dump_json(indent=1), encoding="utf-8")
+        for host in self.hosts:
+            self.baselines[host.name] = configs.capture_baseline(
+                self.ledger, self.night.id, host, self.plan.baseline.config_files
+            )
+        self.recover()
+        self._seed_rows()
+        base = self.ledger.get(f"{self.night.id}:baseline")
+        assert base is not None
+        if base.status not in TERMINAL:
+            repeat = max(self.plan.baseline.noise_runs, self.plan.baseline.benchmark.repeat)
+            base = run_experiment(self._ctx(self.hosts[0]), base, repeat=repeat)
+        if base.status != "ok" or base.metric_mean is None:
+            self.ledger.update_night(
+                self.night.id, status="blocked", ended=time.time(), note="baseline failed"
+            )
+            return self._close()
+        noise = 2.0 * (base.metric_spread or 0.0)
+        self.ledger.update_night(self.night.id, noise=noise)
+        self._parallel(self._ranked_worker)
+        if self.plan.search:
+            self._search()
+        if self.plan.budget.final_slot:
+            self._final()
+        self.ledger.update_night(self.night.id, status="done", ended=time.time())
+        return self._close()
+
+    def _close(self) -> NightRow:
+        from agent.loop.report import handoff, write_report
+
+        night = self.ledger.night(self.night.id) or self.night
+        write_report(self.ledger, night, self.plan)
+        handoff(self.ledger, night, self.plan, self.memory_path)
+        return self.ledger.night(self.night.id) or night
+
+    def _seed_rows(self) -> None:
+        self._row("baseline", "baseline", 0, {}, expect="known-good config; measures noise")
+        for i, exp in enumerate(self.plan.experiments, start=1):
+            self._row(exp.name, "ranked", i, exp.change(), expect=exp.expect)
+
+    def recover(self) -> None:
+        """Finish or reset whatever a killed loop left in flight; then clean and revert anyway."""
+        for row in self.ledger.experiments(self.night.id):
+            if row.phase in ("pending", "done"):
+                continue
+            host = self._host(row.host)
+            ctx = self._ctx(host)
+            marker = f"{self.night.id}.{row.seq}.{row.attempts}"
+            cleanup(ctx, row.pid, marker, row)
+            bad = configs.revert(host, self.baselines[host.name], store_root=self._store_root(host))
+            if bad:
+                raise configs.ConfigError(f"cannot restore baseline config on {host.name}: {bad}")
+            if row.phase in BEFORE_RESULT:
+                if row.kind == "search":
+                    self._fail_trial(row, f"interrupted during {row.phase}; params re-queued")
+                else:
+                    self.ledger.update(row.id, status="pending", phase="pending", pid=None)
+            elif row.phase in AFTER_RESULT:
+                stored = self.ledger.get(row.id) or row
+                if stored.status in ("failed", "hung") and not stored.label and self.diagnoser:
+                    ctx.diagnoser = self.diagnoser
+                    diagnose_row(ctx, stored)
+                if stored.kind == "search":
+                    self._tell(stored)
+                self.ledger.update(row.id, phase="done", ended=time.time())
+        # At start-up, always: no marked process of ours survives, every config is baseline.
+        keep = {
+            f"{self.night.id}.{r.seq}.{r.attempts}"
+            for r in self.ledger.experiments(self.night.id)
+            if r.kind == "final" and r.status == "ok"
+        }
+        keep_pids = {p for h in self.hosts for m in keep for p in launcher.marked_pids(h, marker=m)}
+        for host in self.hosts:
+            for pid in launcher.marked_pids(host, prefix=f"{self.night.id}."):
+                if pid not in keep_pids:
+                    host.run(f"kill -KILL {pid} 2>/dev/null; true", timeout=5)
+            bad = configs.revert(host, self.baselines[host.name], store_root=self._store_root(host))
+            if bad:
+                raise configs.ConfigError(f"cannot restore baseline config on {host.name}: {bad}")
+
+    def _parallel(self, worker: Callable[[Host], None]) -> None:
+        if len(self.hosts) == 1:
+            worker(self.hosts[0])
+            return
+        threads = [threading.Thread(target=worker, args=(h,), daemon=True) for h in self.hosts]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+
+    def _classify(self, row: ExperimentRow) -> None:
+        base = self.ledger.get(f"{self.night.id}:baseline")
+        night = self.ledger.night(self.night.id)
+        if row.status != "ok" or row.metric_mean is None or base is None or not night:
+            return
+        sign = 1.0 if self.plan.baseline.higher_is_better else -1.0
+        gain = (row.metric_mean - (base.metric_mean or 0.0)) * sign
+        # Beat both the baseline's run-to-run noise (2 sigma) and 2 standard errors of the
+        # difference of the two means, so neither a noisy change nor a noisy baseline wins.
+        nb, ne = max(1, len(base.metric_values)), max(1, len(row.metric_values))
+        se = ((base.metric_spread or 0.0) ** 2 / nb + (row.metric_spread or 0.0) ** 2 / ne) ** 0.5
+        threshold = max(night.noise or 0.0, 2.0 * se)
+        status = "kept" if gain > threshold else "discarded"
+        self.ledger.update(row.id, status=status, gain=gain)
+
+    def _ranked_worker(self, host: Host) -> None:
+        while True:
+            with self._lock:
+                todo = [
+                    r
+                    for r in self.ledger.experiments(self.night.id)
+                    if r.kind == "ranked" and r.status == "pending"
+                ]
+                if not todo:
+                    return
+                row = todo[0]
+                if not self._fits():
+                    for r in todo:
+                        self.ledger.update(
+                            r.id, status="skipped", phase="done", diagnosis="night budget spent"
+                        )
+                    return
+                self.ledger.update(row.id, status="running", host=host.name)
+            done = run_experiment(self._ctx(host), row)
+            self._classify(done)
+
+    # search
+    def _study(self) -> Any:
+        import optuna
+
+        assert self.plan.search is not None
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        return optuna.create_study(
+            study_name=self.plan.search.study,
+            storage=f"sqlite:///{self.state_dir}/optuna.db",
+            sampler=optuna.samplers.TPESampler(seed=self.plan.search.seed),
+            direction="maximize" if self.plan.baseline.higher_is_better else "minimize",
+            load_if_exists=True,
+        )
+
+    def _search(self) -> None:
+        from optuna.trial import TrialState
+
+        study = self._study()
+        known = {
+            r.trial_number for r in self.ledger.experiments(self.night.id) if r.kind == "search"
+        }
+        for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+            if t.number not in known:  # asked, then killed before its ledger row existed
+                study.tell(t.number, state=TrialState.FAIL)
+        self._study_obj = study
+        self._parallel(self._search_worker)
+
+    def _search_worker(self, host: Host) -> None:
+        assert self.plan.search is not None
+        study = self._study_obj
+        dists = {p.knob: _distribution(p) for p in self.plan.search.params}
+        while True:
+            with self._lock:
+                rows = [r for r in self.ledger.experiments(self.night.id) if r.kind == "search"]
+                if len(rows) >= self.plan.search.trials or not self._fits():
+                    return
+                trial = study.ask(dists)
+                change = {k: _plain(v) for k, v in trial.params.items()}
+                row = self._row(
+                    f"trial-{trial.number}",
+                    "search",
+                    1000 + trial.number,
+                    change,
+                    trial_number=trial.number,
+                    expect="TPE search",
+                    host=host.name,
+                )
+            done = run_experiment(self._ctx(host), row)
+            self._classify(done)
+            with self._lock:
+                self._tell(self.ledger.get(row.id) or done)
+
+    def _tell(self, row: ExperimentRow) -> None:
+        from optuna.trial import TrialState
+
+        study = getattr(self, "_study_obj", None) or self._study()
+        if row.status in ("ok", "kept", "discarded") and row.metric_mean is not None:
+            study.tell(row.trial_number, row.metric_mean, skip_if_finished=True)
+        else:
+            study.tell(row.trial_number, state=TrialState.FAIL, skip_if_finished=True)
+
+    def _fail_trial(self, row: ExperimentRow, why: str) -> None:
+        study = getattr(self, "_study_obj", None) or self._study()
+        from optuna.trial import TrialState
+
+        self.ledger.update(row.id, status="failed", phase="done", diagnosis=why, ended=time.time())
+        study.tell(row.trial_number, state=TrialState.FAIL, skip_if_finished=True)
+        study.enqueue_trial(dict(row.change))
+
+    # final slot
+    def _final(self) -> None:
+        rows = self.ledger.experiments(self.night.id)
+        final = next((r for r in rows if r.kind == "final"), None)
+        if final and final.status in TERMINAL:
+            return
+        sign = 1.0 if self.plan.baseline.higher_is_better else -1.0
+        kept = [r for r in rows if r.status == "kept" and r.metric_mean is not None]
+        best = max(kept, key=lambda r: sign * (r.metric_mean or 0.0)) if kept else None
+        if final is None:
+            final = self._row(
+                "final",
+                "final",
+                10_000,
+                best.change if best else {},
+                expect=f"relaunch the best config ({best.name if best else 'baseline'}) and leave it up",
+            )
+        done = run_experiment(self._ctx(self.hosts[0], leave_running=True), final)
+        if done.status != "ok" and final.change:
+            fb = self._row(
+                "final-baseline", "final", 10_001, {}, expect="best config failed; baseline"
+            )
+            done = run_experiment(self._ctx(self.hosts[0], leave_running=True), fb)
+        self.ledger.update_night(
+            self.night.id,
+            best=best.name if best else "baseline",
+            final_pid=done.pid if done.status == "ok" else None,
+            final_host=self.hosts[0].name,
+        )
+
+
+def _distribution(p: SearchParam) -> Any:
+    from optuna.distributions import (
+        CategoricalDistribution,
+        FloatDistribution,
+        IntDistribution,
+    )
+
+    if p.type == "categorical":
+        return CategoricalDistribution(p.choices or [])
+    if p.type == "int":
+        return IntDistribution(int(p.low or 0), int(p.high or 0), log=p.log, step=int(p.step or 1))
+    return FloatDistribution(float(p.low or 0), float(p.high or 0), log=p.log, step=p.step)
+
+
+def _plain(v: Any) -> Any:
+    return v.item() if hasattr(v, "item") else v
+
+
+def default_state_dir() -> Path:
+    return Path(os.environ.get("PIVOT_LOOP_STATE", Path.home() / ".pivot" / "loop"))
