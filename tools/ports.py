@@ -67,7 +67,7 @@ def _split_addr(s: str) -> tuple[str, int] | None:
 
 
 _SS_USER = re.compile(r'\(\("([^"]*)",pid=(\d+)')
-_NETSTAT_PROG = re.compile(r"\s(\d+)/(\S+)\s*$")
+_NETSTAT_PROG = re.compile(r"^(\d+)/(.+)$")
 
 
 def parse_ss(text: str) -> list[Listener]:
@@ -108,13 +108,13 @@ def parse_netstat(text: str) -> list[Listener]:
         hp = _split_addr(toks[3])
         if hp is None:
             continue
-        m = _NETSTAT_PROG.search(line)
+        m = _NETSTAT_PROG.match(" ".join(toks[6:]))  # "812/sshd: /usr/sbin" has spaces
         out.append(
             Listener(
                 addr=hp[0],
                 port=hp[1],
                 pid=int(m.group(1)) if m else None,
-                process=m.group(2) if m else None,
+                process=m.group(2).split(":")[0].strip() if m else None,
                 raw=line,
             )
         )

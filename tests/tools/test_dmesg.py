@@ -1,0 +1,98 @@
+"""dmesg: OOM-killer, Xid, NVRM, fallen-off-the-bus and segfault lines; restricted logs."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from tools.dmesg import SPEC, parse_dmesg
+from tools.local_host import LocalHost
+
+FIX = Path(__file__).resolve().parent.parent / "fixtures"
+INCIDENTS = Path("/work/shared/incidents")
+
+
+def test_oom_xid_bus_segfault() -> None:
+    p = parse_dmesg((FIX / "synthetic-facts" / "dmesg.oom-xid.txt").read_text())
+    assert [(k.pid, k.name) for k in p.oom_kills] == [(48213, "python")]
+    assert len(p.oom_lines) == 4  # invoked, oom-kill:, Out of memory, oom_reaper
+    assert [(x.code, x.device, x.pid) for x in p.xids] == [
+        (79, "PCI:0000:3b:00", None),
+        (31, "PCI:0000:5e:00", 48211),
+    ]
+    assert len(p.bus_lines) == 2 and len(p.segfault_lines) == 1
+    assert any("GPU at PCI:0000:3b:00" in ln for ln in p.nvrm_lines)
+
+
+def test_real_device_dmesg_has_nvrm_only() -> None:
+    p = parse_dmesg((FIX / "h200-device" / "dmesg-T.txt").read_text())
+    assert p.oom_kills == [] and p.xids == []
+    assert any("580.159.04" in ln for ln in p.nvrm_lines)
+
+
+def test_pattern_keeps_extra_lines() -> None:
+    text = "[1.0] EXT4-fs error (device sda1)\n[2.0] other\n"
+    assert parse_dmesg(text, pattern="ext4|nothing").matched_lines == [text.splitlines()[0]]
+    # an invalid regex is taken literally, not raised
+    assert parse_dmesg(text, pattern="(device").matched_lines == [text.splitlines()[0]]
+
+
+def _card(host: dict) -> dict:
+    return {
+        "id": "t",
+        "title": "t",
+        "source": "test",
+        "engine": "other",
+        "symptom": "s",
+        "host": host,
+    }
+
+
+def test_replay_dmesg_key(replay_host_factory) -> None:  # type: ignore[no-untyped-def]
+    text = (FIX / "synthetic-facts" / "dmesg.oom-xid.txt").read_text()
+    r = SPEC.call(replay_host_factory(_card({"dmesg": text})))
+    assert r.ok and r.hardware_fault and r.source == "dmesg -T"
+    lines = r.lines()
+    assert (
+        "[Tue Oct 24 20:52:17 2023] Out of memory: Killed process 48213 (python) total-vm:151260480kB,"
+        " anon-rss:127541236kB, file-rss:71680kB, shmem-rss:0kB, UID:1000 pgtables:251300kB"
+        " oom_score_adj:0" in lines
+    )
+    assert "# OOM killer killed pid 48213 (python)" in lines
+
+
+@pytest.mark.skipif(not INCIDENTS.is_dir(), reason="shared incident cards not present")
+def test_replay_card_with_dmesg_only_in_commands(replay_host_factory) -> None:  # type: ignore[no-untyped-def]
+    r = SPEC.call(replay_host_factory(INCIDENTS / "torch-deepseek-vl2-load-host-oom.yaml"))
+    assert [(k.pid, k.name) for k in r.oom_kills] == [(576419, "python")]
+
+
+def test_replay_no_kernel_log(replay_host_factory) -> None:  # type: ignore[no-untyped-def]
+    r = SPEC.call(replay_host_factory(_card({})))
+    assert not r.ok and "replay:t" in (r.error or "") and r.fix
+
+
+def test_local_permission_denied(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A dmesg that fails like an unprivileged user's under kernel.dmesg_restrict=1."""
+    script = tmp_path / "dmesg"
+    script.write_text(
+        "#!/bin/sh\necho 'dmesg: read kernel buffer failed: Operation not permitted' >&2\nexit 1\n"
+    )
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    for tool in ("tail",):
+        (tmp_path / tool).symlink_to(f"/usr/bin/{tool}")
+    monkeypatch.setenv("PATH", str(tmp_path))  # no journalctl either
+    r = SPEC.call(LocalHost("locked"))
+    assert not r.ok and "restricted" in (r.error or "")
+    assert "dmesg_restrict=0" in (r.fix or "")
+
+
+def test_local_real_dmesg_never_raises(local_host: LocalHost) -> None:
+    r = SPEC.call(local_host, {"tail": 50})
+    assert r.ok or (r.error and r.fix)
+    assert len(r.lines()) <= 200
+    if r.ok:
+        assert r.total_lines <= 50 and os.path.exists("/bin/sh")
