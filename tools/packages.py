@@ -118,6 +118,10 @@ class Result(ToolResult):
         out = [*self.raw_lines]
         if self.versions:
             out.append("# " + ", ".join(f"{k} {v}" for k, v in sorted(self.versions.items())))
+        elif self.ok:
+            out.append(
+                f"# none of {', '.join(PACKAGES)} is installed for {self.python or 'python'}"
+            )
         facts = [
             f"torch built for CUDA {self.torch_cuda}" if self.torch_cuda else "",
             f"nvcc {self.nvcc}" if self.nvcc else "",
@@ -166,6 +170,7 @@ def parse_probe(text: str) -> ProbeOutput:
             compute_cap=_str(data.get("compute_cap")),
             arch_list=[str(a) for a in arch] if isinstance(arch, list) else [],
             notes=notes,
+            raw_lines=[line],
         )
     return ProbeOutput()
 
@@ -233,14 +238,17 @@ def run(host: Host, args: Args) -> Result:
             notes.append(f"{args.python} ran but printed no probe JSON")
         else:
             notes.append(f"probe failed: {(res.error or res.stderr or '').strip()[:200]}")
-        pip_bin = args.python + " -m pip" if args.python != "python3" else "pip"
-        pip = host.run(f"{pip_bin} list --format=freeze", timeout=args.timeout_s)
-        if not pip.ok and pip_bin == "pip":
-            pip = host.run("pip3 list --format=freeze", timeout=args.timeout_s)
-        probe = parse_pip_list(pip.stdout) if pip.ok else ProbeOutput()
+        # The real H200's `pip` belonged to another Python than `python3`: ask the interpreter.
+        errors = []
+        for cmd in (f"{args.python} -m pip list --format=freeze", "pip list --format=freeze"):
+            pip = host.run(cmd, timeout=args.timeout_s)
+            probe = parse_pip_list(pip.stdout) if pip.ok else ProbeOutput()
+            if probe.versions:
+                break
+            errors.append(f"{cmd}: " + ("no known packages" if pip.ok else f"rc {pip.rc}"))
         source = "pip" if probe.versions else "none"
-        if not pip.ok:
-            notes.append(f"pip listing failed: {(pip.error or pip.stderr).strip()[:200]}")
+        if not probe.versions:
+            notes += errors
     raw += probe.raw_lines
 
     drv = host.run("cat /proc/driver/nvidia/version", timeout=10)

@@ -1,0 +1,98 @@
+"""host_facts: allowlisted sections; ECC counters; rc 127 recorded as unavailable."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tools.host_facts import COMMANDS, SPEC, Args, parse_ecc
+
+FIX = Path(__file__).resolve().parent.parent / "fixtures"
+ECC_BAD = """
+==============NVSMI LOG==============
+
+Attached GPUs                             : 1
+GPU 00000000:17:00.0
+    ECC Mode
+        Current                           : Enabled
+        Pending                           : Enabled
+    ECC Errors
+        Volatile
+            SRAM Correctable              : 0
+            SRAM Uncorrectable            : 0
+            DRAM Correctable              : 2
+            DRAM Uncorrectable            : 4
+        Aggregate
+            SRAM Correctable              : 0
+            SRAM Uncorrectable            : 0
+            DRAM Correctable              : 7
+            DRAM Uncorrectable            : 4
+"""
+
+
+def test_ecc_real_h200_is_clean() -> None:
+    e = parse_ecc((FIX / "h200-device" / "nvidia-smi-q-ECC.txt").read_text())
+    assert e.found and e.volatile_uncorrectable == 0 and e.aggregate_uncorrectable == 0
+
+
+def test_ecc_counts_uncorrectable() -> None:
+    e = parse_ecc(ECC_BAD)
+    assert (e.volatile_uncorrectable, e.aggregate_uncorrectable) == (4, 4)
+    assert (e.volatile_correctable, e.aggregate_correctable) == (2, 7)
+    assert not parse_ecc("pid, process_name, used_gpu_memory [MiB]\n").found
+
+
+def test_sections_are_an_allowlist() -> None:
+    with pytest.raises(ValueError):
+        Args.model_validate({"sections": ["rm -rf /"]})
+    assert set(COMMANDS) == {"driver", "ecc", "memory", "ulimit", "kernel", "docker", "kubectl"}
+
+
+def _card(host: dict) -> dict:
+    return {
+        "id": "t",
+        "title": "t",
+        "source": "test",
+        "engine": "other",
+        "symptom": "s",
+        "host": host,
+    }
+
+
+def test_replay_card_sections(replay_host_factory) -> None:  # type: ignore[no-untyped-def]
+    events = "LAST SEEN   TYPE      REASON      OBJECT     MESSAGE\n1m43s       Normal    Killing     pod/x      Container vllm failed startup probe, will be restarted\n"
+    h = replay_host_factory(
+        _card(
+            {
+                "commands": {
+                    "nvidia-smi -q -d ECC | sed -n '1,40p'": ECC_BAD,
+                    "kubectl get events --field-selector involvedObject.name=x": events,
+                    "cat /proc/driver/nvidia/version": (
+                        FIX / "h200" / "proc-driver-nvidia-version.txt"
+                    ).read_text(),
+                }
+            }
+        )
+    )
+    r = SPEC.call(h)
+    by = {s.name: s for s in r.sections}
+    assert r.driver_version == "580.159.04"
+    assert r.ecc is not None and r.ecc.aggregate_uncorrectable == 4
+    assert by["docker"].available is False and by["docker"].lines == []
+    assert (
+        "1m43s       Normal    Killing     pod/x      Container vllm failed startup probe, will be restarted"
+        in by["kubectl"].lines
+    )
+    text = r.lines()
+    assert "            DRAM Uncorrectable            : 4" in text
+    assert any("GPU memory fault" in ln for ln in text)
+    assert "# $ docker ps -a  (not installed)" in text
+
+
+def test_local_with_fake_h200(fake_gpu_path: Path, local_host) -> None:  # type: ignore[no-untyped-def]
+    r = SPEC.call(local_host)
+    by = {s.name: s for s in r.sections}
+    assert r.ok and by["memory"].ok and any(ln.startswith("Mem:") for ln in by["memory"].lines)
+    assert by["ulimit"].ok and by["kernel"].ok
+    assert r.ecc is not None and r.ecc.found and r.ecc.aggregate_uncorrectable == 0
