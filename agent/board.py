@@ -45,7 +45,12 @@ def build(
     for label in suspected(symptom):
         board[label] = _empty(label)
     for f in findings:
-        if f["label"] and f["label"] not in board and f["strength"] > 0:
+        # a label enters with support, or with a check that speaks clearly against it (ruled out)
+        if (
+            f["label"]
+            and f["label"] not in board
+            and (f["strength"] > 0 or f["strength"] <= REFUTED_AT)
+        ):
             board[f["label"]] = _empty(f["label"])
     for f in findings:
         h = board.get(f["label"] or "")
@@ -54,6 +59,7 @@ def build(
         h["score"] += f["strength"]
         ev = {"observation": f["observation"], "line": f["line"], "note": f["note"]}
         (h["evidence"] if f["strength"] > 0 else h["against"]).append(ev)
+    _explain(board)
     for h in board.values():
         pos = sum(f["strength"] for f in findings if f["label"] == h["label"] and f["strength"] > 0)
         if h["score"] <= REFUTED_AT and pos < SUPPORTED_AT:
@@ -67,6 +73,27 @@ def build(
         if previous and previous.get(h["label"], {}).get("status") == "confirmed":
             h["status"] = "confirmed"
     return dict(sorted(board.items(), key=lambda kv: -kv[1]["score"]))
+
+
+@lru_cache(maxsize=1)
+def _explains() -> dict[str, list[str]]:
+    return yaml.safe_load((Path(__file__).parent / "knowledge" / "explains.yaml").read_text())
+
+
+def _explain(board: dict[str, Hypothesis]) -> None:
+    """A supported cause absorbs belief from the failures it explains (knowledge/explains.yaml)."""
+    for cause, effects in _explains().items():
+        c = board.get(cause)
+        if c is None or c["score"] < SUPPORTED_AT:
+            continue
+        for effect in effects:
+            e = board.get(effect)
+            if e is None or e["score"] <= 0:
+                continue
+            moved = 0.6 * e["score"]
+            c["score"] += moved
+            e["score"] -= moved
+            c["evidence"].extend(x for x in e["evidence"][:1] if x not in c["evidence"])
 
 
 def _empty(label: str) -> Hypothesis:

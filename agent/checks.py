@@ -48,6 +48,8 @@ def listed_paths(observations: list[Observation]) -> list[str]:
     """Paths that find_logs (or the operator) surfaced, newest first as the tool listed them."""
     out: list[str] = []
     for o in observations:
+        if o["tool"] in ("config_read", "log_tail") and o["ok"] and o["args"].get("path"):
+            out.append(str(o["args"]["path"]))
         if o["tool"] != "find_logs" or not o["ok"]:
             continue
         d = o["data"]
@@ -120,6 +122,8 @@ def options(
         need = c["needs"]
         if need == "primary_log":
             args = {"path": log_path} if log_path else None
+            if args and c.get("pattern"):
+                args["pattern"] = c["pattern"]
         elif need == "big_log":
             size = int((log_obs or {}).get("data", {}).get("size") or 0) if log_obs else 0
             text = sum(len(ln) + 1 for ln in (log_obs or {}).get("lines", [])) if log_obs else 0

@@ -13,6 +13,11 @@ from agent.signatures import Match, scan
 from agent.state import Finding, Observation
 
 WEIGHT = {"fatal": 3.0, "strong": 1.5, "weak": 0.25}
+STRONG_CAP = 3.0  # repeated warnings must not outweigh one fatal line
+PHASE_PREFIX = "phase-"  # knowledge/signatures: lines that tell which start-up phase ran
+OOM_LABELS = {"gpu_oom_weights", "cuda_oom_runtime"}
+TORCH_HELD = re.compile(r"([\d.]+) ([GM]iB) is allocated by PyTorch")
+ALLOC = re.compile(r"Tried to allocate ([\d.]+) ([GM]iB).*?total capac\w* of ([\d.]+) ([GM]iB)")
 TEXT_TOOLS = {"log_tail", "log_search", "dmesg", "host_facts"}
 OTHER_PROC_MEM = re.compile(r"Process (\d+) has ([\d.]+) ([GM]iB) memory in use")
 BIND_PORT = re.compile(r"(?:port|:)\s*(\d{2,5})\b")
@@ -65,18 +70,86 @@ def compute(observations: list[Observation]) -> tuple[list[Finding], Facts]:
 
     fatal_lines = [(o, m) for o, m in hits if m.strength == "fatal"]
     first_fatal = fatal_lines[0][1].line if fatal_lines else None
+    strong_sum: dict[str, float] = {}
+    stale_possible = bool(
+        [p for p, mib in facts.gpu_pids.items() if mib >= 1024 and p not in facts.server_pids]
+    ) or (facts.gpu_clean is False and facts.server_alive is not True)
     for o, m in hits:
-        if m.label is None:
-            continue
+        if m.label is None or m.signature.startswith(PHASE_PREFIX):
+            continue  # phase lines only say when an OOM happened; see _oom_phase
         w = WEIGHT.get(m.strength, 0.0)
+        label = m.label
         if m.strength == "fatal" and m.line == first_fatal:
             w += 0.5  # the first fatal line is usually the cause; later ones are fallout
-        add(m.label, m.strength, w, o["id"], m.line, f"signature {m.signature}")
+        if m.strength == "fatal" and label in OOM_LABELS:
+            label, phase = _oom_phase(o, m, hits)
+            if phase is not None:
+                add(label, "phase", 1.0, o["id"], phase.line, f"the OOM came {phase.signature}")
+        if label == "stale_gpu_process" and not stale_possible:
+            w = min(w, WEIGHT["weak"])  # torch names "Process N" even when N is the server itself
+        if m.strength == "strong":
+            if strong_sum.get(label, 0.0) >= STRONG_CAP:
+                continue
+            strong_sum[label] = strong_sum.get(label, 0.0) + w
+        add(label, m.strength, w, o["id"], m.line, f"signature {m.signature}")
 
+    _search_rules(observations, hits, add)
     _stale_rules(facts, observations, hits, add)
     _liveness_rules(facts, observations, hits, add)
     _host_rules(facts, hits, add)
     return findings, facts
+
+
+def _search_rules(observations: list[Observation], hits, add) -> None:  # type: ignore[no-untyped-def]
+    """A whole-log search for CUDA OOM that finds nothing refutes a GPU OOM (absent a hit elsewhere)."""
+    oom_hit = any(m.label in OOM_LABELS and m.strength == "fatal" for _, m in hits)
+    for o in observations:
+        if o["tool"] != "log_search" or not o["ok"] or oom_hit:
+            continue
+        if "memory" not in str(o["args"].get("pattern", "")).lower():
+            continue
+        if int(o["data"].get("total_matches") or 0) == 0 and o["lines"]:
+            for label in sorted(OOM_LABELS):
+                add(
+                    label,
+                    "fact",
+                    -3.0,
+                    o["id"],
+                    o["lines"][0],
+                    "no CUDA out-of-memory line in the whole log",
+                )
+
+
+def _oom_phase(
+    o: Observation, m: Match, hits: list[tuple[Observation, Match]]
+) -> tuple[str, Match | None]:
+    """Weights or runtime? The phase line nearest before the OOM decides (after it, for logs
+    printed newest-first); without one, an allocation of a quarter of the GPU or more is weights."""
+    phases = [
+        mm
+        for oo, mm in hits
+        if oo["id"] == o["id"] and mm.signature.startswith(PHASE_PREFIX) and mm.label
+    ]
+    before = [p for p in phases if p.line_no < m.line_no]
+    after = [p for p in phases if p.line_no > m.line_no]
+    phase = before[-1] if before else (after[0] if after else None)
+    if phase is not None and phase.label:
+        return phase.label, phase
+    held = TORCH_HELD.search(m.line)
+    cap = ALLOC.search(m.line)
+    if held and cap and float(cap.group(3)) > 0:
+        # PyTorch itself holds (nearly) the whole GPU and no phase line says loading finished
+        held_gib = float(held.group(1)) / (1024 if held.group(2) == "MiB" else 1)
+        cap_gib = float(cap.group(3)) / (1024 if cap.group(4) == "MiB" else 1)
+        if held_gib >= 0.97 * cap_gib:
+            return "gpu_oom_weights", None
+    a = cap
+    if a:
+        want = float(a.group(1)) * (1024 if a.group(2) == "GiB" else 1)
+        total = float(a.group(3)) * (1024 if a.group(4) == "GiB" else 1)
+        if total > 0 and want >= 0.25 * total:
+            return "gpu_oom_weights", None
+    return m.label or "cuda_oom_runtime", None
 
 
 def _stale_rules(facts: Facts, observations: list[Observation], hits, add) -> None:  # type: ignore[no-untyped-def]
@@ -173,6 +246,9 @@ def _liveness_rules(facts: Facts, observations: list[Observation], hits, add) ->
                 line,
                 "the server process is alive and its log advanced between two reads",
             )
+            shown = [m.line for o, m in progress if o["id"] == obs_id and m.line != line]
+            for pline in list(dict.fromkeys(reversed(shown)))[:2]:
+                add("still_starting", "progress", 0.25, obs_id, pline, "still loading/compiling")
             add(
                 "still_starting",
                 "fact",
@@ -181,14 +257,35 @@ def _liveness_rules(facts: Facts, observations: list[Observation], hits, add) ->
                 facts.procs.get(pid, ""),
                 f"server pid {pid} is alive",
             )
-        elif stalled and not growing:
+        killed_sig = any(m.label == "killed_externally" for _, m in hits)
+        if not any(m.label == "host_oom_killed" for _, m in hits):
+            add(
+                "host_oom_killed",
+                "fact",
+                -4.0,
+                facts.ps_obs,
+                facts.procs.get(pid, ""),
+                f"server pid {pid} is alive: the OOM killer did not end it",
+            )
+        if not fatal and not killed_sig:
+            add(
+                "killed_externally",
+                "fact",
+                -4.0,
+                facts.ps_obs,
+                facts.procs.get(pid, ""),
+                f"server pid {pid} is alive: nothing killed it",
+            )
+        if stalled and not growing:
             obs_id = facts.log_growth_obs[stalled[0]]
             o = next(o for o in observations if o["id"] == obs_id)
             line = next((ln for ln in reversed(text_lines(o)) if ln.strip()), "")
+            # alive, silent, and an error on record: hung on that error, not loading
+            blocked = any(m.strength in ("fatal", "strong") and m.label for _, m in hits)
             add(
                 "still_starting",
                 "fact",
-                -1.5,
+                -3.0 if blocked else -1.5,
                 obs_id,
                 line,
                 "the server is alive but its log did not advance between two reads (hung?)",

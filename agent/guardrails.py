@@ -65,8 +65,14 @@ def check_conclusion(action: Action, observations: list[Observation], facts: Fac
         if not holders and not busy_without_server:
             problems.append("[stale_gpu_process] needs GPU memory held by another pid now")
     elif label == "killed_externally":
-        if facts.server_alive is not False:
-            problems.append("[killed_externally] needs the server process gone")
+        signalled = any(
+            m.label == "killed_externally" and m.strength in ("fatal", "strong")
+            for _, m in signature_hits(observations)
+        )
+        if facts.server_alive is not False and not signalled:
+            problems.append(
+                "[killed_externally] needs the server process gone or a line showing the signal"
+            )
     elif (
         not fact_backed
         and not (cited & strong_hits)

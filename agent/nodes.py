@@ -66,7 +66,14 @@ def sweep(state: State, runtime: Runtime[RunContext]) -> dict[str, Any]:
     symptom_paths = ABS_PATH.findall(state.get("symptom", ""))
     logs, configs = split_paths(list(dict.fromkeys([*ctx.extra_logs, *symptom_paths, *paths])))
     configs = list(dict.fromkeys([*ctx.extra_configs, *configs]))
-    configs.sort(key=lambda p: (known_good_of(p, paths) is None, "sitecustomize" not in p))
+    everything = [*paths, *ctx.extra_configs, *ctx.extra_logs]
+    configs.sort(
+        key=lambda p: (
+            p not in ctx.extra_configs,
+            known_good_of(p, everything) is None,
+            "sitecustomize" not in p,
+        )
+    )
     wave2 = [("log_tail", {"path": p}) for p in logs[:MAX_LOGS]]
     wave2 += [("config_read", {"path": p}) for p in configs[:MAX_CONFIGS] if "config_read" in TOOLS]
     obs2 = run_many(host, wave2, len(obs1) + 1, 0) if wave2 else []

@@ -75,6 +75,13 @@ class RulebookBrain:
         margin = (top["score"] - max(second, 0.0)) if top else 0.0
         decisive = bool(top) and top["score"] >= DECISIVE_SCORE and margin >= DECISIVE_MARGIN
         best = next((o for o in ctx.options if o.value >= MIN_CHECK_VALUE), None)
+        if decisive and top is not None:
+            # the leader is clear; still rule out the rivals nobody has checked yet
+            rivals = {
+                h["label"] for h in order if h["status"] == "open" and h["label"] != top["label"]
+            }
+            best = next((o for o in ctx.options if set(o.separates) & rivals), None)
+            decisive = best is None
         if best is not None and not decisive:
             return Action(
                 kind="check",
@@ -101,9 +108,7 @@ class RulebookBrain:
 
     def _conclude(self, state: State, top, confidence: float) -> Action:  # type: ignore[no-untyped-def]
         board = state.get("hypotheses", {})
-        evidence = [
-            {"observation": e["observation"], "line": e["line"]} for e in top["evidence"][:3]
-        ]
+        evidence = _diverse(top["evidence"])
         ruled_out = [h["label"] for h in board.values() if h["status"] == "refuted"]
         return Action(
             kind="conclude",
@@ -169,6 +174,23 @@ def _default_args(tool: str, state: State) -> dict | None:
         paths = [o["args"].get("path") for o in obs if o["tool"] == "config_read"]
         return {"path": paths[0]} if paths else None
     return {}
+
+
+def _diverse(
+    evidence: list[dict[str, str]], most: int = 5, per_obs: int = 2
+) -> list[dict[str, str]]:
+    """The strongest lines first, at most two per observation: a log line and the host fact
+    that backs it convince more than five lines of one traceback."""
+    out: list[dict[str, str]] = []
+    count: dict[str, int] = {}
+    for e in evidence:
+        if count.get(e["observation"], 0) >= per_obs or any(e["line"] == x["line"] for x in out):
+            continue
+        count[e["observation"]] = count.get(e["observation"], 0) + 1
+        out.append({"observation": e["observation"], "line": e["line"]})
+        if len(out) >= most:
+            break
+    return out
 
 
 def _rejected_labels(state: State) -> list[str]:
