@@ -379,3 +379,22 @@ def test_sweep_runs_tools_at_once_in_order_and_survives_a_crashing_tool(
     assert "broken" in results[1].error and "parser bug" in results[1].error and results[1].fix
     outs = run_commands_concurrently(ssh_host, ["echo a", "echo b", "echo c"])
     assert [o.stdout for o in outs] == ["a\n", "b\n", "c\n"] and ssh_host.connects == 1
+
+
+def test_key_from_a_real_ssh_agent(
+    ssh_host_factory, sshd: Sshd, home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sock = tmp_path / "agent.sock"
+    agent = subprocess.Popen(["ssh-agent", "-D", "-a", str(sock)], stdout=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 5
+        while not sock.exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        monkeypatch.setenv("SSH_AUTH_SOCK", str(sock))
+        subprocess.run(["ssh-add", "-q", str(sshd.client_key)], check=True)
+        h = ssh_host_factory(key_filename=None, allow_agent=True)
+        assert h.target.identity_files == []  # no key file: only the agent can log in
+        assert h.run("echo agent").stdout == "agent\n"
+    finally:
+        agent.terminate()
+        agent.wait()

@@ -525,15 +525,26 @@ class SSHHost:
         max_bytes: int,
         stdin: bytes | None,
     ) -> _Outcome:
-        try:
-            chan = transport.open_session(timeout=max(0.1, deadline - time.monotonic()))
-        except (paramiko.SSHException, EOFError, OSError) as exc:
-            if transport.is_active() and isinstance(exc, paramiko.ChannelException):
+        chan = None
+        backoff = 0.01
+        while chan is None:
+            try:
+                chan = transport.open_session(timeout=max(0.1, deadline - time.monotonic()))
+            except paramiko.ChannelException as exc:
+                # sshd counts a session until it has processed our CLOSE, so right after a
+                # burst it may still refuse (MaxSessions); other clients may hold sessions too.
+                if transport.is_active() and time.monotonic() + backoff < deadline:
+                    time.sleep(backoff)
+                    backoff = min(backoff * 2, 0.2)
+                    continue
+                if not transport.is_active():
+                    return _Outcome(dropped=True)
                 return _Outcome(
                     error=f"sshd on {self.name} refused a channel for {command!r}: {exc}",
                     fix="too many sessions at once (sshd MaxSessions); retry with fewer reads",
                 )
-            return _Outcome(dropped=True)
+            except (paramiko.SSHException, EOFError, OSError):
+                return _Outcome(dropped=True)
         o = _Outcome()
         out, err = bytearray(), bytearray()
         try:
