@@ -36,7 +36,11 @@ _RULES: list[tuple[str, re.Pattern[str], str | Callable[[re.Match[str]], str]]] 
         re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s:@]+:[^/\s@]+@"),
         r"\1***:***@",
     ),
-    ("bearer", re.compile(r"(?i)\b(bearer|basic)(\s+)[A-Za-z0-9._~+/=-]{8,}"), rf"\1\2{MASK}"),
+    (
+        "bearer",
+        re.compile(r"(?i)\b(bearer\s+|authorization:\s*basic\s+)[A-Za-z0-9._~+/=-]{16,}"),
+        rf"\1{MASK}",
+    ),
     ("hf_token", re.compile(r"\bhf_[A-Za-z0-9]{20,}"), f"hf_{MASK}"),
     ("openai_key", re.compile(r"\bsk-(?:proj-|ant-)?[A-Za-z0-9_-]{20,}"), f"sk-{MASK}"),
     ("github_token", re.compile(r"\bgh[pousr]_[A-Za-z0-9]{30,}"), f"gh_{MASK}"),

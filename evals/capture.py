@@ -1,0 +1,313 @@
+"""`pivot capture`: freeze a live host into an incident-card draft, secrets taken out.
+
+This is how a real incident becomes a regression card: what the machine said (nvidia-smi, ps,
+dmesg, env, the named logs and configs, df, free, listening ports) is stored raw, exactly the
+way `ReplayHost` will hand it back to the tools, so the agent meets the same text it would have
+met live. Everything goes through the `Host` protocol, so SSH and local capture are one path.
+
+The root cause is deliberately left out: the operator fills `expected` after reading the draft
+(a header comment says how). `load_card` accepts a card without `expected`, so the draft
+validates the moment it is written.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, Field
+
+from evals.redact import Redaction, Redactor
+from tools.cards import IncidentCard, card_text_bytes, load_card
+from tools.gpu_status import APPS_QUERY, CARD_QUERY
+from tools.host import Host
+from tools.local_host import LocalHost
+from tools.taxonomy import LABELS
+
+LOG_TAIL_BYTES = 256_000
+CONFIG_BYTES = 512_000
+DMESG_LINES = 300
+CMD_TIMEOUT = 20.0
+ID_RE = re.compile(r"^[a-z0-9][a-z0-9-]*$")
+
+#: (card key under `commands`, fallback) for each extra command the tools will ask for.
+EXTRA_COMMANDS: list[tuple[str, str | None]] = [
+    ("df -h", None),
+    ("df -h /dev/shm", None),
+    ("free -m", None),
+    ("ss -ltnp", "cat /proc/net/tcp /proc/net/tcp6"),
+]
+
+
+class CaptureOptions(BaseModel):
+    logs: list[str] = Field(default_factory=list)
+    configs: list[str] = Field(default_factory=list)
+    #: the server's pid: env is read from /proc/PID/environ instead of the shell's
+    pid: int | None = None
+    redact_hosts: bool = False
+    symptom: str | None = None
+    engine: str | None = None
+    log_bytes: int = LOG_TAIL_BYTES
+
+
+class CaptureResult(BaseModel):
+    path: str
+    card_id: str
+    notes: list[str]
+    redaction: Redaction
+    files: list[str]
+
+
+def card_text(data: bytes) -> str:
+    r"""Host bytes as card text that `tools.cards.card_text_bytes` turns back into the same bytes.
+
+    UTF-8 stays readable; anything else (and UTF-8 whose characters all fit in latin-1, which
+    `card_text_bytes` would read back as latin-1) is stored one character per byte, which YAML
+    writes as \xNN escapes.
+    """
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return data.decode("latin-1")
+    return text if card_text_bytes(text) == data else data.decode("latin-1")
+
+
+def _tail_text(host: Host, path: str, max_bytes: int) -> tuple[str | None, str | None]:
+    ft = host.read_tail(path, max_bytes=max_bytes)
+    if not ft.exists or ft.error:
+        return None, ft.error or f"{path}: not found on {host.name}"
+    data = ft.data
+    note = None
+    if ft.size > ft.bytes_read:
+        # Start at a line boundary so no half line (or half UTF-8 character) opens the text.
+        nl = data.find(b"\n")
+        data = data[nl + 1 :] if nl >= 0 else data
+        note = f"{path}: kept the last {len(data)} of {ft.size} bytes"
+    return card_text(data), note
+
+
+def _run(host: Host, command: str) -> tuple[str | None, str | None]:
+    res = host.run(command, timeout=CMD_TIMEOUT)
+    if res.ok:
+        return res.stdout, None
+    why = res.error or (
+        "not installed" if res.missing_command else f"exit {res.rc}: {res.stderr.strip()[:160]}"
+    )
+    return None, f"{command}: {why}"
+
+
+def _guess_engine(texts: list[str]) -> str:
+    blob = "\n".join(texts).lower()
+    counts = {
+        "sglang": blob.count("sglang"),
+        "vllm": blob.count("vllm"),
+        "trtllm": blob.count("tensorrt_llm") + blob.count("trtllm") + blob.count("tritonserver"),
+        "torch": blob.count("torchrun") + blob.count("torch.distributed"),
+    }
+    best = max(counts, key=lambda k: counts[k])
+    return best if counts[best] else "other"
+
+
+def collect(host: Host, options: CaptureOptions) -> tuple[dict[str, Any], list[str], Redaction]:
+    """The card's `host` section (redacted), the capture notes, and what was redacted."""
+    notes: list[str] = []
+    names = [host.name] if host.name not in ("localhost", "") else []
+    if options.redact_hosts:
+        for cmd in ("hostname", "hostname -f"):
+            out, _ = _run(host, cmd)
+            names += [out.strip()] if out and out.strip() else []
+    red = Redactor(hosts=options.redact_hosts, hostnames=names)
+
+    snap: dict[str, Any] = {}
+
+    def keep(key: str, command: str) -> None:
+        out, note = _run(host, command)
+        if out is None:
+            notes.append(note or command)
+        else:
+            snap[key] = red(out)
+
+    keep("nvidia_smi", CARD_QUERY)
+    keep("nvidia_smi_full", "nvidia-smi")
+    keep("ps", "ps aux")
+    # The tail of `dmesg -T`, but with dmesg's own exit status (a pipe would report tail's).
+    keep(
+        "dmesg",
+        f'out=$(dmesg -T 2>&1); rc=$?; printf "%s\\n" "$out" | tail -n {DMESG_LINES}; exit $rc',
+    )
+    if options.pid is not None:
+        keep("env", f"tr '\\0' '\\n' < /proc/{int(options.pid)}/environ")
+    else:
+        keep("env", "env")
+
+    files: dict[str, str] = {}
+    for path, limit in [(p, options.log_bytes) for p in options.logs] + [
+        (p, CONFIG_BYTES) for p in options.configs
+    ]:
+        text, note = _tail_text(host, path, limit)
+        if note:
+            notes.append(note)
+        if text is not None:
+            files[path] = red(text)
+    if files:
+        snap["files"] = files
+
+    commands: dict[str, str] = {}
+    apps, _ = _run(host, APPS_QUERY)
+    if apps is not None:
+        commands[APPS_QUERY] = red(apps)
+    for command, fallback in EXTRA_COMMANDS:
+        out, note = _run(host, command)
+        if out is None and fallback:
+            notes.append(f"{note}; used {fallback!r} instead")
+            command = fallback
+            out, note = _run(host, fallback)
+        if out is None:
+            notes.append(note or command)
+        else:
+            commands[command] = red(out)
+    if commands:
+        snap["commands"] = commands
+    return snap, notes, red.report()
+
+
+def draft_card(
+    host: Host, card_id: str, options: CaptureOptions
+) -> tuple[dict[str, Any], list[str], Redaction]:
+    snap, notes, redaction = collect(host, options)
+    when = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    where = host.name
+    if options.redact_hosts and where not in ("localhost", ""):
+        where = "a redacted host"
+    texts = [snap.get("ps", ""), *snap.get("files", {}).values()]
+    card = {
+        "id": card_id,
+        "title": f"TODO: one line saying what happened (captured on {where} at {when})",
+        "source": f"captured by pivot capture on {where} at {when}",
+        "engine": options.engine or _guess_engine(texts),
+        "symptom": options.symptom
+        or f"The inference server launch on {where} failed or never became ready. Why?",
+        "synthesized": [],
+        "host": snap,
+    }
+    IncidentCard.model_validate(card)  # a bug here must not produce a file
+    return card, notes, redaction
+
+
+def _header(notes: list[str], redaction: Redaction) -> str:
+    lines = [
+        "Card draft written by `pivot capture`. Before it joins evals/incidents/:",
+        "  1. Add the answer (left out on purpose; the harness reports a card without it):",
+        "       expected:",
+        "         root_cause: <one label>   # " + ", ".join(LABELS[:6]) + ",",
+        "         #   " + ", ".join(LABELS[6:12]) + ",",
+        "         #   " + ", ".join(LABELS[12:]),
+        '         evidence: ["<a substring of a line below that proves it>"]',
+        "         ruled_out: []   # labels the investigation checked and refuted",
+        "         wrong: []       # conclusions that count as a failure outright",
+        "  2. Rewrite `title` and `symptom` in the operator's words; list invented parts",
+        "     under `synthesized`.",
+        "  3. Read it once more for secrets the rules could not know about.",
+        "Redacted: "
+        + (
+            ", ".join(f"{k} x{v}" for k, v in redaction.counts.items())
+            if redaction.counts
+            else "nothing matched"
+        ),
+    ]
+    if notes:
+        lines.append("Capture notes (what could not be read):")
+        lines += [f"  - {n}" for n in notes]
+    return "".join(f"# {ln}\n" if ln else "#\n" for ln in lines)
+
+
+_PRINTABLE = re.compile(r"[^\t\n\x20-\x7e\xa0-\ud7ff\ue000-\ufffd]")
+
+
+class _CardDumper(yaml.SafeDumper):
+    """Multi-line text as literal blocks, so a captured log reads like the log.
+
+    PyYAML refuses a literal block for text with trailing spaces on a line, which `ps aux` and
+    dmesg are full of, and falls back to one long double-quoted string. A literal block keeps
+    those spaces, so we allow it for any text without control characters; text with `\r`,
+    ANSI escapes or raw bytes still goes double-quoted with escapes. `to_yaml` checks the
+    round trip and falls back to plain PyYAML if this ever loses a byte.
+    """
+
+    def choose_scalar_style(self) -> str:
+        ev = self.event
+        if (
+            getattr(ev, "style", None) == "|"
+            and not self.flow_level
+            and not self.simple_key_context
+            and isinstance(ev.value, str)
+            and not _PRINTABLE.search(ev.value)
+        ):
+            return "|"
+        return super().choose_scalar_style()
+
+
+def _str(dumper: yaml.SafeDumper, data: str) -> yaml.Node:
+    style = "|" if "\n" in data else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", data, style=style)
+
+
+_CardDumper.add_representer(str, _str)
+
+
+def to_yaml(card: dict[str, Any], header: str = "") -> str:
+    kw: dict[str, Any] = dict(
+        sort_keys=False, allow_unicode=True, width=100_000, default_flow_style=False
+    )
+    body = yaml.dump(card, Dumper=_CardDumper, **kw)
+    if yaml.safe_load(body) != card:  # never trade a byte for readability
+        body = yaml.dump(card, Dumper=yaml.SafeDumper, **kw)
+    return header + body
+
+
+def capture(host: Host, out: str | Path, options: CaptureOptions) -> CaptureResult:
+    """Capture `host` into the card file `out` (its name is the card id) and validate it."""
+    out = Path(out)
+    if out.suffix != ".yaml":
+        raise ValueError(f"{out}: a card file ends in .yaml")
+    if not ID_RE.match(out.stem):
+        raise ValueError(
+            f"{out}: the file name is the card id and must be kebab-case "
+            f"(lowercase letters, digits, '-'), e.g. sglang-tp8-nccl-hang.yaml"
+        )
+    if isinstance(host, LocalHost):
+        # A relative path means the same file later, wherever the card is replayed.
+        options = options.model_copy(
+            update={
+                "logs": [str(Path(p).resolve()) for p in options.logs],
+                "configs": [str(Path(p).resolve()) for p in options.configs],
+            }
+        )
+    card, notes, redaction = draft_card(host, out.stem, options)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(to_yaml(card, _header(notes, redaction)), encoding="utf-8")
+    load_card(out)  # the draft must validate; a CardError here is a bug in this module
+    return CaptureResult(
+        path=str(out),
+        card_id=out.stem,
+        notes=notes,
+        redaction=redaction,
+        files=sorted(card["host"].get("files", {})),
+    )
+
+
+def describe(result: CaptureResult) -> str:
+    """One paragraph for the terminal."""
+    red = ", ".join(f"{k} x{v}" for k, v in result.redaction.counts.items()) or "nothing"
+    lines = [
+        f"wrote {result.path} (card id {result.card_id})",
+        f"files: {', '.join(shlex.quote(f) for f in result.files) or 'none'}",
+        f"redacted: {red}",
+    ]
+    lines += [f"note: {n}" for n in result.notes]
+    lines.append("next: fill `expected:` (see the comment at the top), then pivot eval the card")
+    return "\n".join(lines)
