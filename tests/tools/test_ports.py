@@ -42,7 +42,9 @@ def test_parse_proc_net_tcp_real_device() -> None:
 def test_parse_proc_net_tcp6_and_fds() -> None:
     ls = parse_proc_net_tcp((SYN / "proc-net-tcp6.txt").read_text())
     assert [(x.addr, x.port) for x in ls] == [("::", 22), ("::1", 8000)]  # ESTABLISHED skipped
-    assert parse_socket_fds("701 15471\n702 99\njunk\n") == {15471: 701, 99: 702}
+    fds = (FIX / "h200-device" / "proc-fd-listener.txt").read_text()
+    assert parse_socket_fds("/proc/701/fd:\n" + fds) == {15471: 701}
+    assert parse_socket_fds("junk -> socket:[5]\n/proc/9/fd:\nx -> socket:[6]\n") == {6: 9}
 
 
 def _card(host: dict) -> dict:
@@ -92,8 +94,8 @@ def test_local_ss(listener: int, local_host: LocalHost) -> None:
 def test_local_proc_fallback_like_the_h200(
     listener: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The real H200 had no ss, netstat nor lsof: only cat/readlink/sort/tr on PATH here."""
-    for tool in ("cat", "readlink", "sort", "tr"):
+    """The real H200 had no ss, netstat nor lsof: only cat, ls and grep on PATH here."""
+    for tool in ("cat", "ls", "grep"):
         (tmp_path / tool).symlink_to(shutil.which(tool) or f"/usr/bin/{tool}")
     monkeypatch.setenv("PATH", str(tmp_path))
     r = SPEC.call(LocalHost(), {"port": listener})
