@@ -15,7 +15,7 @@ from typing import Any
 from fastapi import Depends, FastAPI
 from fastapi.staticfiles import StaticFiles
 
-from server.auth import TokenVerifier, ensure_token
+from server.auth import BearerGate, TokenVerifier, ensure_token
 from server.config import ServeConfig
 from server.deps import require_token
 from server.hosts import HostCatalog
@@ -85,5 +85,6 @@ def create_app(
     for r in (sessions, events, approvals, memory, hosts, evals, loop):
         app.include_router(r.router, dependencies=authed)
     app.add_middleware(BodyLimit, max_bytes=config.max_body_bytes)
+    app.add_middleware(BearerGate, verifier=verifier, public=("/api/health",))  # outermost
     app.mount("/", StaticFiles(directory=STATIC, html=True), name="page")
     return app

@@ -12,6 +12,7 @@ import json
 import os
 import secrets
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel
 
@@ -83,3 +84,42 @@ def reset_token(home: Path) -> str:
     _, token = ensure_token(home)
     assert token is not None
     return token
+
+
+class BearerGate:
+    """ASGI gate in front of everything under /api/ except the public paths.
+
+    It answers 401 before routing, body parsing or validation, so no API route (known or not,
+    valid request or not) says anything to a caller without the token. The per-route dependency
+    in deps.py stays for the OpenAPI security scheme and as a second check.
+    """
+
+    def __init__(self, app: Any, verifier: TokenVerifier, public: tuple[str, ...]) -> None:
+        self.app = app
+        self.verifier = verifier
+        self.public = public
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        path = scope.get("path", "") if scope["type"] == "http" else ""
+        if path.startswith("/api/") and path not in self.public:
+            token = None
+            for name, value in scope.get("headers", []):
+                if name == b"authorization":
+                    scheme, _, cred = value.decode("latin-1").partition(" ")
+                    token = cred.strip() if scheme.lower() == "bearer" else None
+            if not self.verifier(token):
+                body = b'{"detail":"missing or wrong bearer token (see the token `pivot serve` printed)"}'
+                await send(
+                    {
+                        "type": "http.response.start",
+                        "status": 401,
+                        "headers": [
+                            (b"content-type", b"application/json"),
+                            (b"content-length", str(len(body)).encode()),
+                            (b"www-authenticate", b"Bearer"),
+                        ],
+                    }
+                )
+                await send({"type": "http.response.body", "body": body})
+                return
+        await self.app(scope, receive, send)

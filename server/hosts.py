@@ -187,9 +187,12 @@ class HostCatalog:
         if ".." in p.parts:
             raise ValueError(f"{path!r} contains '..'")
         for d in self._config.card_dirs:
-            cand = (p if p.is_absolute() else d / p).resolve()
-            if cand.is_relative_to(d.resolve()) and cand.is_file():
-                return cand
+            try:
+                cand = (p if p.is_absolute() else d / p).resolve()
+                if cand.is_relative_to(d.resolve()) and cand.suffix == ".yaml" and cand.is_file():
+                    return cand
+            except OSError:  # name too long and the like: simply not a card
+                continue
         raise FileNotFoundError(
             f"{path} is not a card under {[str(d) for d in self._config.card_dirs]}"
         )

@@ -45,15 +45,15 @@ def _as_dict(result: Any) -> dict[str, Any]:
 
 @router.post("", status_code=status.HTTP_202_ACCEPTED, response_model=EvalRun)
 def start_eval(body: EvalIn, request: Request, catalog: Catalog, config: Config) -> EvalRun:
-    entry = _harness_entry()
-    if entry is None:
-        raise HTTPException(501, "the eval harness (evals/harness.py) is not installed here yet")
     try:
         paths = [str(catalog.card_path(p)) for p in body.paths]
     except ValueError as exc:
         raise HTTPException(400, str(exc)) from exc
     except FileNotFoundError as exc:
         raise HTTPException(404, str(exc)) from exc
+    entry = _harness_entry()
+    if entry is None:
+        raise HTTPException(501, "the eval harness (evals/harness.py) is not installed here yet")
     runs: dict[str, EvalRun] = request.app.state.evals
     run = EvalRun(eval_id=uuid.uuid4().hex[:12], status="running", paths=paths)
     runs[run.eval_id] = run

@@ -232,7 +232,9 @@ function renderApprovals(list) {
       box.replaceChildren(); follow(S.session, S.lastSeq);
     };
     box.append(el("div", { class: "approval", role: "group", "aria-label": `approval ${a.tool}` },
-      el("strong", {}, `The agent wants to run ${a.tool}`), el("pre", {}, JSON.stringify(a.args, null, 1)), el("p", {}, a.reason),
+      el("strong", {}, `The agent wants to run ${a.tool}`), el("p", {}, a.reason),
+      ...Object.entries(a.args || {}).map(([k, v]) => el("div", {}, el("span", { class: "muted" }, `${k}: `),
+        typeof v === "string" && v.includes("\n") ? el("pre", {}, v) : el("code", {}, typeof v === "string" ? v : JSON.stringify(v)))),
       el("div", { class: "row" }, el("label", { for: `reason-${a.id}`, class: "sr" }, "reason"), reason,
         el("button", { type: "button", class: "primary", onclick: () => decide(true) }, "Approve"),
         el("button", { type: "button", onclick: () => decide(false) }, "Deny"))));

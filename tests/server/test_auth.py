@@ -25,6 +25,8 @@ ROUTES = [
     ("GET", "/api/loop/ledger"),
     ("GET", "/api/sessions/abc/events"),
     ("POST", "/api/sessions"),
+    ("POST", "/api/approvals/x"),
+    ("GET", "/api/no-such-route"),
 ]
 
 
@@ -41,6 +43,10 @@ def test_token_refused_and_accepted(live: Live) -> None:
             assert r.status_code == 401, (method, path, r.status_code)
             assert r.headers["www-authenticate"] == "Bearer"
             assert bad.request(method, path, json={}).status_code == 401, (method, path)
+        r = anon.post(
+            "/api/sessions", content=b"{not json", headers={"Content-Type": "application/json"}
+        )
+        assert r.status_code == 401  # refused before the body is even parsed
         assert ok.get("/api/sessions").status_code == 200
         assert ok.get("/api/approvals").status_code == 200
         r = anon.get("/api/sessions", headers={"Authorization": f"Basic {live.token}"})

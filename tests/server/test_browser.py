@@ -56,7 +56,7 @@ def test_investigate_approve_and_conclude_in_the_page(live: Live) -> None:
             expect(page.locator("#board .hyp").first).to_be_visible()
             approve = page.get_by_role("button", name="Approve")
             expect(approve).to_be_visible()
-            expect(page.locator("#approvals")).to_contain_text("config_revert")
+            expect(page.locator("#approvals")).to_contain_text("sitecustomize.py.known-good")
             page.fill("#approvals input", "revert to known-good")
             page.screenshot(path=str(ARTIFACTS / "server-page-approval.png"), full_page=True)
             approve.click()
