@@ -70,7 +70,7 @@ class Result(ToolResult):
     def lines(self) -> list[str]:
         out: list[str] = []
         for s in self.sections:
-            state = "ok" if s.ok else ("not installed" if not s.available else f"rc {s.rc}")
+            state = "ok" if s.ok else ("unavailable: rc 127" if not s.available else f"rc {s.rc}")
             out.append(f"# $ {s.command}  ({state})" + (f" — {s.note}" if s.note else ""))
             out += s.lines
         if self.ecc and self.ecc.found:
@@ -137,7 +137,7 @@ def run(host: Host, args: Args) -> Result:
             Section(
                 name=name,
                 command=command,
-                ok=res.ok,
+                ok=res.ok and not (name == "ecc" and ecc is None),
                 available=not res.missing_command,
                 rc=res.rc,
                 lines=lines if not res.missing_command else [],
