@@ -181,13 +181,13 @@ def demo_cmd(
         from agent.loop import launcher
 
         launcher.stop(night.hosts[0], result.final_pid, None, grace_s=2)
-        for pid in launcher.marked_pids(night.hosts[0], prefix=f"{result.id}."):
+        for pid in launcher.marked_pids(night.hosts[0], prefix=f"{plan.name}/{result.id}."):
             night.hosts[0].run(f"kill -KILL {pid} 2>/dev/null; true")
         console.print(
             f"demo: stopped the morning server (pid {result.final_pid}); use --keep-server to keep it"
         )
     console.print(f"night {result.id}: {result.status}")
-    console.print(_latest(state_dir))
+    print(_latest(state_dir))  # plain print: the last line is the report path, never wrapped
 
 
 def _latest(state_dir: Path) -> str:

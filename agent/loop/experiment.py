@@ -54,6 +54,11 @@ class Context:
         return os.path.join(self.state_dir, "logs", self.night_id)
 
 
+def run_marker(plan_name: str, night_id: str, seq: int, attempt: int) -> str:
+    """PIVOT_RUN_ID of one launch: plan/night.seq.attempt, so cleanup can match by prefix."""
+    return f"{plan_name}/{night_id}.{seq}.{attempt}"
+
+
 def launch_command(plan: Plan, change: dict[str, Any]) -> str:
     cmd = plan.baseline.launch
     for knob, value in change.items():
@@ -79,7 +84,7 @@ def run_experiment(ctx: Context, row: ExperimentRow, repeat: int | None = None) 
     plan, host, led = ctx.plan, ctx.host, ctx.ledger
     t0 = time.time()
     attempt = row.attempts + 1
-    marker = f"{ctx.night_id}.{row.seq}.{attempt}"
+    marker = run_marker(ctx.plan.name, ctx.night_id, row.seq, attempt)
     log_path = os.path.join(ctx.log_dir, f"{row.seq:02d}-{row.name}-a{attempt}.log")
     led.update(
         row.id, attempts=attempt, started=t0, host=host.name, log_path=log_path, status="running"

@@ -80,8 +80,8 @@ def free_mb(host: Host, path: str) -> int | None:
 def find_leftovers(host: Host, plan: Plan) -> list[Leftover]:
     found: dict[int, Leftover] = {}
     me = {os.getpid(), os.getppid()}
-    for pid in marked_pids(host):
-        found[pid] = Leftover(pid=pid, why="carries the loop's run marker")
+    for pid in marked_pids(host, prefix=f"{plan.name}/"):
+        found[pid] = Leftover(pid=pid, why=f"carries a run marker of plan {plan.name}")
     if plan.policy.server_match:
         res = host.run("ps -eo pid=,args=", timeout=10)
         pats = [re.compile(p) for p in plan.policy.server_match]

@@ -22,6 +22,7 @@ from agent.loop.experiment import (
     cleanup,
     diagnose_row,
     run_experiment,
+    run_marker,
 )
 from agent.loop.ledger import AFTER_RESULT, BEFORE_RESULT, TERMINAL, ExperimentRow, Ledger, NightRow
 from agent.loop.plan import Plan, SearchParam, plan_digest
@@ -52,11 +53,20 @@ def signature_diagnosis(host: Host, row: ExperimentRow) -> Diagnosis | None:
 
     lines = re.split(r"[\r\n]", tail.data.decode("utf-8", errors="replace"))
     hits = scan(lines, kb)
-    for strength in ("fatal", "strong"):
+    # A hung server printed nothing fatal by definition; a phase line is no cause for it.
+    for strength in ("fatal",) if row.status == "hung" else ("fatal", "strong"):
         for m in hits:
             if m.strength == strength and m.label:
                 return Diagnosis(m.label, m.line.strip(), f"signature {m.signature}", "signatures")
     return None
+
+
+def _in_log(host: Host, row: ExperimentRow, line: str) -> bool:
+    """Evidence counts only when it occurs in this experiment's own log."""
+    if not row.log_path:
+        return False
+    data = host.read_tail(row.log_path, max_bytes=400_000).data.decode("utf-8", errors="replace")
+    return line.strip()[:200] in data
 
 
 def agent_diagnoser(home: Path | None = None, brain: str = "rulebook") -> Diagnoser:
@@ -70,10 +80,20 @@ def agent_diagnoser(home: Path | None = None, brain: str = "rulebook") -> Diagno
             return signature_diagnosis(host, row)
         settings = Settings(home=home) if home else Settings()
         report = Runner(settings).start(host, symptom=symptom, brain=brain)
-        if report.root_cause:
-            line = report.evidence[0].line if report.evidence else None
+        line = report.evidence[0].line if report.evidence else None
+        if report.root_cause and line and _in_log(host, row, line):
             return Diagnosis(report.root_cause, line, report.summary or report.status, "agent")
-        return signature_diagnosis(host, row) or Diagnosis(None, None, report.status, "agent")
+        fallback = signature_diagnosis(host, row)
+        if fallback:
+            return fallback
+        if report.root_cause:  # cited lines from elsewhere (another experiment's log): not stored
+            return Diagnosis(
+                None,
+                None,
+                f"agent said {report.root_cause} citing {line!r}, not in this log",
+                "agent",
+            )
+        return Diagnosis(None, None, report.status, "agent")
 
     return diagnose
 
@@ -201,21 +221,22 @@ class Night:
     def recover(self) -> None:
         """Finish or reset whatever a killed loop left in flight; then clean and revert anyway."""
         for row in self.ledger.experiments(self.night.id):
-            if row.phase in ("pending", "done"):
+            phase = row.phase  # cleanup() below moves the row's phase on; decide on this one
+            if phase in ("pending", "done"):
                 continue
             host = self._host(row.host)
             ctx = self._ctx(host)
-            marker = f"{self.night.id}.{row.seq}.{row.attempts}"
+            marker = run_marker(self.plan.name, self.night.id, row.seq, row.attempts)
             cleanup(ctx, row.pid, marker, row)
             bad = configs.revert(host, self.baselines[host.name], store_root=self._store_root(host))
             if bad:
                 raise configs.ConfigError(f"cannot restore baseline config on {host.name}: {bad}")
-            if row.phase in BEFORE_RESULT:
+            if phase in BEFORE_RESULT:
                 if row.kind == "search":
-                    self._fail_trial(row, f"interrupted during {row.phase}; params re-queued")
+                    self._fail_trial(row, f"interrupted during {phase}; params re-queued")
                 else:
                     self.ledger.update(row.id, status="pending", phase="pending", pid=None)
-            elif row.phase in AFTER_RESULT:
+            elif phase in AFTER_RESULT:
                 stored = self.ledger.get(row.id) or row
                 if stored.status in ("failed", "hung") and not stored.label and self.diagnoser:
                     ctx.diagnoser = self.diagnoser
@@ -225,13 +246,13 @@ class Night:
                 self.ledger.update(row.id, phase="done", ended=time.time())
         # At start-up, always: no marked process of ours survives, every config is baseline.
         keep = {
-            f"{self.night.id}.{r.seq}.{r.attempts}"
+            run_marker(self.plan.name, self.night.id, r.seq, r.attempts)
             for r in self.ledger.experiments(self.night.id)
             if r.kind == "final" and r.status == "ok"
         }
         keep_pids = {p for h in self.hosts for m in keep for p in launcher.marked_pids(h, marker=m)}
         for host in self.hosts:
-            for pid in launcher.marked_pids(host, prefix=f"{self.night.id}."):
+            for pid in launcher.marked_pids(host, prefix=f"{self.plan.name}/{self.night.id}."):
                 if pid not in keep_pids:
                     host.run(f"kill -KILL {pid} 2>/dev/null; true", timeout=5)
             bad = configs.revert(host, self.baselines[host.name], store_root=self._store_root(host))

@@ -1,0 +1,44 @@
+"""`pivot loop demo` end to end, as a user runs it: a whole night on the emulator."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+from agent.loop import launcher
+from agent.loop.cli import KNOWN_GOOD_SITECUSTOMIZE
+from agent.loop.ledger import TERMINAL, Ledger
+from tests.loop.conftest import REPO
+from tools.local_host import LocalHost
+
+
+def test_demo_night_end_to_end(tmp_path: Path) -> None:
+    state = tmp_path / "demo"
+    res = subprocess.run(
+        [sys.executable, "-m", "agent.cli", "loop", "demo", "--quiet", "--load-s", "0.3", "--state", str(state)],
+        cwd=REPO, capture_output=True, text=True, timeout=110,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr[-3000:]
+    report = Path(res.stdout.strip().splitlines()[-1])
+    assert report.exists() and report.suffix == ".md"
+    text = report.read_text()
+    night = Ledger(state / "ledger.db").night()
+    assert night and night.status == "done" and night.final_pid
+    rows = {r.name: r for r in Ledger(state / "ledger.db").experiments(night.id)}
+    assert all(r.status in TERMINAL for r in rows.values())
+    assert rows["fewer-nccl-channels"].status == "failed"
+    assert "Not enough memory" in (rows["fewer-nccl-channels"].evidence or "")
+    assert "No supported CUDA architectures" in (rows["flashinfer-fusion"].evidence or "")
+    assert rows["emulated-init-hang"].status == "hung"
+    assert sum(1 for n in rows if n.startswith("trial-")) == 3
+    assert rows["final"].status == "ok"
+    for needle in ("| baseline |", "## Failures", "Not enough memory", "## What to try next"):
+        assert needle in text
+    ET.fromstring((report.parent / "chart.svg").read_text())  # well-formed SVG
+    # the morning server was stopped by the demo; nothing of the night is left running
+    assert launcher.marked_pids(LocalHost(), prefix="demo/" + night.id) == []
+    assert (state / "site" / "sitecustomize.py").read_text() == KNOWN_GOOD_SITECUSTOMIZE or rows[
+        "final"
+    ].change  # only the final slot may leave its (best) change in place
