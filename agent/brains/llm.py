@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -122,9 +123,7 @@ class LLMBrain:
     def _complete(
         self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], choice: str
     ) -> dict[str, Any]:
-        key = hashlib.sha256(
-            json.dumps([self.model, messages, tools, choice], sort_keys=True).encode()
-        ).hexdigest()[:24]
+        key = _turn_key(self.model, messages, tools, choice)
         if self.replay_dir is not None:
             path = Path(self.replay_dir) / f"{key}.json"
             if not path.exists():
@@ -286,6 +285,22 @@ class LLMBrain:
                 Action(kind="check", tool=spec.name, args=args, why=f"asked: {text[:80]}")
             )
         return (_content(data) or "Checking.").strip(), actions
+
+
+#: The wall-clock budget in the prompt differs between a recorded run and its replay; the turn
+#: key leaves it out so `--replay-model` finds the recorded turn (the model still sees it).
+_VOLATILE = re.compile(r'"seconds": -?[0-9.]+')
+
+
+def _turn_key(model: str, messages: list[dict[str, Any]], tools: Any, choice: str) -> str:
+    stable = [
+        {**m, "content": _VOLATILE.sub('"seconds": 0', m["content"])}
+        if isinstance(m.get("content"), str)
+        else m
+        for m in messages
+    ]
+    blob = json.dumps([model, stable, tools, choice], sort_keys=True).encode()
+    return hashlib.sha256(blob).hexdigest()[:24]
 
 
 def _content(data: dict[str, Any]) -> str:
