@@ -26,6 +26,15 @@ def _rivals() -> dict:
     return yaml.safe_load((Path(__file__).parent / "knowledge" / "rivals.yaml").read_text())
 
 
+def alluded(text: str) -> list[str]:
+    """Labels an operator's words point at ("zombie" -> stale_gpu_process), without the usual suspects."""
+    out: list[str] = []
+    for pattern, lbls in (_rivals().get("symptom_words") or {}).items():
+        if re.search(pattern, text or ""):
+            out.extend(lbls)
+    return list(dict.fromkeys(out))
+
+
 def suspected(symptom: str) -> list[str]:
     r = _rivals()
     labels = list(r.get("always", []))

@@ -132,9 +132,8 @@ def _changes_possible(state: State) -> list[Action]:
         good_obs = reads.get(good)
         if good_obs is None:
             continue
-        good_text = good_obs["data"].get("text") or good_obs["data"].get("content")
-        cur_text = o["data"].get("text") or o["data"].get("content")
-        if not isinstance(good_text, str) or good_text == cur_text:
+        good_text = _whole_text(good_obs["data"])
+        if good_text is None or good_text == _whole_text(o["data"]):
             continue
         out.append(
             Action(
@@ -145,6 +144,20 @@ def _changes_possible(state: State) -> list[Action]:
             )
         )
     return out
+
+
+def _whole_text(data: dict[str, Any]) -> str | None:
+    """The file's exact text from a config_read result, or None when it was cut (then we cannot
+    restore it byte for byte and must not offer to)."""
+    text = data.get("text")
+    if not isinstance(text, list) or data.get("truncated"):
+        return None
+    body = "\n".join(text)
+    size = int(data.get("size") or 0)
+    for candidate in (body, body + "\n"):
+        if len(candidate.encode("utf-8")) == size:
+            return candidate
+    return None
 
 
 def decide(state: State, runtime: Runtime[RunContext]) -> dict[str, Any]:
@@ -169,6 +182,15 @@ def decide(state: State, runtime: Runtime[RunContext]) -> dict[str, Any]:
     if action.get("kind") == "check" and TOOLS[action["tool"]].changing:
         action = Action(**{**action, "kind": "change"})
     _emit("message", {"role": "agent", "text": _say(action)})
+    if action.get("kind") == "change":
+        _emit(
+            "approval_request",
+            {
+                "tool": action.get("tool"),
+                "args": action.get("args", {}),
+                "reason": action.get("why", ""),
+            },
+        )
     return {"action": action}
 
 
@@ -188,8 +210,7 @@ def approval(state: State, runtime: Runtime[RunContext]) -> dict[str, Any]:
     """Its own node: on resume interrupt() re-runs the node from the top, so nothing else is here."""
     a = state["action"] or Action()
     request = {"tool": a.get("tool"), "args": a.get("args", {}), "reason": a.get("why", "")}
-    _emit("approval_request", request)
-    decision = interrupt(request)
+    decision = interrupt(request)  # the approval_request event was sent by decide (runs once)
     approved = bool(isinstance(decision, dict) and decision.get("approve"))
     reason = str(decision.get("reason", "")) if isinstance(decision, dict) else ""
     _emit("approval", {**request, "approved": approved, "reason": reason})

@@ -227,11 +227,13 @@ def investigate(
     on_event: EventSink | None = None,
     approve: Callable[[ApprovalRequest], bool] | None = None,
     runner: Runner | None = None,
+    logs: list[str] | None = None,
+    configs: list[str] | None = None,
 ) -> Report:
     """One-shot run for evals and the loop: approvals go to `approve` (default: deny)."""
     r = runner or Runner(settings)
     try:
-        report = r.start(host, symptom, brain=brain, on_event=on_event)
+        report = r.start(host, symptom, brain=brain, on_event=on_event, logs=logs, configs=configs)
         while report.status == "awaiting_approval" and report.pending_approval is not None:
             ok = bool(approve(report.pending_approval)) if approve else False
             report = r.resume(

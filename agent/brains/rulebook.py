@@ -13,7 +13,7 @@ from pathlib import Path
 
 import yaml
 
-from agent.board import ranked
+from agent.board import alluded, ranked
 from agent.brains.base import Context
 from agent.signatures import load_signatures
 from agent.state import Action, State
@@ -123,6 +123,11 @@ class RulebookBrain:
     def follow_up(self, state: State, text: str, ctx: Context) -> tuple[str, list[Action]]:
         board = state.get("hypotheses", {})
         asked = [lbl for lbl in board if re.search(lbl.replace("_", "[ _-]?"), text, re.I)]
+        asked += [
+            lbl
+            for lbl in alluded(text)
+            if lbl in board and lbl not in asked and "why" in text.lower()
+        ]
         words = {w.lower() for w in re.findall(r"[A-Za-z]+", text)}
         asked += [
             lbl
