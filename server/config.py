@@ -24,6 +24,7 @@ class ServeConfig(BaseModel):
     local_host: bool = Field(True, description="offer the machine the service runs on as `local`")
     ping_s: float = Field(15.0, description="SSE keep-alive while a run waits for approval")
     reach_timeout_s: float = 1.0
+    loop_state: Path | None = Field(None, description="default: the loop's PIVOT_LOOP_STATE")
     ssh_config: Path | None = Field(None, description="default: tools.hosts / ~/.ssh/config")
 
     @classmethod

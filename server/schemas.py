@@ -107,12 +107,9 @@ class LoopStatus(BaseModel):
     status: dict[str, Any] = Field(default_factory=dict)
 
 
-class LedgerEntry(BaseModel):
-    model_config = ConfigDict(extra="allow")
-
-
 class Ledger(BaseModel):
     available: bool
+    plan: str | None = None
     baseline: float | None = None
     metric: str | None = None
     entries: list[dict[str, Any]] = Field(default_factory=list)

@@ -1,15 +1,19 @@
-"""The overnight loop's status and experiment ledger, read-only.
+"""The overnight loop's status and experiment ledger, read-only, for the page's ledger view.
 
-The ledger lives with the loop (agent/loop/ledger.py); until it exists the service answers with
-an empty ledger marked unavailable, so the page can say so instead of failing.
+The ledger is the loop's own SQLite file (agent/loop/ledger.py) under its state root, one
+directory per plan; the service reads the most recently written one. No loop installed, or no
+night yet, is an empty ledger marked unavailable, never an error.
 """
 
 from __future__ import annotations
 
 import importlib
+from collections import Counter
+from pathlib import Path
 from typing import Any
 
 from fastapi import APIRouter
+from starlette.concurrency import run_in_threadpool
 
 from server.deps import Config
 from server.schemas import Ledger, LoopStatus
@@ -17,58 +21,87 @@ from server.schemas import Ledger, LoopStatus
 router = APIRouter(prefix="/api/loop", tags=["loop"])
 
 
-def _ledger_module() -> Any | None:
+def _state_root(config: Any) -> Path:
+    if config.loop_state is not None:
+        return Path(config.loop_state)
     try:
-        return importlib.import_module("agent.loop.ledger")
-    except ModuleNotFoundError as exc:
-        if exc.name and "agent.loop" in exc.name:
+        return importlib.import_module("agent.loop.runner").default_state_dir()
+    except (ModuleNotFoundError, AttributeError):
+        return Path(config.home) / "loop"
+
+
+def _latest(root: Path) -> Path | None:
+    try:
+        dbs = sorted(root.glob("*/ledger.db"), key=lambda p: p.stat().st_mtime)
+    except OSError:
+        return None
+    return dbs[-1] if dbs else None
+
+
+def _read(config: Any) -> tuple[Any, list[Any], Path] | None:
+    """(night, experiments, db path) of the latest night, or None."""
+    try:
+        ledger_mod = importlib.import_module("agent.loop.ledger")
+    except ModuleNotFoundError:
+        return None
+    db = _latest(_state_root(config))
+    if db is None:
+        return None
+    ledger = ledger_mod.Ledger(db)
+    try:
+        night = ledger.night()
+        if night is None:
             return None
-        raise
-
-
-def _plain(x: Any) -> Any:
-    if hasattr(x, "model_dump"):
-        return x.model_dump(mode="json")
-    if isinstance(x, list | tuple):
-        return [_plain(i) for i in x]
-    return x
-
-
-def _call(mod: Any, names: tuple[str, ...], *args: Any) -> Any:
-    for name in names:
-        fn = getattr(mod, name, None)
-        if callable(fn):
-            return fn(*args)
-    raise LookupError(f"agent.loop.ledger has none of {names}")
+        return night, ledger.experiments(night.id), db
+    finally:
+        ledger.close()
 
 
 @router.get("/status", response_model=LoopStatus)
-def loop_status(config: Config) -> LoopStatus:
-    mod = _ledger_module()
-    if mod is None:
-        return LoopStatus(available=False, detail="the overnight loop is not installed here yet")
-    try:
-        status = _plain(_call(mod, ("loop_status", "status", "read_status"), config.home))
-    except (LookupError, OSError, ValueError) as exc:
-        return LoopStatus(available=False, detail=str(exc))
+async def loop_status(config: Config) -> LoopStatus:
+    got = await run_in_threadpool(_read, config)
+    if got is None:
+        return LoopStatus(available=False, detail="no overnight loop night found")
+    night, exps, db = got
+    current = next((e for e in exps if e.status == "running"), None)
     return LoopStatus(
-        available=True, status=status if isinstance(status, dict) else {"status": status}
+        available=True,
+        detail=str(db),
+        status={
+            "night": night.model_dump(mode="json"),
+            "experiments": len(exps),
+            "by_status": dict(Counter(e.status for e in exps)),
+            "current": None
+            if current is None
+            else {"name": current.name, "phase": current.phase, "started": current.started},
+        },
     )
 
 
 @router.get("/ledger", response_model=Ledger)
-def loop_ledger(config: Config) -> Ledger:
-    mod = _ledger_module()
-    if mod is None:
+async def loop_ledger(config: Config) -> Ledger:
+    got = await run_in_threadpool(_read, config)
+    if got is None:
         return Ledger(available=False)
-    try:
-        raw = _plain(_call(mod, ("ledger_view", "read_ledger", "load_ledger"), config.home))
-    except (LookupError, OSError, ValueError):
-        return Ledger(available=False)
-    if isinstance(raw, dict):
-        return Ledger(
-            available=True,
-            **{k: raw.get(k) for k in ("baseline", "metric") if k in raw},
-            entries=list(raw.get("entries", raw.get("experiments", []))),
-        )
-    return Ledger(available=True, entries=list(raw or []))
+    night, exps, _ = got
+    base = next((e for e in exps if e.kind == "baseline" and e.metric_mean is not None), None)
+    return Ledger(
+        available=True,
+        plan=night.plan_name,
+        baseline=base.metric_mean if base else None,
+        entries=[
+            {
+                "name": e.name,
+                "kind": e.kind,
+                "status": e.status,
+                "phase": e.phase,
+                "change": e.diff or e.change,
+                "metric": e.metric_mean,
+                "spread": e.metric_spread,
+                "gain": e.gain,
+                "label": e.label,
+                "evidence": e.evidence,
+            }
+            for e in exps
+        ],
+    )

@@ -5,7 +5,7 @@
 
 const $ = (sel) => document.querySelector(sel);
 const S = { token: localStorage.getItem("pivot.token") || "", session: null, lastSeq: 0,
-  hyps: new Map(), stream: null, host: "" };
+  hyps: new Map(), stream: null, host: "", decided: new Set() /* action keys already shown */ };
 
 function el(tag, attrs = {}, ...kids) {
   const e = document.createElement(tag);
@@ -74,7 +74,7 @@ async function loadLedger() {
   led.entries.forEach((e, i) => body.append(el("tr", {}, el("td", {}, String(i + 1)),
     el("td", {}, String(e.name || e.change || e.diff || "")), el("td", {}, String(e.status || "")), el("td", {}, fmt(metricOf(e))))));
   $("#ledger-chart").replaceChildren(chart(led.entries.map(metricOf), led.baseline));
-  $("#ledger-note").textContent = led.metric ? `metric: ${led.metric}` : "";
+  $("#ledger-note").textContent = `${led.plan ? "plan " + led.plan + "; " : ""}bars: metric per experiment (green beats the baseline); dashed: baseline`;
 }
 const metricOf = (e) => (typeof e.metric === "number" ? e.metric : e.metric_mean ?? e.mean ?? null);
 const fmt = (v) => (v == null ? "–" : Number(v).toPrecision(4));
@@ -97,7 +97,7 @@ function chart(values, baseline) {
 
 // -- one session ---------------------------------------------------------------------------
 function resetView() {
-  S.hyps.clear(); S.lastSeq = 0; renderBoard();
+  S.hyps.clear(); S.decided.clear(); S.lastSeq = 0; renderBoard();
   $("#chat").replaceChildren(); $("#observations").replaceChildren(); $("#approvals").replaceChildren();
   const c = $("#conclusion"); c.hidden = true; c.replaceChildren();
 }
@@ -164,7 +164,11 @@ function handle(ev) {
     case "observation": addObservation(d); break;
     case "hypothesis": for (const h of d.hypotheses || [d.hypothesis || d]) upsertHyp(h); break;
     case "finding": say("finding", `finding: ${d.name || d.signature || d.label || ""} ${d.line ? "— " + d.line : d.text || ""}`.trim()); break;
-    case "approval_request": say("agent", `wants to run ${d.tool}: ${d.reason || ""}`); status("waiting for your approval"); pollApprovals(ev.session_id); break;
+    case "approval_request":
+      // On resume the graph re-enters its approval node and repeats the request first: show once.
+      if (S.decided.has(actionKey(d))) break;
+      S.decided.add(actionKey(d));
+      say("agent", `wants to run ${d.tool}: ${d.reason || ""}`); status("waiting for your approval"); pollApprovals(ev.session_id); break;
     case "approval": say("approval", `${(d.approved ?? d.approve) ? "approved" : "denied"}${d.reason ? ": " + d.reason : ""}`); $("#approvals").replaceChildren(); break;
     case "message": streamText(d); break;
     case "conclusion": showReport(d.report || d); break;
@@ -172,6 +176,8 @@ function handle(ev) {
     case "session": status(`session ${ev.session_id}: running on ${d.host || S.host}`); break;
   }
 }
+
+const actionKey = (d) => JSON.stringify([d.tool, d.args]);
 
 let lastMsg = null;
 function streamText(d) {

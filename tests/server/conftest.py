@@ -63,7 +63,12 @@ class Live:
 
 def start_live(home: Path, **overrides: Any) -> Live:
     settings = Settings(home=home)
-    cfg = {"home": home, "card_dirs": [card_dir()], "allowed_roots": settings.allowed_roots}
+    cfg = {
+        "home": home,
+        "card_dirs": [card_dir()],
+        "allowed_roots": settings.allowed_roots,
+        "loop_state": home / "loop",  # hermetic: never the user's real ledger
+    }
     cfg.update(overrides)
     app = create_app(ServeConfig.model_validate(cfg), settings=settings, token=TOKEN)
     port = free_port()

@@ -167,3 +167,43 @@ def test_path_traversal_refused(rooted: tuple[Live, Path], path: str, status: in
         r = c.get("/api/hosts/local/file", params={"path": path.format(root=root)})
     assert r.status_code == status, r.text
     assert "do not read me" not in r.text and "root:" not in r.text
+
+
+def test_loop_ledger_read_from_the_loops_own_ledger(tmp_path: Path) -> None:
+    from agent.loop.ledger import ExperimentRow, Ledger
+
+    state = tmp_path / "loop"
+    ledger = Ledger(state / "demo-plan" / "ledger.db")
+    night, _ = ledger.open_night("demo-plan", "digest", str(state / "demo-plan"))
+    rows = [
+        ("baseline", "baseline", "ok", 100.0),
+        ("fewer-nccl-channels", "ranked", "failed", None),
+        ("mem-fraction-0.6", "ranked", "kept", 112.5),
+    ]
+    for seq, (name, kind, status, metric) in enumerate(rows, 1):
+        ledger.add(
+            ExperimentRow(
+                id=f"e{seq}", night_id=night.id, seq=seq, name=name, kind=kind,  # type: ignore[arg-type]
+                status=status, metric_mean=metric, label="kv_cache_no_room" if metric is None else None,
+            )
+        )  # fmt: skip
+    ledger.close()
+    srv = start_live(tmp_path / "home", loop_state=state)
+    empty = start_live(tmp_path / "home2", loop_state=tmp_path / "nothing")
+    try:
+        with srv.client() as c:
+            led = c.get("/api/loop/ledger").json()
+            st = c.get("/api/loop/status").json()
+        with empty.client() as c:
+            assert c.get("/api/loop/ledger").json()["available"] is False
+            assert c.get("/api/loop/status").json()["available"] is False
+    finally:
+        srv.stop()
+        empty.stop()
+    assert led["available"] and led["plan"] == "demo-plan" and led["baseline"] == 100.0
+    assert [(e["name"], e["status"], e["metric"]) for e in led["entries"]] == [
+        (n, s, m) for n, _, s, m in rows
+    ]
+    assert led["entries"][1]["label"] == "kv_cache_no_room"
+    assert st["available"] and st["status"]["experiments"] == 3
+    assert st["status"]["by_status"] == {"ok": 1, "failed": 1, "kept": 1}

@@ -30,7 +30,19 @@ pytestmark = pytest.mark.skipif(
 def test_investigate_approve_and_conclude_in_the_page(live: Live) -> None:
     from playwright.sync_api import expect, sync_playwright
 
+    from agent.loop.ledger import ExperimentRow, Ledger
+
     ARTIFACTS.mkdir(exist_ok=True)
+    ledger = Ledger(live.home / "loop" / "nccl-plan" / "ledger.db")  # the loop's own ledger file
+    night, _ = ledger.open_night("nccl-plan", "digest", str(live.home / "loop" / "nccl-plan"))
+    for seq, (name, kind, metric) in enumerate(
+        [("baseline", "baseline", 1000.0), ("nccl-buffsize", "ranked", 1085.0),
+         ("fewer-channels", "ranked", None), ("cuda-graph-bs-48", "ranked", 960.0)], 1
+    ):  # fmt: skip
+        ledger.add(ExperimentRow(id=f"e{seq}", night_id=night.id, seq=seq, name=name,
+                                 kind=kind, status="ok" if metric else "failed",  # type: ignore[arg-type]
+                                 metric_mean=metric))  # fmt: skip
+    ledger.close()
     with live.client() as c:  # a todo and a handoff for the host, so the side panel has content
         c.post(f"/api/hosts/{SEED}/todos", json={"text": "retry fewer-channels with 0.50"})
         c.post(
@@ -49,6 +61,9 @@ def test_investigate_approve_and_conclude_in_the_page(live: Live) -> None:
             page.select_option("#host", SEED)
             expect(page.locator("#todos")).to_contain_text("retry fewer-channels with 0.50")
             expect(page.locator("#handoff")).to_contain_text("NCCL exp 1b died")
+            expect(page.locator("#ledger tbody tr")).to_have_count(4)
+            assert page.locator("#ledger-chart svg rect").count() == 3  # the failed one has no bar
+            assert page.locator("#ledger-chart svg line[stroke-dasharray]").count() == 1
 
             page.fill("#chat-text", 'Died at start-up with "Not enough memory". GPUs held?')
             page.press("#chat-text", "Enter")  # Enter sends
