@@ -133,7 +133,8 @@ def collect(host: Host, options: CaptureOptions) -> tuple[dict[str, Any], list[s
 
     keep("nvidia_smi", CARD_QUERY)
     keep("nvidia_smi_full", "nvidia-smi")
-    keep("ps", "ps aux")
+    # ww: full command lines even when COLUMNS is set (ps would cut them at its width)
+    keep("ps", "ps auxww")
     # The tail of `dmesg -T`, but with dmesg's own exit status (a pipe would report tail's).
     keep(
         "dmesg",
