@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import socket
+import time
 from pathlib import Path
 
 import pytest
@@ -207,3 +208,20 @@ def test_loop_ledger_read_from_the_loops_own_ledger(tmp_path: Path) -> None:
     assert led["entries"][1]["label"] == "kv_cache_no_room"
     assert st["available"] and st["status"]["experiments"] == 3
     assert st["status"]["by_status"] == {"ok": 1, "failed": 1, "kept": 1}
+
+
+def test_eval_run_over_shipped_cards(live: Live) -> None:
+    cards = ["h200-port-in-use.yaml", "seed-sglang-fewchan-kv-oom.yaml"]
+    with live.client() as c:
+        assert c.post("/api/evals", json={"paths": ["../../etc/passwd"]}).status_code == 400
+        assert c.post("/api/evals", json={"paths": ["no-such-card.yaml"]}).status_code == 404
+        r = c.post("/api/evals", json={"paths": cards})
+        assert r.status_code == 202, r.text
+        eid = r.json()["eval_id"]
+        deadline = time.monotonic() + 60
+        while (run := c.get(f"/api/evals/{eid}").json())["status"] == "running":
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        assert c.get("/api/evals/nope").status_code == 404
+    assert run["status"] == "done", run.get("error")
+    assert run["result"]["summary"]["cards"] == 2
