@@ -238,7 +238,8 @@ def _finish(
     if stored.status in ("failed", "hung") and ctx.diagnoser is not None:
         _phase(ctx, stored, "diagnose")
         diagnose_row(ctx, stored)
-    led.update(row.id, phase="done", ended=time.time(), duration_s=round(time.time() - t0, 3))
+    led.update(row.id, ended=time.time(), duration_s=round(time.time() - t0, 3))
+    _phase(ctx, row, "done")
     return led.get(row.id) or stored
 
 

@@ -225,11 +225,8 @@ def stop(host: Host, pid: int | None, marker: str | None, grace_s: float = 5.0) 
     if pid:
         host.run(f"kill -TERM -- -{pid} 2>/dev/null; kill -TERM {pid} 2>/dev/null; true", timeout=5)
         deadline = time.monotonic() + grace_s
-        while time.monotonic() < deadline:
-            res = host.run(f"kill -0 -- -{pid} 2>/dev/null && echo alive || echo gone", timeout=5)
-            if "gone" in res.stdout:
-                break
-            time.sleep(0.1)
+        while time.monotonic() < deadline and group_alive(host, pid):
+            time.sleep(0.05)
         host.run(f"kill -KILL -- -{pid} 2>/dev/null; kill -KILL {pid} 2>/dev/null; true", timeout=5)
     left: list[int] = []
     for _ in range(20):
@@ -241,6 +238,16 @@ def stop(host: Host, pid: int | None, marker: str | None, grace_s: float = 5.0) 
         host.run("kill -KILL " + " ".join(map(str, left)) + " 2>/dev/null; true", timeout=5)
         time.sleep(0.1)
     return left
+
+
+def group_alive(host: Host, pgid: int) -> bool:
+    """Any non-zombie member left in the process group (a zombie waits on a slow reaper and
+    holds nothing; `kill -0 -PGID` would call it alive)."""
+    res = host.run(
+        f"ps -eo pgid=,stat= | awk '$1 == {pgid} && $2 !~ /^Z/ {{ n++ }} END {{ print n + 0 }}'",
+        timeout=5,
+    )
+    return res.ok and res.stdout.strip() not in ("", "0")
 
 
 def _alive(host: Host, pid: int) -> bool:
