@@ -16,6 +16,7 @@ Why it looks the way it does (see ../shared/stack-notes.md):
 from __future__ import annotations
 
 import base64
+import contextlib
 import getpass
 import hashlib
 import logging
@@ -30,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import paramiko
+from paramiko.common import cMSG_CHANNEL_REQUEST
 
 from tools.host import (
     DEFAULT_MAX_BYTES,
@@ -196,6 +198,34 @@ def _wrap(command: str, timeout: float) -> str:
         f"else exec sh -c {inner}; fi"
     )
     return "exec sh -c " + shlex.quote(script)
+
+
+def _signal(chan: paramiko.Channel, name: str) -> None:
+    """Send an SSH "signal" request (RFC 4254 6.9); OpenSSH delivers it to the command.
+
+    `timeout` (our wrapper) forwards TERM to its whole process group, so the command ends now
+    and sshd frees the session at once, instead of at the `timeout -s KILL` backstop. paramiko
+    has no public call for this request, hence the private send.
+    """
+    m = paramiko.Message()
+    m.add_byte(cMSG_CHANNEL_REQUEST)
+    m.add_int(chan.remote_chanid)
+    m.add_string("signal")
+    m.add_boolean(False)
+    m.add_string(name)
+    # If the connection is gone, so is the command's session.
+    with contextlib.suppress(paramiko.SSHException, EOFError, OSError, AttributeError):
+        chan.transport._send_user_message(m)  # type: ignore[union-attr]
+
+
+class _QuietChannelRefusals(logging.Filter):
+    """paramiko logs every refused channel open at ERROR; SSHHost retries those itself."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "open FAILED" not in record.getMessage()
+
+
+logging.getLogger("paramiko.transport").addFilter(_QuietChannelRefusals())
 
 
 class SSHHost:
@@ -594,6 +624,8 @@ class SSHHost:
                 return _Outcome(dropped=True)
             raise
         finally:
+            if (o.timed_out or o.truncated) and not chan.closed:
+                _signal(chan, "TERM")
             chan.close()
         if o.timed_out:
             o.error = (
