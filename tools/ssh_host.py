@@ -453,7 +453,14 @@ class SSHHost:
                 else f"check permissions on {path} for user {self.target.user}",
             )
         head, _, data = o.out.partition(b"\n")
-        size = int(head.strip() or b"0")
+        if not head.strip().isdigit():
+            return FileTail(
+                host=self.name,
+                path=path,
+                error=f"reading {path} on {self.name}: `stat -c %s` printed {head[:80]!r}",
+                fix="the host needs GNU coreutils stat/tail; read the file with another tool",
+            )
+        size = int(head)
         return FileTail(host=self.name, path=path, data=data, size=size, bytes_read=len(data))
 
     def write_file(self, path: str, data: bytes, mode: int | None = None) -> CommandResult:
