@@ -98,7 +98,7 @@ def load_cards(files: Iterable[Path]) -> tuple[list[LoadedCard], list[CardResult
 
 # -- the worker: one Runner, many cards -----------------------------------------------------------
 class _Worker:
-    def __init__(self, root: str, options: EvalOptions) -> None:
+    def __init__(self, root: str, options: EvalOptions, in_memory: bool = True) -> None:
         from agent.runner import Runner
         from agent.settings import Settings
 
@@ -107,8 +107,11 @@ class _Worker:
         self.brain = options.brain
         self.settings = Settings(
             home=home,
-            memory_db=home / "memory.db",
-            checkpoint_db=home / "checkpoints.db",
+            # An eval run never resumes in another process and nobody reads its trajectory
+            # later, so SQLite stays in memory: per-step checkpoint commits were most of the
+            # cost of a replayed card on disk.
+            memory_db=Path(":memory:") if in_memory else home / "memory.db",
+            checkpoint_db=Path(":memory:") if in_memory else home / "checkpoints.db",
             brain=options.brain,
             llm_record_dir=options.record_dir,
             llm_replay_dir=options.replay_dir,
