@@ -66,18 +66,24 @@ def build(
         if h is None:
             continue
         h["score"] += f["strength"]
-        ev = {"observation": f["observation"], "line": f["line"], "note": f["note"]}
+        ev = {
+            "observation": f["observation"],
+            "line": f["line"],
+            "note": f["note"],
+            "w": abs(f["strength"]),
+        }
         (h["evidence"] if f["strength"] > 0 else h["against"]).append(ev)
     _explain(board)
+    _exclude(board, findings)
     for h in board.values():
-        pos = sum(f["strength"] for f in findings if f["label"] == h["label"] and f["strength"] > 0)
+        pos = sum(float(e.get("w", 0)) for e in h["evidence"])
         if h["score"] <= REFUTED_AT and pos < SUPPORTED_AT:
             h["status"] = "refuted"
         elif h["score"] >= SUPPORTED_AT:
             h["status"] = "supported"
         else:
             h["status"] = "open"
-        h["evidence"].sort(key=lambda e: 0 if "signature" in e.get("note", "") else 1)
+        h["evidence"].sort(key=lambda e: -float(e.get("w", 0)))
         h["check"] = (checks or {}).get(h["label"], "")
         if previous and previous.get(h["label"], {}).get("status") == "confirmed":
             h["status"] = "confirmed"
@@ -101,8 +107,47 @@ def _explain(board: dict[str, Hypothesis]) -> None:
                 continue
             moved = 0.6 * e["score"]
             c["score"] += moved
-            e["score"] -= moved
             c["evidence"].extend(x for x in e["evidence"][:1] if x not in c["evidence"])
+            if c["score"] >= e["score"] + 1.0 and c["evidence"]:
+                # a consequence of the cause, not a cause: ruled out as the root cause
+                e["score"] = min(e["score"] - moved, REFUTED_AT)
+                top = c["evidence"][0]
+                e["against"].append({**top, "note": f"a consequence of {cause}", "w": 2.0})
+                e["evidence"] = []
+            else:
+                e["score"] -= moved
+
+
+@lru_cache(maxsize=1)
+def _exclusive() -> list[list[str]]:
+    return yaml.safe_load((Path(__file__).parent / "knowledge" / "exclusive.yaml").read_text())
+
+
+def _exclude(board: dict[str, Hypothesis], findings: list[Finding]) -> None:
+    for group in _exclusive():
+        proven = [
+            f
+            for f in findings
+            if f["label"] in group
+            and f["kind"] == "fatal"
+            and board.get(f["label"] or "", {}).get("score", 0) >= 3
+        ]
+        if not proven:
+            continue
+        winner = proven[0]
+        for label in group:
+            h = board.get(label)
+            if h is None or label == winner["label"] or any(e for e in h["evidence"]):
+                continue
+            h["score"] = min(h["score"], REFUTED_AT)
+            h["against"].append(
+                {
+                    "observation": winner["observation"],
+                    "line": winner["line"],
+                    "note": f"the end was {winner['label']}: {winner['note']}",
+                    "w": 3.0,
+                }
+            )
 
 
 def _empty(label: str) -> Hypothesis:

@@ -22,8 +22,9 @@ TEXT_TOOLS = {"log_tail", "log_search", "dmesg", "host_facts"}
 OTHER_PROC_MEM = re.compile(r"Process (\d+) has ([\d.]+) ([GM]iB) memory in use")
 BIND_PORT = re.compile(r"(?:port|:)\s*(\d{2,5})\b")
 #: A traceback or an exception line means the process reported its own failure.
+EXCEPTION_LINE = re.compile(r"\b[A-Z]\w*(?:Error|Exception): ")
 OWN_ERROR = re.compile(
-    r"Traceback \(most recent call last\)|^\s*[\w.]*(Error|Exception): |\bFATAL\b|\bfatal error\b"
+    r"Traceback \(most recent call last\)|\b[A-Z]\w*(?:Error|Exception): |\bFATAL\b|\bfatal error\b"
 )
 LAUNCH_PORT = re.compile(r"--port[ =](\d{2,5})\b|\bport=(\d{2,5})\b")
 
@@ -71,9 +72,7 @@ def compute(observations: list[Observation]) -> tuple[list[Finding], Facts]:
     fatal_lines = [(o, m) for o, m in hits if m.strength == "fatal"]
     first_fatal = fatal_lines[0][1].line if fatal_lines else None
     strong_sum: dict[str, float] = {}
-    stale_possible = bool(
-        [p for p, mib in facts.gpu_pids.items() if mib >= 1024 and p not in facts.server_pids]
-    ) or (facts.gpu_clean is False and facts.server_alive is not True)
+    stale_possible = stale_gpu_possible(facts, hits)
     for o, m in hits:
         if m.label is None or m.signature.startswith(PHASE_PREFIX):
             continue  # phase lines only say when an OOM happened; see _oom_phase
@@ -81,10 +80,23 @@ def compute(observations: list[Observation]) -> tuple[list[Finding], Facts]:
         label = m.label
         if m.strength == "fatal" and m.line == first_fatal:
             w += 0.5  # the first fatal line is usually the cause; later ones are fallout
+        if m.strength == "strong" and EXCEPTION_LINE.search(m.line):
+            w = WEIGHT["fatal"]  # the exception that ended the process carries this message
         if m.strength == "fatal" and label in OOM_LABELS:
             label, phase = _oom_phase(o, m, hits)
             if phase is not None:
                 add(label, "phase", 1.0, o["id"], phase.line, f"the OOM came {phase.signature}")
+                other = next(x for x in OOM_LABELS if x != label)
+                add(
+                    other,
+                    "phase",
+                    -2.5,
+                    o["id"],
+                    phase.line,
+                    "loading had finished before the OOM"
+                    if label == "cuda_oom_runtime"
+                    else "the OOM came while weights were still loading",
+                )
         if label == "stale_gpu_process" and not stale_possible:
             w = min(w, WEIGHT["weak"])  # torch names "Process N" even when N is the server itself
         if m.strength == "strong":
@@ -98,6 +110,30 @@ def compute(observations: list[Observation]) -> tuple[list[Finding], Facts]:
     _liveness_rules(facts, observations, hits, add)
     _host_rules(facts, hits, add)
     return findings, facts
+
+
+MEMORY_LABELS = {"gpu_oom_weights", "cuda_oom_runtime", "kv_cache_no_room", "stale_gpu_process"}
+
+
+def died_for_memory(hits: list[tuple[Observation, Match]]) -> bool:
+    """The launch died of a GPU-memory failure (an OOM, no room for the KV cache, too little free
+    memory at start): then other holders of GPU memory are suspects, even server-like ones."""
+    return any(m.strength == "fatal" and m.label in MEMORY_LABELS for _, m in hits)
+
+
+def leftover_holders(facts: Facts, hits: list[tuple[Observation, Match]]) -> dict[int, float]:
+    """GPU pids holding >= 1 GiB that are not the running server. After a memory failure, even
+    server-like processes (orphaned workers of an earlier launch) count: the launch is dead."""
+    running = set() if died_for_memory(hits) else set(facts.server_pids)
+    return {p: mib for p, mib in facts.gpu_pids.items() if mib >= 1024 and p not in running}
+
+
+def stale_gpu_possible(facts: Facts, hits: list[tuple[Observation, Match]]) -> bool:
+    """The guardrail's condition: another pid holds GPU memory now (or memory is held while no
+    server runs, or after the launch died of a memory failure)."""
+    if leftover_holders(facts, hits):
+        return True
+    return facts.gpu_clean is False and (facts.server_alive is False or died_for_memory(hits))
 
 
 def _search_rules(observations: list[Observation], hits, add) -> None:  # type: ignore[no-untyped-def]
@@ -153,10 +189,9 @@ def _oom_phase(
 
 
 def _stale_rules(facts: Facts, observations: list[Observation], hits, add) -> None:  # type: ignore[no-untyped-def]
-    alive_servers = set(facts.server_pids)
-    holders = {
-        pid: mib for pid, mib in facts.gpu_pids.items() if mib >= 1024 and pid not in alive_servers
-    }
+    launch_died = died_for_memory(hits)
+    alive_servers = set() if launch_died else set(facts.server_pids)
+    holders = leftover_holders(facts, hits)
     if holders:
         for pid, mib in holders.items():
             add(
@@ -176,7 +211,7 @@ def _stale_rules(facts: Facts, observations: list[Observation], hits, add) -> No
                     facts.procs[pid],
                     f"pid {pid} is alive: {facts.procs[pid][:80]}",
                 )
-    elif facts.gpu_clean is False and facts.server_alive is False:
+    elif facts.gpu_clean is False and (facts.server_alive is False or launch_died):
         busiest = max(facts.gpus, key=lambda g: g.used_mib or 0)
         add(
             "stale_gpu_process",

@@ -9,7 +9,7 @@
 from __future__ import annotations
 
 from agent.facts import Facts
-from agent.findings import signature_hits
+from agent.findings import signature_hits, stale_gpu_possible
 from agent.state import Action, Observation
 from tools.taxonomy import LABELS
 
@@ -58,11 +58,7 @@ def check_conclusion(action: Action, observations: list[Observation], facts: Fac
         if not any(facts.log_growth.values()):
             problems.append("[still_starting] needs the log to advance between two reads")
     elif label == "stale_gpu_process":
-        holders = [
-            p for p, mib in facts.gpu_pids.items() if mib >= 1024 and p not in facts.server_pids
-        ]
-        busy_without_server = facts.gpu_clean is False and facts.server_alive is False
-        if not holders and not busy_without_server:
+        if not stale_gpu_possible(facts, signature_hits(observations)):
             problems.append("[stale_gpu_process] needs GPU memory held by another pid now")
     elif label == "killed_externally":
         signalled = any(

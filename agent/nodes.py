@@ -58,7 +58,11 @@ def sweep(state: State, runtime: Runtime[RunContext]) -> dict[str, Any]:
         if t in TOOLS
     ]
     if "find_logs" in TOOLS:
-        wave1.append(("find_logs", {}))
+        # the usual places first, then the whole tree shallowly: containers put logs in /app,
+        # /tensorrtllm_backend, /home/<user>/..., wherever the launch script ran
+        from tools.find_logs import DEFAULT_ROOTS
+
+        wave1.append(("find_logs", {"roots": [*DEFAULT_ROOTS, "/home", "/"], "max_depth": 4}))
     obs1 = run_many(host, wave1, 1, 0)
     for o in obs1:
         _emit("observation", _obs_event(o))

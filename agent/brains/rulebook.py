@@ -181,20 +181,19 @@ def _default_args(tool: str, state: State) -> dict | None:
     return {}
 
 
-def _diverse(
-    evidence: list[dict[str, str]], most: int = 5, per_obs: int = 2
-) -> list[dict[str, str]]:
-    """The strongest lines first, at most two per observation: a log line and the host fact
-    that backs it convince more than five lines of one traceback."""
-    out: list[dict[str, str]] = []
-    count: dict[str, int] = {}
+def _diverse(evidence: list[dict[str, str]], most: int = 5) -> list[dict[str, str]]:
+    """Strongest first, then round-robin over observations: the log line and the host fact that
+    backs it convince more than five lines of one traceback."""
+    by_obs: dict[str, list[dict[str, str]]] = {}
     for e in evidence:
-        if count.get(e["observation"], 0) >= per_obs or any(e["line"] == x["line"] for x in out):
-            continue
-        count[e["observation"]] = count.get(e["observation"], 0) + 1
-        out.append({"observation": e["observation"], "line": e["line"]})
-        if len(out) >= most:
-            break
+        by_obs.setdefault(e["observation"], []).append(e)
+    out: list[dict[str, str]] = []
+    while len(out) < most and any(by_obs.values()):
+        for queue in list(by_obs.values()):
+            if queue and len(out) < most:
+                e = queue.pop(0)
+                if all(e["line"] != x["line"] for x in out):
+                    out.append({"observation": e["observation"], "line": e["line"]})
     return out
 
 
