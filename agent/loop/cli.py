@@ -99,7 +99,7 @@ def prepare_demo(state_dir: Path, load_s: float = 1.0, gpu: bool = False) -> Pla
     site.mkdir(parents=True, exist_ok=True)
     (site / "sitecustomize.py").write_text(KNOWN_GOOD_SITECUSTOMIZE, encoding="utf-8")
     repo = Path(__file__).resolve().parents[2]
-    return load_plan(
+    plan = load_plan(
         DEMO_PLAN,
         {
             "PYTHON": sys.executable,
@@ -110,6 +110,10 @@ def prepare_demo(state_dir: Path, load_s: float = 1.0, gpu: bool = False) -> Pla
             "GPU_FLAG": "--gpu" if gpu else "",
         },
     )
+    if gpu:  # importing torch and taking the GPU's memory prints nothing for several seconds
+        plan.baseline.timeouts.stall_s = max(plan.baseline.timeouts.stall_s, 25.0)
+        plan.baseline.timeouts.ready_s = max(plan.baseline.timeouts.ready_s, 120.0)
+    return plan
 
 
 @loop_app.command("run")
