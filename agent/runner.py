@@ -157,7 +157,11 @@ class Runner:
         )
         try:
             for mode, chunk in self.graph.stream(
-                inp, self._config(sid), context=ctx, stream_mode=["custom", "updates"]
+                inp,
+                self._config(sid),
+                context=ctx,
+                stream_mode=["custom", "updates"],
+                durability=self.settings.checkpoint_durability,
             ):
                 if mode == "custom" and isinstance(chunk, dict):
                     sink(chunk.get("type", "message"), chunk.get("data", {}))

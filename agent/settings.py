@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -39,6 +40,9 @@ class Settings(BaseSettings):
         None, description="rulebook | llm; default: llm iff an endpoint is set"
     )
     budget: Budget = Field(default_factory=Budget)
+    #: when LangGraph writes checkpoints: "sync"/"async" after every step (a crashed run resumes
+    #: where it was), "exit" only when the run pauses or ends (evals, which never resume)
+    checkpoint_durability: Literal["sync", "async", "exit"] = "async"
     #: Directories whose files may be read as logs/configs through the API, per host alias;
     #: "*" applies to every host.
     allowed_roots: dict[str, list[str]] = Field(

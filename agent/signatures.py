@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, Field, field_validator, model_validator
+from pydantic import BaseModel, Field, PrivateAttr, field_validator, model_validator
 
 from tools.taxonomy import LABELS
 
@@ -34,6 +34,10 @@ class Signature(BaseModel):
     next_step: str = ""
     source: str = ""
     examples: list[str] = Field(min_length=1, description="real lines that must match")
+    _rx: tuple[re.Pattern[str], ...] = PrivateAttr(default=())
+    _unless: tuple[re.Pattern[str], ...] = PrivateAttr(default=())
+    #: lower-cased text each pattern needs; a line without any of them cannot match (fast path)
+    _lits: tuple[str, ...] | None = PrivateAttr(default=None)
 
     @field_validator("label")
     @classmethod
@@ -44,11 +48,13 @@ class Signature(BaseModel):
 
     @model_validator(mode="after")
     def _compiles_and_matches(self) -> Signature:
-        for p in [*self.patterns, *self.unless]:
-            try:
-                re.compile(p)
-            except re.error as exc:
-                raise ValueError(f"{self.id}: bad regex {p!r}: {exc}") from exc
+        try:
+            self._rx = tuple(re.compile(p) for p in self.patterns)
+            lits = [required_literal(p) for p in self.patterns]
+            self._lits = None if any(x is None for x in lits) else tuple(x for x in lits if x)
+            self._unless = tuple(re.compile(p) for p in self.unless)
+        except re.error as exc:
+            raise ValueError(f"{self.id}: bad regex: {exc}") from exc
         for ex in self.examples:
             if not self.matches(ex):
                 raise ValueError(f"{self.id}: example does not match: {ex!r}")
@@ -56,15 +62,67 @@ class Signature(BaseModel):
             raise ValueError(f"{self.id}: a {self.strength} signature needs a label")
         return self
 
-    def matches(self, line: str) -> bool:
-        return any(r.search(line) for r in _compiled(tuple(self.patterns))) and not any(
-            r.search(line) for r in _compiled(tuple(self.unless))
+    def matches(self, line: str, lower: str | None = None) -> bool:
+        if self._lits is not None:
+            low = lower if lower is not None else line.lower()
+            if not any(lit in low for lit in self._lits):
+                return False
+        return any(r.search(line) for r in self._rx) and not any(
+            r.search(line) for r in self._unless
         )
 
 
-@lru_cache(maxsize=4096)
-def _compiled(patterns: tuple[str, ...]) -> tuple[re.Pattern[str], ...]:
-    return tuple(re.compile(p) for p in patterns)
+_META = set(".^$*+?{}[]|()")
+_ESCAPED_LITERAL = set(".()[]{}*+?|^$/\\-:'\" #=<>,;!@%&~`")
+
+
+def required_literal(pattern: str) -> str | None:
+    """Lower-cased text that every match of `pattern` contains, or None when unsure.
+
+    Conservative: only a literal run at the start (after `(?i)` or a `[Xx](?i:` opener, as
+    docs/signatures.md asks patterns to begin) is used, and a top-level `|` gives up."""
+    depth, in_class, esc = 0, False, False
+    for ch in pattern:
+        if esc:
+            esc = False
+            continue
+        if ch == "\\":
+            esc = True
+        elif in_class:
+            in_class = ch != "]"
+        elif ch == "[":
+            in_class = True
+        elif ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+        elif ch == "|" and depth == 0:
+            return None
+    p = pattern
+    if p.startswith("(?i)"):
+        p = p[4:]
+    out = ""
+    m = re.match(r"\[([A-Za-z])([A-Za-z])\]\(\?i:", p)
+    if m and m.group(1).lower() == m.group(2).lower():
+        out, p = m.group(1).lower(), p[m.end() :]
+    i = 0
+    while i < len(p):
+        ch = p[i]
+        if ch == "\\" and i + 1 < len(p):
+            nxt = p[i + 1]
+            if nxt in _ESCAPED_LITERAL:
+                out += nxt
+                i += 2
+                continue
+            break
+        if ch in _META:
+            if ch in "*?{" and out:
+                out = out[:-1]  # the last char was optional or repeated
+            break
+        out += ch
+        i += 1
+    out = out.lower()
+    return out if len(out) >= 3 else None
 
 
 class SignatureFile(BaseModel):
@@ -106,14 +164,44 @@ class Match(BaseModel):
 
 
 def scan(lines: list[str], signatures: tuple[Signature, ...] | None = None) -> list[Match]:
-    """Every (line, signature) hit, in line order; one line may hit several signatures."""
-    sigs = signatures if signatures is not None else load_signatures()
+    """Every (line, signature) hit, in line order; one line may hit several signatures.
+
+    Observations never change once taken, and each decision re-reads them, so scans of the
+    knowledge base are memoised by the lines themselves."""
+    if signatures is None:
+        return list(_scan_cached(tuple(lines)))
+    return _scan(lines, signatures)
+
+
+@lru_cache(
+    maxsize=64
+)  # one investigation's observations; small so evals stay honest (cold per card)
+def _scan_cached(lines: tuple[str, ...]) -> tuple[Match, ...]:
+    return tuple(_scan(list(lines), load_signatures()))
+
+
+_COMPILED: dict[int, tuple[tuple[Signature, ...], list[tuple]]] = {}
+
+
+def _compiled(sigs: tuple[Signature, ...]) -> list[tuple]:  # type: ignore[type-arg]
+    """Plain tuples: pydantic private attributes are slow to read in the innermost loop."""
+    hit = _COMPILED.get(id(sigs))
+    if hit is None or hit[0] is not sigs:
+        hit = (sigs, [(s, s._lits, s._rx, s._unless) for s in sigs])
+        _COMPILED[id(sigs)] = hit
+    return hit[1]
+
+
+def _scan(lines: list[str], sigs: tuple[Signature, ...]) -> list[Match]:
     hits: list[Match] = []
     for i, line in enumerate(lines):
         if not line.strip():
             continue
-        for s in sigs:
-            if s.matches(line):
+        low = line.lower()
+        for s, lits, rx, unless in _compiled(sigs):
+            if lits is not None and not any(lit in low for lit in lits):
+                continue
+            if any(r.search(line) for r in rx) and not any(r.search(line) for r in unless):
                 hits.append(
                     Match(signature=s.id, label=s.label, strength=s.strength, line=line, line_no=i)
                 )

@@ -113,6 +113,7 @@ class _Worker:
             memory_db=Path(":memory:") if in_memory else home / "memory.db",
             checkpoint_db=Path(":memory:") if in_memory else home / "checkpoints.db",
             brain=options.brain,
+            checkpoint_durability="exit",  # nothing resumes an eval run mid-way
             llm_record_dir=options.record_dir,
             llm_replay_dir=options.replay_dir,
         )
