@@ -33,5 +33,7 @@ def build_graph(checkpointer=None):  # type: ignore[no-untyped-def]
     )
     g.add_conditional_edges("approval", nodes.route_approval, ["act", "analyze"])
     g.add_edge("act", "analyze")
-    g.add_conditional_edges("conclude", nodes.route_conclusion, {"decide": "decide", "end": END})
+    g.add_conditional_edges(
+        "conclude", nodes.route_conclusion, {"decide": "decide", "approval": "approval", "end": END}
+    )
     return g.compile(checkpointer=checkpointer)

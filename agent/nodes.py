@@ -70,6 +70,13 @@ def sweep(state: State, runtime: Runtime[RunContext]) -> dict[str, Any]:
     symptom_paths = ABS_PATH.findall(state.get("symptom", ""))
     logs, configs = split_paths(list(dict.fromkeys([*ctx.extra_logs, *symptom_paths, *paths])))
     configs = list(dict.fromkeys([*ctx.extra_configs, *configs]))
+    # the operator named the log/config: that is the launch in question, not whatever else
+    # happens to be on the box (other servers' logs, old runs)
+    if ctx.extra_logs:
+        logs = list(dict.fromkeys([*ctx.extra_logs, *(p for p in symptom_paths if p in logs)]))
+    if ctx.extra_configs:
+        named = set(ctx.extra_configs)
+        configs = [p for p in configs if p in named or any(p.startswith(n) for n in named)]
     everything = [*paths, *ctx.extra_configs, *ctx.extra_logs]
     configs.sort(
         key=lambda p: (
@@ -332,7 +339,24 @@ def conclude(state: State, runtime: Runtime[RunContext]) -> dict[str, Any]:
         "next_step": next_step.strip(),
     }
     _emit("conclusion", report)
-    return {"report": report, "status": status, "hypotheses": board, "action": None}
+    # The diagnosis stands on its own; a reversible fix it makes obvious (restore the known-good
+    # config) is offered afterwards, behind approval, so a paused run still carries its answer.
+    fix = _changes_possible(state) if status == "concluded" else []
+    if fix:
+        _emit(
+            "approval_request",
+            {
+                "tool": fix[0].get("tool"),
+                "args": fix[0].get("args", {}),
+                "reason": fix[0].get("why", ""),
+            },
+        )
+    return {
+        "report": report,
+        "status": status,
+        "hypotheses": board,
+        "action": fix[0] if fix else None,
+    }
 
 
 def _fix_obs_ids(evidence: list[dict[str, str]], obs: list[Observation]) -> list[dict[str, str]]:
@@ -373,7 +397,10 @@ def route_approval(state: State) -> str:
 
 
 def route_conclusion(state: State) -> str:
-    return "decide" if state.get("status") == "rejected" else "end"
+    if state.get("status") == "rejected":
+        return "decide"
+    a = state.get("action")
+    return "approval" if a and a.get("kind") == "change" else "end"
 
 
 def route_follow_up(state: State) -> str:

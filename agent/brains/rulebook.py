@@ -90,9 +90,6 @@ class RulebookBrain:
                 why=f"{best.says} (separates {', '.join(best.separates[:4])})",
                 label=best.id,
             )
-        for change in ctx.changes_possible:
-            if top and top["score"] >= CONCLUDE_SCORE:
-                return change
         if top and top["score"] >= CONCLUDE_SCORE and margin >= CONCLUDE_MARGIN:
             return self._conclude(state, top, min(0.99, 0.5 + 0.08 * top["score"] + 0.05 * margin))
         if top and top["score"] >= 2.0 and margin >= 1.5:

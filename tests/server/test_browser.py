@@ -77,6 +77,8 @@ def test_investigate_approve_and_conclude_in_the_page(live: Live) -> None:
             approve.click()
 
             expect(page.locator("#conclusion")).to_be_visible()
+            # the diagnosis shows before the fix is offered; after approval it is re-rendered
+            expect(page.locator("#conclusion")).to_contain_text("Applied with approval")
             expect(page.locator("#conclusion")).to_contain_text("kv_cache_no_room")
             expect(page.locator('#board .col[data-status="confirmed"]')).to_contain_text(
                 "kv_cache_no_room"
