@@ -1,31 +1,21 @@
-# The README's two commands call `make demo` and `make test`; CI calls `make test` via .ci/run.
-PY ?= python3
-VENV ?= .venv
-BIN := $(VENV)/bin
+# Thin aliases for the scripts the README and CI call.
+.PHONY: install demo test lint bench
 
-.PHONY: install install-dev system-deps demo test lint bench
+install:
+	bash scripts/install.sh
 
-$(BIN)/pivot: pyproject.toml requirements.lock
-	$(PY) -m venv $(VENV)
-	$(BIN)/pip install -q --disable-pip-version-check -r requirements.lock
-	$(BIN)/pip install -q --disable-pip-version-check --no-deps -e .
-	touch $(BIN)/pivot
+demo:
+	bash scripts/demo.sh
 
-install: $(BIN)/pivot
-
-system-deps:
-	bash scripts/system-deps.sh
-
-demo: install
-	$(BIN)/pivot investigate --replay evals/incidents/seed-sglang-fewchan-kv-oom.yaml
-
-test: install system-deps
-	$(BIN)/ruff check agent tools server evals bench tests
-	$(BIN)/python -m pytest tests
+test:
+	bash scripts/test.sh
 
 lint: install
-	$(BIN)/ruff check agent tools server evals bench tests
-	$(BIN)/ruff format --check agent tools server evals bench tests
+	.venv/bin/ruff check agent tools server evals bench tests prompts
+	.venv/bin/ruff format --check agent tools server evals bench tests prompts
 
-bench: install system-deps
-	for b in bench/*.py; do $(BIN)/python $$b || exit 1; done
+# Each benchmark ends with one line `PASS|FAIL <metric> <value> (target ...)`.
+bench: install
+	bash scripts/system-deps.sh
+	for b in ssh_overhead sweep log_tail investigate eval_throughput server dead_launch loop_overhead; do \
+	  .venv/bin/python bench/$$b.py | tail -1 || exit 1; done
