@@ -40,8 +40,25 @@ class CheckOption(BaseModel):
 
 
 @lru_cache(maxsize=1)
-def catalogue() -> list[dict[str, Any]]:
+def _data() -> list[Any]:
     return yaml.safe_load((Path(__file__).parent / "knowledge" / "checks.yaml").read_text())
+
+
+def catalogue() -> list[dict[str, Any]]:
+    return [c for c in _data() if isinstance(c, dict) and "id" in c]
+
+
+@lru_cache(maxsize=1)
+def deciding_checks() -> dict[str, str]:
+    """label -> the check that separates it from its rivals (for the board)."""
+    out: dict[str, str] = {}
+    for c in catalogue():
+        for label in c["separates"]:
+            out.setdefault(label, f"{c['tool']}: {c['says']}")
+    for item in _data():
+        if isinstance(item, dict) and "settled_by" in item:
+            out.update(item["settled_by"])
+    return out
 
 
 def listed_paths(observations: list[Observation]) -> list[str]:

@@ -12,7 +12,14 @@ from langgraph.types import interrupt
 
 from agent import board as board_mod
 from agent.brains.base import Context
-from agent.checks import ABS_PATH, known_good_of, listed_paths, options, split_paths
+from agent.checks import (
+    ABS_PATH,
+    deciding_checks,
+    known_good_of,
+    listed_paths,
+    options,
+    split_paths,
+)
 from agent.context import RunContext
 from agent.findings import compute
 from agent.guardrails import check_conclusion
@@ -103,7 +110,7 @@ def sweep(state: State, runtime: Runtime[RunContext]) -> dict[str, Any]:
 def analyze(state: State, runtime: Runtime[RunContext]) -> dict[str, Any]:
     findings, _facts = compute(state.get("observations", []))
     old = state.get("hypotheses", {}) or {}
-    new = board_mod.build(state.get("symptom", ""), findings, old)
+    new = board_mod.build(state.get("symptom", ""), findings, old, deciding_checks())
     if len(findings) != len(state.get("findings", []) or []):
         for f in findings[len(state.get("findings", []) or []) :]:
             _emit("finding", dict(f))
@@ -185,6 +192,7 @@ def decide(state: State, runtime: Runtime[RunContext]) -> dict[str, Any]:
         options=opts, facts=facts, changes_possible=_changes_possible(state), budget_left=left
     )
     action = ctx.brain.decide(state, bctx)
+    todo = [f"{o.tool} {o.args}: {o.says}" for o in opts if o.key != _key(action)][:5]
     if action.get("kind") in ("check", "change") and action.get("tool") not in TOOLS:
         return {
             "action": None,
@@ -202,7 +210,11 @@ def decide(state: State, runtime: Runtime[RunContext]) -> dict[str, Any]:
                 "reason": action.get("why", ""),
             },
         )
-    return {"action": action}
+    return {"action": action, "todo": todo}
+
+
+def _key(a: Action) -> str:
+    return f"{a.get('label') or a.get('tool')}:{sorted(a.get('args', {}).items())}"
 
 
 def _say(a: Action) -> str:
