@@ -179,7 +179,11 @@ def _ps(f: Facts, o: Observation) -> None:
     recs = _get(d, "processes", "records", default=[]) or []
     f.ps_available = True
     f.ps_obs = o["id"]
-    f.ps_header = next((ln for ln in o["lines"] if "PID" in ln), "")
+    # the tool's own verdict line says it best ("# no inference-server process is running")
+    f.ps_header = next(
+        (ln for ln in o["lines"] if ln.startswith("# no inference-server")),
+        next((ln for ln in o["lines"] if "PID" in ln), ""),
+    )
     for r in recs:
         pid = r.get("pid")
         if not isinstance(pid, int):
