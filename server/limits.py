@@ -33,18 +33,27 @@ class BodyLimit:
                     return
         seen = 0
         started = False
+        exceeded = False
 
         async def counted_receive() -> Any:
-            nonlocal seen
+            nonlocal seen, exceeded
             msg = await receive()
             if msg["type"] == "http.request":
                 seen += len(msg.get("body", b""))
                 if seen > self.max_bytes:
+                    exceeded = True
                     raise BodyTooLarge
             return msg
 
         async def tracking_send(msg: Any) -> None:
             nonlocal started
+            if exceeded:
+                # FastAPI turns any error while reading the body into its own 400 response;
+                # an oversized body is still a 413, so that response is replaced by ours.
+                if not started:
+                    started = True
+                    await self._refuse(send)
+                return
             if msg["type"] == "http.response.start":
                 started = True
             await send(msg)
