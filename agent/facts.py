@@ -47,6 +47,7 @@ class Facts(BaseModel):
     dmesg_available: bool = False
     dmesg_obs: str | None = None
     dmesg_lines: list[str] = Field(default_factory=list)
+    dmesg_summary: str = ""
     shm_mib: float | None = None
     shm_use_pct: float | None = None
     shm_line: str = ""
@@ -120,6 +121,8 @@ def derive(observations: list[Observation]) -> Facts:
             f.dmesg_available = True
             f.dmesg_obs = o["id"]
             f.dmesg_lines = [ln for ln in o["lines"] if not ln.startswith("# ")]
+            # the tool's tally ("0 OOM kills, 0 Xid, ...") is what a refutation should quote
+            f.dmesg_summary = next((ln for ln in o["lines"] if "OOM kills" in ln), "")
         elif o["tool"] == "disk":
             _disk(f, o)
         elif o["tool"] == "ports":

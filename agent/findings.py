@@ -7,6 +7,10 @@ Both brains read the same findings; neither may invent evidence outside them.
 from __future__ import annotations
 
 import re
+from functools import lru_cache
+from pathlib import Path
+
+import yaml
 
 from agent.facts import Facts, derive
 from agent.signatures import Match, scan
@@ -43,11 +47,26 @@ def latest_text_observations(observations: list[Observation]) -> list[Observatio
     return list(newest.values())
 
 
+@lru_cache(maxsize=1)
+def _launch_markers() -> re.Pattern[str]:
+    pats = yaml.safe_load((Path(__file__).parent / "knowledge" / "launch_markers.yaml").read_text())
+    return re.compile("|".join(f"(?:{p})" for p in pats))
+
+
+def last_launch(lines: list[str]) -> int:
+    """Index where the last of several launches in an appended log starts (0 if one or none)."""
+    marks = [i for i, ln in enumerate(lines) if _launch_markers().search(ln)]
+    return marks[-1] if len(marks) >= 2 else 0
+
+
 def signature_hits(observations: list[Observation]) -> list[tuple[Observation, Match]]:
     out: list[tuple[Observation, Match]] = []
     for o in latest_text_observations(observations):
-        for m in scan(text_lines(o)):
-            out.append((o, m))
+        lines = text_lines(o)
+        start = last_launch(lines) if o["tool"] == "log_tail" else 0
+        for m in scan(lines):
+            if m.line_no >= start:
+                out.append((o, m))
     return out
 
 
@@ -358,7 +377,7 @@ def _liveness_rules(facts: Facts, observations: list[Observation], hits, add) ->
 def _host_rules(facts: Facts, hits, add) -> None:  # type: ignore[no-untyped-def]
     labels_hit = {m.label for _, m in hits if m.label and m.strength in ("fatal", "strong")}
     if facts.dmesg_available and facts.dmesg_obs:
-        first = facts.dmesg_lines[-1] if facts.dmesg_lines else ""
+        first = facts.dmesg_summary or (facts.dmesg_lines[-1] if facts.dmesg_lines else "")
         if "host_oom_killed" not in labels_hit and first:
             add(
                 "host_oom_killed",
