@@ -126,3 +126,30 @@ def test_real_cards_never_leak_their_answers(path: Path) -> None:
         pytest.skip("this card holds no answer text outside its host section")
     blob = "\n".join(_every_answer(host, card))
     assert not [s for s in secrets if s in blob]
+
+
+def test_closest_command_needs_the_same_path_and_some_shared_nvidia_smi_flag() -> None:
+    from tools.cards import IncidentCard
+    from tools.replay_host import ReplayHost
+
+    card = IncidentCard.model_validate(
+        {
+            "id": "cmds",
+            "title": "t",
+            "source": "test",
+            "engine": "other",
+            "symptom": "s",
+            "host": {
+                "commands": {
+                    "cat /proc/driver/nvidia/version": "NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.86\n",
+                    "nvidia-smi --query-compute-apps=pid,used_memory --format=csv": "pid, used_memory\n",
+                    "df -h /workspace": "Filesystem Size Used Avail Use% Mounted on\n/dev/sda1 100G 100G 0 100% /workspace\n",
+                }
+            },
+        }
+    )
+    host = ReplayHost(card)
+    assert host.run("cat /proc/net/tcp").rc == 127  # another file is not an answer
+    assert host.run("nvidia-smi -q -d ECC").rc == 127  # another question is not an answer
+    assert "100%" in host.run("df -hP").stdout  # same program, same flag family: the card's df
+    assert "535.86" in host.run("cat /proc/driver/nvidia/version").stdout

@@ -17,8 +17,8 @@ from tools import gpu_status
 from tools.base import ToolResult, ToolSpec, bound_lines
 from tools.host import Host
 
-PS_COMMAND = "ps -eo pid,ppid,user,stat,etimes,rss,args"
-PS_FALLBACK = "ps aux"
+PS_COMMAND = "ps -ww -eo pid,ppid,user,stat,etimes,rss,args"  # -ww: never cut at $COLUMNS
+PS_FALLBACK = "ps auxww"
 
 #: Inference-server kinds, tried in order against the command line.
 SERVER_PATTERNS: list[tuple[str, re.Pattern[str]]] = [

@@ -72,6 +72,23 @@ def _under(path: str, root: str) -> bool:
     return path.startswith(root + "/")
 
 
+def _paths(args: list[str]) -> set[str]:
+    return {posixpath.normpath(a) for a in args if a.startswith("/")}
+
+
+def _flags(args: list[str]) -> set[str]:
+    """`-hP` and `-h -P` are the same flags; long options compare by name."""
+    out: set[str] = set()
+    for a in args:
+        if a.startswith("--"):
+            out.add(a.split("=", 1)[0])
+        elif a.startswith("-") and len(a) > 1:
+            out.update(f"-{c}" for c in a[1:])
+        elif not a.startswith("/"):
+            out.add(a)
+    return out
+
+
 class ReplayHost:
     def __init__(self, card: IncidentCard, name: str | None = None) -> None:
         # Keep only the host snapshot: expected answers and transcripts never reach a tool.
@@ -199,7 +216,13 @@ class ReplayHost:
             ktoks = _tokens(key)
             if not ktoks or posixpath.basename(ktoks[0]) != prog:
                 continue
-            score = len(set(args) & set(ktoks[1:]))
+            kargs = ktoks[1:]
+            ours, theirs = _paths(args), _paths(kargs)
+            if ours and theirs and not ours & theirs:
+                continue  # `cat /proc/net/tcp` is not `cat /proc/driver/nvidia/version`
+            score = len(_flags(args) & _flags(kargs)) + len(ours & theirs)
+            if prog == "nvidia-smi" and score == 0:
+                continue  # `-q -d ECC` and `--query-compute-apps` answer different questions
             if best is None or score > best[0]:
                 best = (score, key)
         if best is None:
