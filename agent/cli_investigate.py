@@ -15,13 +15,24 @@ from agent.render import live_printer, print_report
 DEFAULT_SYMPTOM = "The inference server launch failed or never became ready. Why?"
 
 
-def _host(host: str | None, local: bool, replay: str | None):  # type: ignore[no-untyped-def]
+def _host(host: str | None, local: bool, replay: str | None, tofu: bool = False):  # type: ignore[no-untyped-def]
     from tools.hosts import resolve_host
 
     try:
-        return resolve_host(host, local, replay)
+        opts = {"trust_on_first_use": True} if tofu and host else {}
+        return resolve_host(host, local, replay, **opts)
     except (ValueError, OSError) as exc:
         raise typer.BadParameter(str(exc)) from exc
+
+
+def _reachable_or_exit(h) -> None:  # type: ignore[no-untyped-def]
+    """An unreachable host, refused auth or unknown key is the answer, not a sweep of failures."""
+    probe = h.run("true", timeout=20)
+    if probe.error or probe.rc not in (0,):
+        typer.echo(f"error: {probe.error or probe.stderr.strip()}", err=True)
+        if probe.fix:
+            typer.echo(f"fix: {probe.fix}", err=True)
+        raise typer.Exit(2)
 
 
 def _host_spec(host: str | None, local: bool, replay: str | None) -> str:
@@ -66,6 +77,13 @@ def investigate(
     resume: Annotated[
         str | None, typer.Option("--resume", help="session id of a paused run")
     ] = None,
+    trust_new_host_key: Annotated[
+        bool,
+        typer.Option(
+            "--trust-new-host-key",
+            help="accept and record an UNKNOWN SSH host key (logged); a changed key is still refused",
+        ),
+    ] = False,
     approve: Annotated[
         bool | None, typer.Option("--approve/--deny", help="decision for --resume")
     ] = None,
@@ -86,7 +104,9 @@ def investigate(
                 raise typer.BadParameter("--resume needs --approve or --deny")
             report = runner.resume(h, resume, Decision(approve=approve, reason="cli"), on_event)
         else:
-            h = _host(host, local, replay)
+            h = _host(host, local, replay, trust_new_host_key)
+            if host:
+                _reachable_or_exit(h)
             text = symptom
             if not text and replay:
                 from tools.cards import load_card

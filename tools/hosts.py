@@ -47,6 +47,9 @@ def resolve_host(
     if local:
         return LocalHost()
     assert host is not None
+    if os.environ.get("PIVOT_SSH_TRUST_ON_FIRST_USE") == "1":
+        # explicit, logged opt-in (SSHHost logs the key it records); never the default
+        opts.setdefault("trust_on_first_use", True)
     return ssh_host(host, **opts)
 
 
