@@ -172,19 +172,13 @@ class Memory:
     ) -> str:
         sid = session_id or uuid.uuid4().hex[:12]
         ts = now()
+        row = {"host": host, "symptom": symptom, "brain": brain, "status": "running", "updated": ts}
         with self._lock, self.db.conn:
-            self.db["sessions"].upsert(
-                {
-                    "id": sid,
-                    "host": host,
-                    "symptom": symptom,
-                    "brain": brain,
-                    "status": "running",
-                    "created": ts,
-                    "updated": ts,
-                },
-                pk="id",
-            )
+            # the service may have created the row already: keep its creation time
+            if self.get_session(sid) is None:
+                self.db["sessions"].insert({"id": sid, "created": ts, **row}, pk="id")
+            else:
+                self.db["sessions"].update(sid, row)
         return sid
 
     def set_status(self, session_id: str, status: str) -> None:
