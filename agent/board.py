@@ -76,8 +76,7 @@ def build(
     _explain(board)
     _exclude(board, findings)
     for h in board.values():
-        pos = sum(float(e.get("w", 0)) for e in h["evidence"])
-        if h["score"] <= REFUTED_AT and pos < SUPPORTED_AT:
+        if h["score"] <= REFUTED_AT:  # what speaks against it outweighs what speaks for it
             h["status"] = "refuted"
         elif h["score"] >= SUPPORTED_AT:
             h["status"] = "supported"

@@ -124,6 +124,19 @@ def server_port(observations: list[Observation]) -> int | None:
     return None
 
 
+def _gpu_busy(observations: list[Observation]) -> bool:
+    """The latest nvidia-smi read shows a GPU with real memory in use."""
+    reads = [o for o in observations if o["tool"] == "gpu_status" and o["ok"]]
+    if not reads:
+        return False
+    for g in reads[-1]["data"].get("gpus") or []:
+        used, total = g.get("memory_used_mib"), g.get("memory_total_mib")
+        numbers = isinstance(used, int | float) and isinstance(total, int | float)
+        if numbers and total > 0 and used >= max(1024, 0.02 * total):
+            return True
+    return False
+
+
 def options(
     observations: list[Observation], board: dict[str, Hypothesis], done: list[str]
 ) -> list[CheckOption]:
@@ -155,6 +168,8 @@ def options(
         elif need == "port":
             port = server_port(observations)
             args = {"port": port} if port else None
+        elif need == "gpu_busy":
+            args = {} if _gpu_busy(observations) else None
         elif need == "known_good_config":
             _, configs = split_paths(all_paths)
             good = next(

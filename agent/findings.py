@@ -29,6 +29,7 @@ BIND_PORT = re.compile(r"(?:port|:)\s*(\d{2,5})\b")
 EXCEPTION_LINE = re.compile(r"\b[A-Z]\w*(?:Error|Exception): ")
 OWN_ERROR = re.compile(
     r"Traceback \(most recent call last\)|\b[A-Z]\w*(?:Error|Exception): |\bFATAL\b|\bfatal error\b"
+    r"|\] \[E\] |Error Code \d+"
 )
 LAUNCH_PORT = re.compile(r"--port[ =](\d{2,5})\b|\bport=(\d{2,5})\b")
 
@@ -61,11 +62,18 @@ def last_launch(lines: list[str]) -> int:
 
 def signature_hits(observations: list[Observation]) -> list[tuple[Observation, Match]]:
     out: list[tuple[Observation, Match]] = []
-    for o in latest_text_observations(observations):
+    latest = latest_text_observations(observations)
+    earlier_runs: set[str] = set()  # lines only an earlier launch printed
+    for o in latest:
+        if o["tool"] == "log_tail":
+            lines = text_lines(o)
+            cut = last_launch(lines)
+            earlier_runs |= set(lines[:cut]) - set(lines[cut:])
+    for o in latest:
         lines = text_lines(o)
         start = last_launch(lines) if o["tool"] == "log_tail" else 0
         for m in scan(lines):
-            if m.line_no >= start:
+            if m.line_no >= start and m.line not in earlier_runs:
                 out.append((o, m))
     return out
 
@@ -211,12 +219,18 @@ def _stale_rules(facts: Facts, observations: list[Observation], hits, add) -> No
     launch_died = died_for_memory(hits)
     alive_servers = set() if launch_died else set(facts.server_pids)
     holders = leftover_holders(facts, hits)
+    # memory held by someone else only matters if something ran short of it (or of the port)
+    short = any(
+        m.label in MEMORY_LABELS | {"port_in_use"} and m.strength in ("fatal", "strong")
+        for _, m in hits
+    )
+    scale = 1.0 if short else 0.3
     if holders:
         for pid, mib in holders.items():
             add(
                 "stale_gpu_process",
                 "fact",
-                4.0,
+                4.0 * scale,
                 facts.gpu_pid_obs,
                 facts.gpu_pid_lines.get(pid, ""),
                 f"pid {pid} holds {mib:.0f} MiB of GPU memory and is not a running server",
@@ -235,7 +249,9 @@ def _stale_rules(facts: Facts, observations: list[Observation], hits, add) -> No
         add(
             "stale_gpu_process",
             "fact",
-            3.0,
+            # no pid to name: the holder may be outside this container, or still exiting;
+            # a second nvidia-smi read (check gpu_recheck) decides
+            1.5 * scale,
             facts.gpu_obs,
             busiest.line,
             "GPU memory is in use although no server process runs",
@@ -378,11 +394,16 @@ def _host_rules(facts: Facts, hits, add) -> None:  # type: ignore[no-untyped-def
     labels_hit = {m.label for _, m in hits if m.label and m.strength in ("fatal", "strong")}
     if facts.dmesg_available and facts.dmesg_obs:
         first = facts.dmesg_summary or (facts.dmesg_lines[-1] if facts.dmesg_lines else "")
-        if "host_oom_killed" not in labels_hit and first:
+        # "Killed" in a log is ambiguous; only the kernel's own line (or a fatal one) names the OOM killer
+        oom_proven = any(
+            m.label == "host_oom_killed" and (m.strength == "fatal" or o["tool"] == "dmesg")
+            for o, m in hits
+        )
+        if not oom_proven and first:
             add(
                 "host_oom_killed",
                 "fact",
-                -3.0,
+                -4.0,  # the kernel log is the authority on OOM kills
                 facts.dmesg_obs,
                 first,
                 "the kernel log shows no OOM-killer line",

@@ -14,6 +14,7 @@ from agent import board as board_mod
 from agent.brains.base import Context
 from agent.checks import (
     ABS_PATH,
+    catalogue,
     deciding_checks,
     known_good_of,
     listed_paths,
@@ -29,6 +30,8 @@ from tools.registry import TOOLS
 
 MAX_LOGS, MAX_CONFIGS = 3, 4
 MAX_REJECTIONS = 3
+#: a conclusion at least this sure explains away suspects that nothing on the host supports
+EXPLAINS_AWAY_AT = 0.7
 
 
 def _emit(kind: str, data: dict[str, Any]) -> None:
@@ -93,6 +96,13 @@ def sweep(state: State, runtime: Runtime[RunContext]) -> dict[str, Any]:
         )
     )
     wave2 = [("log_tail", {"path": p}) for p in logs[:MAX_LOGS]]
+    done: list[str] = []
+    oom = next((c for c in catalogue() if c["id"] == "oom_search"), None)
+    if logs and oom and "log_search" in TOOLS:
+        # one grep of the whole primary log for a CUDA OOM: it confirms or rules out three labels
+        args = {"path": logs[0], "pattern": oom["pattern"]}
+        wave2.append(("log_search", args))
+        done.append(f"oom_search:{sorted(args.items())}")
     wave2 += [("config_read", {"path": p}) for p in configs[:MAX_CONFIGS] if "config_read" in TOOLS]
     obs2 = run_many(host, wave2, len(obs1) + 1, 0) if wave2 else []
     for o in obs2:
@@ -102,7 +112,7 @@ def sweep(state: State, runtime: Runtime[RunContext]) -> dict[str, Any]:
         "observations": all_obs,
         "tool_calls": len(all_obs),
         "rounds": 0,
-        "done_checks": [f"log_tail:{[('path', p)]}" for p in logs[:0]],
+        "done_checks": done,
     }
 
 
@@ -314,6 +324,8 @@ def conclude(state: State, runtime: Runtime[RunContext]) -> dict[str, Any]:
                 },
             )
     evidence = _fix_obs_ids(a.get("evidence") or [], obs) if status == "concluded" else []
+    if status == "concluded" and evidence and float(a.get("confidence") or 0) >= EXPLAINS_AWAY_AT:
+        board = _explained_away(board, a["label"], evidence[0])
     changes = state.get("changes", [])
     next_step = a.get("next_step") or ""
     applied = [c for c in changes if c.get("approved")]
@@ -369,6 +381,31 @@ def conclude(state: State, runtime: Runtime[RunContext]) -> dict[str, Any]:
         "hypotheses": board,
         "action": fix[0] if fix else None,
     }
+
+
+def _explained_away(board: dict[str, Any], winner: str, line: dict[str, str]) -> dict[str, Any]:
+    """Suspects nothing on the host pointed at are ruled out once a proven cause explains the
+    failure: the report says so, quoting the line that explains it."""
+    out = dict(board)
+    for label, h in board.items():
+        if label == winner or h["status"] != "open" or h["evidence"] or h["score"] > 0:
+            continue
+        out[label] = {
+            **h,
+            "status": "refuted",
+            "against": [
+                *h["against"],
+                {**line, "note": f"explained by {winner}; nothing points at {label}"},
+            ],
+        }
+        _emit(
+            "hypothesis",
+            {
+                k: out[label][k]
+                for k in ("label", "statement", "status", "score", "evidence", "against")
+            },
+        )
+    return out
 
 
 def _fix_obs_ids(evidence: list[dict[str, str]], obs: list[Observation]) -> list[dict[str, str]]:

@@ -32,7 +32,20 @@ DEFAULT_ROOTS = [
     "/usr/lib/python3*",
     "/usr/local/lib/python3*",
 ]
-_LOG_NAMES = ["*.log", "*.log.[0-9]", "*.out", "*.err", "nohup.out"]
+_LOG_NAMES = [
+    "*.log",
+    "*.log.[0-9]",
+    "*.out",
+    "*.err",
+    "nohup.out",
+    # people tee a launch into a .txt too; only names that say so (not requirements.txt)
+    "*log*.txt",
+    "*serve*.txt",
+    "*run*.txt",
+    "*output*.txt",
+    "*err*.txt",
+    "*crash*.txt",
+]
 _LOG_PATHS = ["*/logs/*.txt", "*/log/*.txt"]
 _CONFIG_NAMES = ["sitecustomize.py", "usercustomize.py", "*.env", ".env", "*.sh", "*.yaml", "*.yml"]
 _CONFIG_DIR_NAMES = ["*.json", "*.toml", "*.pbtxt", "*.ini", "*.conf"]
