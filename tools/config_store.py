@@ -214,6 +214,7 @@ class ConfigStore:
 
     def write_verified(self, path: str, data: bytes) -> str:
         """Atomic write, then re-read and compare hashes; returns the new hash."""
+        self._sweep_temps(path)
         self._write(path, data)
         back = self.read(path)
         if back is None or sha256(back) != sha256(data):
@@ -222,6 +223,15 @@ class ConfigStore:
                 "check for another process rewriting the file; revert to known-good",
             )
         return sha256(data)
+
+    def _sweep_temps(self, path: str) -> None:
+        """A write killed between temp file and rename leaves `.pivot-*` beside the config; the
+        config itself is whole, so tidy temp files older than a minute on the next write."""
+        directory = shlex.quote(posixpath.dirname(path) or ".")
+        self.host.run(
+            f"find {directory} -maxdepth 1 -name '.pivot-*' -type f -mmin +1 -delete 2>/dev/null",
+            timeout=10,
+        )
 
     def restore(self, path: str, ref: str = "known-good") -> tuple[Snapshot, Snapshot, str]:
         """Put snapshot `ref` back; the state it replaces is snapshotted first.

@@ -140,6 +140,15 @@ def run(host: Host, args: Args) -> Result:
         full = f"{cmd} | tail -n {args.tail}" if cmd.startswith("dmesg") else cmd
         res = host.run(full, timeout=15)
         attempts.append(res)
+        if res.timed_out:
+            # a hung kernel-log read (stuck driver, huge journal) will not go faster with a
+            # fallback: say so now instead of spending another timeout on the next command
+            return Result(
+                host=host.name,
+                ok=False,
+                error=res.error or f"{full!r} timed out on {host.name}",
+                fix=res.fix or "read the kernel log by hand; the driver may be hung",
+            )
         # `| tail` hides dmesg's exit status; a permission error leaves stdout empty.
         # journalctl's "-- No entries --" / "-- Logs begin ..." are not kernel lines.
         text = "\n".join(ln for ln in res.stdout.splitlines() if not ln.startswith("-- "))
