@@ -8,11 +8,13 @@ to "seen before on host X on date Y: root cause Z".
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import sqlite3
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -142,6 +144,22 @@ MIGRATIONS: list[tuple[str, Callable[[sqlite_utils.Database], None]]] = [
 ]
 
 
+@contextlib.contextmanager
+def migration_lock(path: Path) -> Iterator[None]:
+    """One process at a time sets WAL and migrates: two processes creating the same tables at
+    once (the service and the loop starting together) fail with "database is locked", because
+    SQLite does not wait when a reader must upgrade to writer mid-transaction."""
+    if str(path) == ":memory:":
+        yield
+        return
+    with open(f"{path}.migrate.lock", "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
 class Memory:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
@@ -149,10 +167,11 @@ class Memory:
         self._lock = threading.RLock()
         conn = sqlite3.connect(str(self.path), check_same_thread=False, timeout=30.0)
         self.db = sqlite_utils.Database(conn)
-        self.db.execute("PRAGMA journal_mode=WAL")
-        self.db.execute("PRAGMA synchronous=NORMAL")
-        self.db.execute("PRAGMA busy_timeout=30000")
-        self._migrate()
+        with migration_lock(self.path):
+            self.db.execute("PRAGMA journal_mode=WAL")
+            self.db.execute("PRAGMA synchronous=NORMAL")
+            self.db.execute("PRAGMA busy_timeout=30000")
+            self._migrate()
 
     def _migrate(self) -> None:
         with self._lock:

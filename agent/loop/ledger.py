@@ -114,9 +114,12 @@ class Ledger:
 
         conn = sqlite3.connect(str(self.path), check_same_thread=False, timeout=30)
         self.db = sqlite_utils.Database(conn)
-        self.db.execute("PRAGMA journal_mode=WAL")
-        self.db.execute("PRAGMA synchronous=NORMAL")
-        self._migrate()
+        from agent.memory import migration_lock
+
+        with migration_lock(self.path):  # the service may open the ledger while the loop starts
+            self.db.execute("PRAGMA journal_mode=WAL")
+            self.db.execute("PRAGMA synchronous=NORMAL")
+            self._migrate()
 
     def _migrate(self) -> None:
         with self._lock:
