@@ -1,10 +1,15 @@
-"""Human views of a run: live event lines and the final report (rich)."""
+"""Human views of a run: live event lines and the final report (rich).
+
+Host text (log lines, paths, reasons) is escaped everywhere: a log line like "[/]" or "[red]"
+must print as itself, never as markup (or crash the view)."""
 
 from __future__ import annotations
 
 from rich.console import Console
+from rich.markup import escape as esc
 from rich.panel import Panel
 from rich.table import Table
+from rich.text import Text
 
 from agent.models import Event, Report
 
@@ -25,7 +30,9 @@ def live_printer(console: Console):  # type: ignore[no-untyped-def]
             mark = "[green]ok[/]" if d.get("ok") else "[red]fail[/]"
             args = d.get("args") or {}
             arg = args.get("path") or args.get("port") or args.get("pattern") or ""
-            console.print(f"  [dim]{d.get('id')}[/] {d.get('tool')} {arg} {mark}", highlight=False)
+            console.print(
+                f"  [dim]{d.get('id')}[/] {d.get('tool')} {esc(str(arg))} {mark}", highlight=False
+            )
         elif ev.type == "hypothesis":
             st = d.get("status", "open")
             console.print(
@@ -33,10 +40,11 @@ def live_printer(console: Console):  # type: ignore[no-untyped-def]
                 highlight=False,
             )
         elif ev.type == "message" and d.get("role") == "agent":
-            console.print(f"[blue]›[/] {d.get('text')}", highlight=False, markup=False)
+            # host text is data: never let it be read as rich markup
+            console.print(Text("› ", style="blue") + Text(str(d.get("text", ""))), highlight=False)
         elif ev.type == "approval_request":
             console.print(
-                f"[magenta]approval needed[/]: {d.get('tool')} {d.get('args', {}).get('path', '')}: {d.get('reason')}",
+                f"[magenta]approval needed[/]: {d.get('tool')} {esc(str(d.get('args', {}).get('path', '')))}: {esc(str(d.get('reason')))}",
                 highlight=False,
             )
         elif ev.type == "error":
@@ -55,16 +63,18 @@ def print_report(console: Console, r: Report) -> None:
     body = [head, ""]
     if r.evidence:
         body.append("[bold]Evidence[/] (verbatim):")
-        body += [f"  {e.observation}: {e.line}" for e in r.evidence]
+        body += [f"  {e.observation}: {esc(e.line)}" for e in r.evidence]
     if r.ruled_out:
         body.append(f"[bold]Ruled out[/]: {', '.join(r.ruled_out)}")
     if r.next_step:
-        body.append(f"[bold]Next step[/]: {r.next_step}")
+        body.append(f"[bold]Next step[/]: {esc(r.next_step)}")
     for s in r.seen_before:
-        body.append(f"[bold]Memory[/]: {s}")
+        body.append(f"[bold]Memory[/]: {esc(s)}")
     if r.pending_approval:
         p = r.pending_approval
-        body.append(f"[bold]Pending[/]: {p.tool} {p.args.get('path', '')}: {p.reason}")
+        body.append(
+            f"[bold]Pending[/]: {p.tool} {esc(str(p.args.get('path', '')))}: {esc(p.reason)}"
+        )
         body.append(f"Resume: pivot investigate --resume {r.session_id} --approve | --deny")
     body.append(f"[dim]session {r.session_id} · {r.tool_calls} tool calls · {r.rounds} rounds[/]")
     console.print(Panel("\n".join(body), title=f"Pivot · {r.host}", expand=False), highlight=False)
@@ -74,6 +84,9 @@ def print_report(console: Console, r: Report) -> None:
             :100
         ]
         t.add_row(
-            h.label, f"[{STATUS_STYLE.get(h.status, '')}]{h.status}[/]", f"{h.score:.1f}", line
+            h.label,
+            f"[{STATUS_STYLE.get(h.status, '')}]{h.status}[/]",
+            f"{h.score:.1f}",
+            Text(line),
         )
     console.print(t)
