@@ -10,6 +10,7 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -94,7 +95,9 @@ def eval_cmd(
         tally[res.outcome] += 1
         progress.update(task, advance=1, tally=tally_text())
         if res.outcome == "error":
-            progress.console.print(f"[grey50]error[/] {res.error}", markup=True, highlight=False)
+            progress.console.print(
+                f"[grey50]error[/] {escape(str(res.error))}", markup=True, highlight=False
+            )
 
     try:
         with progress:
@@ -102,7 +105,7 @@ def eval_cmd(
     except ValueError as exc:  # a path that does not exist: the caller's mistake
         raise typer.BadParameter(str(exc)) from exc
     except Exception as exc:  # the harness itself broke (a worker died): not a score
-        console.print(f"[red]the eval harness failed:[/] {type(exc).__name__}: {exc}")
+        console.print(f"[red]the eval harness failed:[/] {type(exc).__name__}: {escape(str(exc))}")
         raise typer.Exit(EXIT_HARNESS_FAILED) from exc
 
     if json_out:

@@ -160,7 +160,7 @@ def report_cmd(
         import webbrowser
 
         if not webbrowser.open(path.as_uri()):
-            console.print(path.read_text(encoding="utf-8"))
+            console.print(path.read_text(encoding="utf-8"), markup=False, highlight=False)
 
 
 @loop_app.command("demo")
