@@ -96,3 +96,17 @@ def test_a_silent_death_is_the_oom_killer_only_if_dmesg_says_so(tmp_path) -> Non
     r2 = _run(_card(log, PS_IDLE, GPU_CLEAN, dmesg=quiet), tmp_path / "b")
     assert r2.root_cause == "killed_externally"
     assert "host_oom_killed" in r2.ruled_out and "still_starting" in r2.ruled_out
+
+
+def test_a_spent_budget_ends_the_run_with_a_named_status(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from agent.settings import Budget
+
+    log = {
+        "/var/log/vllm/server.log": "INFO Loading weights\n"
+        + LOADING.format(p=60, n=18, s=40)
+        + "\n"
+    }
+    card = _card(log, PS_SERVER, GPU_HELD)
+    tight = Settings(home=tmp_path / "h", budget=Budget(max_tool_calls=3))
+    r = investigate(ReplayHost(card), card.symptom, settings=tight)
+    assert r.status == "budget_exhausted" and r.root_cause is None
