@@ -22,7 +22,8 @@ PHASE_PREFIX = "phase-"  # knowledge/signatures: lines that tell which start-up 
 OOM_LABELS = {"gpu_oom_weights", "cuda_oom_runtime"}
 TORCH_HELD = re.compile(r"([\d.]+) ([GM]iB) is allocated by PyTorch")
 ALLOC = re.compile(r"Tried to allocate ([\d.]+) ([GM]iB).*?total capac\w* of ([\d.]+) ([GM]iB)")
-TEXT_TOOLS = {"log_tail", "log_search", "dmesg", "host_facts"}
+TEXT_TOOLS = {"log_tail", "log_search", "dmesg", "host_facts", "service_logs"}
+LOG_TOOLS = {"log_tail", "service_logs"}
 OTHER_PROC_MEM = re.compile(r"Process (\d+) has ([\d.]+) ([GM]iB) memory in use")
 BIND_PORT = re.compile(r"(?:port|:)\s*(\d{2,5})\b")
 #: A traceback or an exception line means the process reported its own failure.
@@ -65,13 +66,13 @@ def signature_hits(observations: list[Observation]) -> list[tuple[Observation, M
     latest = latest_text_observations(observations)
     earlier_runs: set[str] = set()  # lines only an earlier launch printed
     for o in latest:
-        if o["tool"] == "log_tail":
+        if o["tool"] in LOG_TOOLS:
             lines = text_lines(o)
             cut = last_launch(lines)
             earlier_runs |= set(lines[:cut]) - set(lines[cut:])
     for o in latest:
         lines = text_lines(o)
-        start = last_launch(lines) if o["tool"] == "log_tail" else 0
+        start = last_launch(lines) if o["tool"] in LOG_TOOLS else 0
         for m in scan(lines):
             if m.line_no >= start and m.line not in earlier_runs:
                 out.append((o, m))
@@ -372,7 +373,7 @@ def _liveness_rules(facts: Facts, observations: list[Observation], hits, add) ->
             "the process printed its own fatal error",
         )
     elif facts.server_alive is False:
-        logs = [o for o in latest_text_observations(observations) if o["tool"] == "log_tail"]
+        logs = [o for o in latest_text_observations(observations) if o["tool"] in LOG_TOOLS]
         if logs:
             o = logs[-1]
             text = text_lines(o)

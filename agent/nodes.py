@@ -96,6 +96,8 @@ def sweep(state: State, runtime: Runtime[RunContext]) -> dict[str, Any]:
         )
     )
     wave2 = [("log_tail", {"path": p}) for p in logs[:MAX_LOGS]]
+    if not logs and "service_logs" in TOOLS:
+        wave2.append(("service_logs", {}))  # no log file: the server may log to docker/k8s/journald
     done: list[str] = []
     oom = next((c for c in catalogue() if c["id"] == "oom_search"), None)
     if logs and oom and "log_search" in TOOLS:

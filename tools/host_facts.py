@@ -17,7 +17,7 @@ from pydantic import BaseModel, Field
 from tools.base import ToolResult, ToolSpec, bound_lines
 from tools.host import Host
 
-SectionName = Literal["driver", "ecc", "memory", "ulimit", "kernel", "docker", "kubectl"]
+SectionName = Literal["driver", "ecc", "memory", "ulimit", "kernel", "docker", "kubectl", "pods"]
 
 #: The allowlist: section -> (command, max lines kept).
 COMMANDS: dict[str, tuple[str, int]] = {
@@ -28,7 +28,13 @@ COMMANDS: dict[str, tuple[str, int]] = {
     "kernel": ("uname -r", 2),
     "docker": ("docker ps -a", 30),
     "kubectl": ("kubectl get events", 40),
+    # a crashed pod's last state says OOMKilled / Error / Completed and its exit code
+    "pods": ("kubectl describe pods", 80),
 }
+_POD_KEEP = re.compile(
+    r"^\s*(Name|Status|Reason|Exit Code|Restart Count|Started|Finished|Last State|State|Message)\s*:"
+    r"|OOMKilled|Killing|Unhealthy|BackOff|Evicted|probe"
+)
 
 _ECC_KEEP = re.compile(
     r"^GPU [0-9A-Fa-f]|ECC|^Volatile$|^Aggregate$|Correctable|Uncorrectable|Parity|SEC-DED|"
@@ -128,6 +134,8 @@ def run(host: Host, args: Args) -> Result:
             if ecc is not None and not ecc.found:
                 note, ecc = "no ECC counters in the output (ECC off, or not this query)", None
             lines = [ln for ln in lines if _ECC_KEEP.search(ln.strip())]
+        if name == "pods":
+            lines = [ln for ln in lines if _POD_KEEP.search(ln)]
         if name == "driver" and res.ok:
             driver = parse_driver_version(res.stdout)
         if len(lines) > keep:

@@ -36,6 +36,7 @@ _MODULES: list[str] = [
     "disk",
     "packages",
     "host_facts",
+    "service_logs",
     "launch",
     "benchmark",
 ]

@@ -76,6 +76,11 @@ def _paths(args: list[str]) -> set[str]:
     return {posixpath.normpath(a) for a in args if a.startswith("/")}
 
 
+def _words(args: list[str]) -> set[str]:
+    """Sub-commands and names (not flags, not paths): `logs`, `get`, a container name."""
+    return {a for a in args if not a.startswith(("-", "/", "'", '"')) and "=" not in a}
+
+
 def _flags(args: list[str]) -> set[str]:
     """`-hP` and `-h -P` are the same flags; long options compare by name."""
     out: set[str] = set()
@@ -223,6 +228,8 @@ class ReplayHost:
             score = len(_flags(args) & _flags(kargs)) + len(ours & theirs)
             if prog == "nvidia-smi" and score == 0:
                 continue  # `-q -d ECC` and `--query-compute-apps` answer different questions
+            if score == 0 and (_words(args) or _words(kargs)):
+                continue  # `docker ps` is not `docker logs X`; `free -m` and `free -g` still match
             if best is None or score > best[0]:
                 best = (score, key)
         if best is None:

@@ -110,3 +110,29 @@ def test_a_spent_budget_ends_the_run_with_a_named_status(tmp_path) -> None:  # t
     tight = Settings(home=tmp_path / "h", budget=Budget(max_tool_calls=3))
     r = investigate(ReplayHost(card), card.symptom, settings=tight)
     assert r.status == "budget_exhausted" and r.root_cause is None
+
+
+def test_a_server_that_logs_only_to_kubernetes_is_still_read(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    card = IncidentCard.model_validate(
+        {
+            "id": "k8s",
+            "title": "t",
+            "source": "test",
+            "engine": "vllm",
+            "symptom": "The pod keeps restarting. Why?",
+            "host": {
+                "ps": PS_IDLE,
+                "nvidia_smi": GPU_CLEAN,
+                "commands": {
+                    "kubectl get pods --no-headers": "vllm-0   0/1   CrashLoopBackOff   4   9m\n",
+                    "kubectl logs --tail=200 vllm-0": "INFO Loading weights took 31.2 seconds\nINFO Capturing cudagraphs\n"
+                    + "Traceback (most recent call last):\n"
+                    + OOM
+                    + "\n",
+                },
+            },
+        }
+    )
+    r = _run(card, tmp_path)
+    assert r.root_cause == "cuda_oom_runtime"
+    assert any("CUDA out of memory" in e.line for e in r.evidence)

@@ -46,7 +46,16 @@ def test_ecc_counts_uncorrectable() -> None:
 def test_sections_are_an_allowlist() -> None:
     with pytest.raises(ValueError):
         Args.model_validate({"sections": ["rm -rf /"]})
-    assert set(COMMANDS) == {"driver", "ecc", "memory", "ulimit", "kernel", "docker", "kubectl"}
+    assert set(COMMANDS) == {
+        "driver",
+        "ecc",
+        "memory",
+        "ulimit",
+        "kernel",
+        "docker",
+        "kubectl",
+        "pods",
+    }
 
 
 def _card(host: dict) -> dict:
