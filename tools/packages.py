@@ -240,7 +240,10 @@ def run(host: Host, args: Args) -> Result:
             notes.append(f"probe failed: {(res.error or res.stderr or '').strip()[:200]}")
         # The real H200's `pip` belonged to another Python than `python3`: ask the interpreter.
         errors = []
-        for cmd in (f"{args.python} -m pip list --format=freeze", "pip list --format=freeze"):
+        show = (
+            "pip show torch vllm sglang tensorrt_llm tensorrt flashinfer-python triton transformers"
+        )
+        for cmd in (f"{args.python} -m pip list --format=freeze", "pip list --format=freeze", show):
             pip = host.run(cmd, timeout=args.timeout_s)
             probe = parse_pip_list(pip.stdout) if pip.ok else ProbeOutput()
             if probe.versions:
