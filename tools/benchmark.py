@@ -12,6 +12,7 @@ import json
 import re
 import shlex
 import statistics
+import time
 
 from pydantic import BaseModel, Field, model_validator
 
@@ -40,6 +41,7 @@ class Result(ToolResult):
     mean: float | None = None
     spread: float | None = Field(None, description="sample standard deviation; 0 for one run")
     output_tail: list[str] = Field(default_factory=list)
+    timed_out: bool = Field(False, description="a run was stopped by its timeout or the deadline")
 
     def lines(self) -> list[str]:
         head = super().lines()
@@ -82,13 +84,32 @@ def summarize(values: list[float]) -> tuple[float | None, float | None]:
     return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else 0.0)
 
 
-def benchmark(host: Host, args: Args) -> Result:
+def benchmark(host: Host, args: Args, deadline: float | None = None) -> Result:
+    """Run the command `repeat` times; `deadline` (time.monotonic()) caps all runs together.
+
+    Why a deadline beside `timeout_s`: the overnight loop's per-experiment limit must hold
+    across every repeat, so a benchmark that hangs is killed when the experiment's time is up,
+    not after `repeat` x `timeout_s`.
+    """
     env = " ".join(shlex.quote(f"{k}={v}") for k, v in args.env.items())
     line = f"cd {shlex.quote(args.workdir)} && {'env ' + env + ' ' if env else ''}/bin/sh -c {shlex.quote(args.command)} 2>&1"
     values: list[float] = []
     tail: list[str] = []
     for i in range(args.repeat):
-        res = host.run(line, timeout=args.timeout_s)
+        timeout = args.timeout_s
+        if deadline is not None:
+            timeout = min(timeout, deadline - time.monotonic())
+            if timeout <= 0:
+                return Result(
+                    host=host.name,
+                    ok=False,
+                    error=f"benchmark on {host.name}: deadline reached before run {i + 1}/{args.repeat}",
+                    fix="allow more time for the benchmark, or fewer repeats",
+                    values=values,
+                    output_tail=tail,
+                    timed_out=True,
+                )
+        res = host.run(line, timeout=timeout)
         tail = res.stdout.splitlines()[-20:]
         if not res.ok:
             why = res.error or f"exited {res.rc}"
@@ -99,6 +120,7 @@ def benchmark(host: Host, args: Args) -> Result:
                 fix="read the output tail; is the server still up?",
                 values=values,
                 output_tail=tail,
+                timed_out=res.timed_out,
             )
         v = parse_metric(res.stdout, args.metric_json_key, args.metric_regex)
         if v is None:

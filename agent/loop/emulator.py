@@ -16,6 +16,8 @@ Failure modes (all driven by configuration, never by a test hook inside the loop
   during CUDA-graph capture.
 - the port already held: "OSError: [Errno 98] Address already in use".
 - EMULATOR_HANG=1 / --emulate-hang: alive, silent, never ready.
+- EMULATOR_GENERATE_HANG=1 / --hang-generate: ready and healthy, but /generate never answers
+  (a wedged scheduler): the benchmark hangs, so only the per-experiment limit ends it.
 - EMULATOR_ORPHAN=1 / --spawn-orphan: a double-forked child in its own session outlives us.
 - EMULATOR_DIE_AFTER=S: SIGKILL itself after S seconds, writing the moment to
   EMULATOR_DEATH_FILE first (the dead-launch benchmark measures from it).
@@ -254,6 +256,8 @@ def _make_handler(state: dict[str, Any]) -> type[BaseHTTPRequestHandler]:
                 self._send(400, {"error": "bad json"})
                 return
             tokens = int((req.get("sampling_params") or {}).get("max_new_tokens", 64))
+            while state["hang_generate"]:  # health still answers; generation never does
+                time.sleep(3600)
             start = time.monotonic()
             rate = state["tps"] * (1.0 + random.gauss(0.0, state["noise"]))
             if state["gpu"] is not None:
@@ -354,6 +358,7 @@ def serve(args: argparse.Namespace) -> int:
         "tps": tps,
         "noise": float(env.get("EMULATOR_NOISE", "0.01")),
         "gpu": gpu,
+        "hang_generate": args.hang_generate or env.get("EMULATOR_GENERATE_HANG") == "1",
         "info": {
             "tokens_per_s_model": tps,
             "pid": os.getpid(),
@@ -421,6 +426,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--config", help="a KEY=VALUE / sitecustomize-style env file to apply")
     p.add_argument("--gpu", action="store_true", help="hold real GPU memory and do real matmuls")
     p.add_argument("--emulate-hang", action="store_true")
+    p.add_argument("--hang-generate", action="store_true", help="/generate never answers")
     p.add_argument("--spawn-orphan", action="store_true")
     p.add_argument("--die-after", type=float)
     p.add_argument("--bench-client", action="store_true", help="act as the benchmark client")

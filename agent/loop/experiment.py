@@ -3,6 +3,11 @@
 pre-flight -> apply (snapshot + ONE change) -> launch (detached) -> ready (probe + liveness)
 -> benchmark -> [result recorded] -> stop (group + orphans) -> revert (byte for byte) ->
 diagnose (failures only) -> done. Stop and revert run in a `finally`, whatever happened.
+
+`timeouts.experiment_s` is a hard limit over pre-flight, launch, readiness and benchmark:
+every blocking call gets at most the time that is left, and an experiment that runs out ends
+as `timeout` (then stopped and reverted like any other). Cleanup and diagnosis come after the
+limit on purpose: they must run however late it is.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ from typing import Any
 
 from agent.loop import configs, launcher
 from agent.loop.knobs import set_flag
-from agent.loop.ledger import ExperimentRow, Ledger
+from agent.loop.ledger import FAILED, ExperimentRow, Ledger
 from agent.loop.plan import Plan
 from agent.loop.preflight import run_preflight
 from tools.benchmark import Args as BenchArgs
@@ -47,11 +52,39 @@ class Context:
     on_phase: Callable[[ExperimentRow, str], None] | None = None
     leave_running: bool = False
     store_root: str | None = None
+    #: Run markers of experiments in flight on the other host slots of this night; pre-flight
+    #: leaves their processes alone (slots may share one machine's process table).
+    busy_elsewhere: Callable[[], set[str]] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def log_dir(self) -> str:
         return os.path.join(self.state_dir, "logs", self.night_id)
+
+
+@dataclass
+class Limit:
+    """The per-experiment hard limit as a monotonic deadline."""
+
+    seconds: float
+    deadline: float
+
+    @classmethod
+    def start(cls, seconds: float) -> Limit:
+        return cls(seconds, time.monotonic() + seconds)
+
+    def left(self) -> float:
+        return max(0.0, self.deadline - time.monotonic())
+
+    def over(self) -> bool:
+        return time.monotonic() >= self.deadline
+
+    def result(self, phase: str, detail: str, evidence: str | None = None) -> dict[str, Any]:
+        return {
+            "status": "timeout",
+            "diagnosis": f"experiment limit {self.seconds:g}s reached during {phase}: {detail}",
+            "evidence": evidence or detail,
+        }
 
 
 def run_marker(plan_name: str, night_id: str, seq: int, attempt: int) -> str:
@@ -83,6 +116,7 @@ def run_experiment(ctx: Context, row: ExperimentRow, repeat: int | None = None) 
     """Run `row` to a terminal status; returns the stored row."""
     plan, host, led = ctx.plan, ctx.host, ctx.ledger
     t0 = time.time()
+    limit = Limit.start(plan.baseline.timeouts.experiment_s)
     attempt = row.attempts + 1
     marker = run_marker(ctx.plan.name, ctx.night_id, row.seq, attempt)
     log_path = os.path.join(ctx.log_dir, f"{row.seq:02d}-{row.name}-a{attempt}.log")
@@ -92,8 +126,12 @@ def run_experiment(ctx: Context, row: ExperimentRow, repeat: int | None = None) 
     row.attempts, row.log_path = attempt, log_path
     try:
         _phase(ctx, row, "preflight")
-        pf = run_preflight(host, plan, ctx.state_dir)
-        if not pf.ok:
+        pf = run_preflight(
+            host, plan, ctx.state_dir, settle_s=min(10.0, limit.left()), spare=_spare(ctx)
+        )
+        if pf.ok and limit.over():
+            result, pid = limit.result("preflight", "pre-flight took the whole limit"), None
+        elif not pf.ok:
             result = {
                 "status": "skipped",
                 "label": pf.label,
@@ -102,7 +140,7 @@ def run_experiment(ctx: Context, row: ExperimentRow, repeat: int | None = None) 
             }
             pid = None
         else:
-            result, pid = _launch_and_measure(ctx, row, log_path, marker, repeat)
+            result, pid = _launch_and_measure(ctx, row, log_path, marker, repeat, limit)
     except BaseException:
         # Ctrl-C / SIGTERM of the loop: stop what we started and revert before dying.
         stored = led.get(row.id)
@@ -114,10 +152,26 @@ def run_experiment(ctx: Context, row: ExperimentRow, repeat: int | None = None) 
     return _finish(ctx, row, result, pid, t0, marker=marker)
 
 
+def _spare(ctx: Context) -> Callable[[], set[int]] | None:
+    """Pids pre-flight must not take for leftovers: the servers of the other slots' runs."""
+    busy = ctx.busy_elsewhere
+    if busy is None:
+        return None
+    return lambda: {p for m in busy() for p in launcher.marked_pids(ctx.host, marker=m)}
+
+
 def _launch_and_measure(
-    ctx: Context, row: ExperimentRow, log_path: str, marker: str, repeat: int | None
+    ctx: Context,
+    row: ExperimentRow,
+    log_path: str,
+    marker: str,
+    repeat: int | None,
+    limit: Limit,
 ) -> tuple[dict[str, Any], int | None]:
-    """apply -> launch -> ready -> benchmark; returns (result fields, pid). Never cleans up."""
+    """apply -> launch -> ready -> benchmark; returns (result fields, pid). Never cleans up.
+
+    Each blocking step gets at most `limit.left()`; past the limit the result is `timeout`.
+    """
     plan, host, led = ctx.plan, ctx.host, ctx.ledger
     pid: int | None = None
     try:
@@ -154,12 +208,17 @@ def _launch_and_measure(
             return result, None
         pid = lr.pid
         led.update(row.id, pid=pid)
+        if limit.over():
+            return limit.result("launch", f"launch returned after the limit (pid {pid})"), pid
 
         _phase(ctx, row, "ready")
         t = plan.baseline.timeouts
+        ready_s = min(t.ready_s, limit.left())
         verdict = launcher.watch_until_ready(
-            host, pid, log_path, plan.baseline.ready_url, t.ready_s, t.stall_s
+            host, pid, log_path, plan.baseline.ready_url, ready_s, t.stall_s
         )
+        if verdict.state == "timeout" and ready_s < t.ready_s:
+            return limit.result("ready", verdict.detail, verdict.evidence), pid
         if verdict.state != "ready":
             result = {
                 "status": "hung" if verdict.state == "hung" else "failed",
@@ -187,7 +246,10 @@ def _launch_and_measure(
                 repeat=repeat or b.repeat,
                 timeout_s=t.benchmark_s,
             ),
+            deadline=limit.deadline,
         )
+        if not br.ok and br.timed_out and limit.over():
+            return limit.result("benchmark", br.error or "benchmark stopped"), pid
         if not br.ok:
             result = {
                 "status": "failed",
@@ -235,7 +297,7 @@ def _finish(
                 )
                 raise configs.ConfigError(f"config not back to baseline on {ctx.host.name}: {bad}")
     stored = led.get(row.id) or row
-    if stored.status in ("failed", "hung") and ctx.diagnoser is not None:
+    if stored.status in FAILED and ctx.diagnoser is not None:
         _phase(ctx, stored, "diagnose")
         diagnose_row(ctx, stored)
     led.update(row.id, ended=time.time(), duration_s=round(time.time() - t0, 3))

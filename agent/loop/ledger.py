@@ -18,7 +18,9 @@ from typing import Any, Literal
 import sqlite_utils
 from pydantic import BaseModel, Field
 
-Status = Literal["pending", "running", "ok", "kept", "discarded", "failed", "hung", "skipped"]
+Status = Literal[
+    "pending", "running", "ok", "kept", "discarded", "failed", "hung", "timeout", "skipped"
+]
 Phase = Literal[
     "pending", "preflight", "apply", "launch", "ready", "benchmark", "stop", "revert",
     "diagnose", "done",
@@ -27,7 +29,9 @@ Phase = Literal[
 BEFORE_RESULT = {"preflight", "apply", "launch", "ready", "benchmark"}
 #: Phases after the result was recorded: a restart only finishes the cleanup (and diagnosis).
 AFTER_RESULT = {"stop", "revert", "diagnose"}
-TERMINAL = {"ok", "kept", "discarded", "failed", "hung", "skipped"}
+TERMINAL = {"ok", "kept", "discarded", "failed", "hung", "timeout", "skipped"}
+#: Terminal statuses that call for a diagnosis and a line under "Failures" in the report.
+FAILED = ("failed", "hung", "timeout")
 
 
 class ExperimentRow(BaseModel):

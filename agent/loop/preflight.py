@@ -12,6 +12,7 @@ import os
 import re
 import shlex
 import time
+from collections.abc import Callable
 
 from pydantic import BaseModel, Field
 
@@ -77,7 +78,12 @@ def free_mb(host: Host, path: str) -> int | None:
     return int(f[3]) // 1024 if res.ok and len(f) >= 4 and f[3].isdigit() else None
 
 
-def find_leftovers(host: Host, plan: Plan) -> list[Leftover]:
+def find_leftovers(
+    host: Host, plan: Plan, spare: Callable[[], set[int]] | None = None
+) -> list[Leftover]:
+    """Processes that must not be there; `spare` names pids that belong to runs still in
+    flight on another host slot of the night (asked after the scan, so a run launched
+    meanwhile is spared too)."""
     found: dict[int, Leftover] = {}
     me = {os.getpid(), os.getppid()}
     for pid in marked_pids(host, prefix=f"{plan.name}/"):
@@ -94,12 +100,20 @@ def find_leftovers(host: Host, plan: Plan) -> list[Leftover]:
                 )
     for pid in gpu_apps(host):
         found.setdefault(pid, Leftover(pid=pid, why="holds GPU memory (nvidia-smi compute app)"))
+    if found and spare is not None:
+        me |= spare()
     return [lo for pid, lo in sorted(found.items()) if pid not in me]
 
 
-def run_preflight(host: Host, plan: Plan, state_dir: str, settle_s: float = 10.0) -> Preflight:
+def run_preflight(
+    host: Host,
+    plan: Plan,
+    state_dir: str,
+    settle_s: float = 10.0,
+    spare: Callable[[], set[int]] | None = None,
+) -> Preflight:
     pf = Preflight(ok=True)
-    leftovers = find_leftovers(host, plan)
+    leftovers = find_leftovers(host, plan, spare)
     pf.leftovers = leftovers
     if leftovers:
         listing = ", ".join(f"{lo.pid} ({lo.why})" for lo in leftovers)
@@ -112,7 +126,7 @@ def run_preflight(host: Host, plan: Plan, state_dir: str, settle_s: float = 10.0
             host.run(f"kill -KILL {pids} 2>/dev/null; true", timeout=10)
             pf.killed = [lo.pid for lo in leftovers]
             time.sleep(0.2)
-            still = find_leftovers(host, plan)
+            still = find_leftovers(host, plan, spare)
             if still:
                 pf.ok = False
                 pf.label = "stale_gpu_process"

@@ -11,7 +11,7 @@ import html
 from pathlib import Path
 
 from agent.loop.knobs import describe
-from agent.loop.ledger import ExperimentRow, Ledger, NightRow
+from agent.loop.ledger import FAILED, ExperimentRow, Ledger, NightRow
 from agent.loop.plan import Plan
 
 COLORS = {
@@ -20,6 +20,7 @@ COLORS = {
     "discarded": "#9ca3af",
     "failed": "#dc2626",
     "hung": "#ea580c",
+    "timeout": "#b45309",
     "skipped": "#d1d5db",
 }
 
@@ -106,7 +107,7 @@ def next_steps(rows: list[ExperimentRow], plan: Plan) -> list[str]:
             f"Combine the kept changes ({names}) as one `combined: true` experiment and measure it."
         )
     for r in rows:
-        if r.status in ("failed", "hung"):
+        if r.status in FAILED:
             why = f"{r.label or 'unclassified'}: {one_line(r.evidence or r.diagnosis)}"
             out.append(f"Decide on `{r.name}` ({describe(r.change)}) — failed with {why[:200]}")
         if r.status == "skipped":
@@ -149,7 +150,7 @@ def write_report(ledger: Ledger, night: NightRow, plan: Plan) -> Path:
             f"| {r.seq} | {r.name} | {describe(r.change)} | {r.status} | {_fmt(r.metric_mean)} | "
             f"{_fmt(r.metric_spread)} | {rel} | {_fmt(r.duration_s)} | {diag.replace('|', '/')} |"
         )
-    failures = [r for r in rows if r.status in ("failed", "hung")]
+    failures = [r for r in rows if r.status in FAILED]
     lines += ["", "## Failures", ""]
     if not failures:
         lines.append("None.")
@@ -200,9 +201,7 @@ def handoff(ledger: Ledger, night: NightRow, plan: Plan, memory_path: str | Path
             if text not in open_texts:
                 mem.add_todo(host, text)
         kept = [r.name for r in rows if r.status == "kept"]
-        failed = [
-            f"{r.name} ({r.label or r.status})" for r in rows if r.status in ("failed", "hung")
-        ]
+        failed = [f"{r.name} ({r.label or r.status})" for r in rows if r.status in FAILED]
         note = (
             f"Night {night.id} of plan {plan.name}: {night.status}. "
             f"Kept: {', '.join(kept) or 'none'}. Failed: {', '.join(failed) or 'none'}. "

@@ -24,7 +24,15 @@ from agent.loop.experiment import (
     run_experiment,
     run_marker,
 )
-from agent.loop.ledger import AFTER_RESULT, BEFORE_RESULT, TERMINAL, ExperimentRow, Ledger, NightRow
+from agent.loop.ledger import (
+    AFTER_RESULT,
+    BEFORE_RESULT,
+    FAILED,
+    TERMINAL,
+    ExperimentRow,
+    Ledger,
+    NightRow,
+)
 from agent.loop.plan import Plan, SearchParam, plan_digest
 from tools.host import Host
 
@@ -238,7 +246,7 @@ class Night:
                     self.ledger.update(row.id, status="pending", phase="pending", pid=None)
             elif phase in AFTER_RESULT:
                 stored = self.ledger.get(row.id) or row
-                if stored.status in ("failed", "hung") and not stored.label and self.diagnoser:
+                if stored.status in FAILED and not stored.label and self.diagnoser:
                     ctx.diagnoser = self.diagnoser
                     diagnose_row(ctx, stored)
                 if stored.kind == "search":
