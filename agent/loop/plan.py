@@ -144,9 +144,37 @@ class Budget(_Strict):
     final_slot: bool = Field(True, description="relaunch the best config at the end, leave it up")
 
 
+PORT_TOKEN = "{port}"
+
+
+class HostSpec(_Strict):
+    """One host slot of the night, with what differs from the baseline on it.
+
+    Several identical machines need nothing but a name each (`hosts: [gpu1, gpu2]`). Slots
+    that share one machine (or machines laid out differently) override the port, the working
+    dir, the config file and env here; the baseline writes `{port}` where the port goes in its
+    launch command, probe URL, benchmark command, env values and `server_match`.
+    """
+
+    name: str = Field(pattern=r"^[A-Za-z0-9._@-]+$", description="the slot's name in the ledger")
+    target: str | None = Field(None, description="'local' or an SSH alias; default: name")
+    port: int | None = Field(None, gt=0, lt=65536)
+    workdir: str | None = None
+    config_file: str | None = Field(None, description="this slot's copy of baseline.config_file")
+    env: dict[str, str] = Field(default_factory=dict, description="merged over baseline.env")
+
+    @property
+    def where(self) -> str:
+        return self.target or self.name
+
+    @property
+    def local(self) -> bool:
+        return self.where in ("local", "localhost")
+
+
 class Plan(_Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9._-]+$")
-    hosts: list[str] = Field(default_factory=lambda: ["local"], min_length=1)
+    hosts: list[str | HostSpec] = Field(default_factory=lambda: ["local"], min_length=1)
     baseline: Baseline
     experiments: list[Experiment] = Field(default_factory=list)
     search: Search | None = None
@@ -168,7 +196,64 @@ class Plan(_Strict):
         )
         if needs_file and not self.baseline.config_file:
             raise ValueError("env knobs need baseline.config_file (where they are written)")
+        self._check_hosts()
         return self
+
+    def host_specs(self) -> list[HostSpec]:
+        return [HostSpec(name=h) if isinstance(h, str) else h for h in self.hosts]
+
+    def _check_hosts(self) -> None:
+        specs = self.host_specs()
+        names = [h.name for h in specs]
+        if len(set(names)) != len(names):
+            raise ValueError(f"host names must be unique: {names}")
+        b = self.baseline
+        if any(h.port for h in specs):
+            for field, text in (("launch", b.launch), ("ready_url", b.ready_url)):
+                if PORT_TOKEN not in text:
+                    raise ValueError(
+                        f"a host overrides the port, so baseline.{field} must say {PORT_TOKEN} "
+                        "where the port goes"
+                    )
+        if any(h.config_file for h in specs) and not b.config_file:
+            raise ValueError("a host overrides config_file, but the baseline has none")
+        # Two slots on one machine must not share a port or a config file.
+        by_target: dict[str, list[HostSpec]] = {}
+        for h in specs:
+            by_target.setdefault("local" if h.local else h.where, []).append(h)
+        for target, slots in by_target.items():
+            if len(slots) < 2:
+                continue
+            ports = [h.port or b.port for h in slots]
+            files = [h.config_file or b.config_file for h in slots]
+            if len(set(ports)) < len(ports) or (b.config_file and len(set(files)) < len(files)):
+                raise ValueError(
+                    f"host slots {[h.name for h in slots]} share {target}: give each its own "
+                    "port and config_file"
+                )
+
+    def for_host(self, spec: HostSpec) -> Plan:
+        """This plan as seen on one host slot: its port, workdir, config file and env."""
+        port = spec.port or self.baseline.port
+        b = self.baseline.model_copy(deep=True)
+
+        def fill(text: str) -> str:
+            return text.replace(PORT_TOKEN, str(port))
+
+        b.port = port
+        b.launch = fill(b.launch)
+        b.ready_url = fill(b.ready_url)
+        b.benchmark.command = fill(b.benchmark.command)
+        b.env = {k: fill(v) for k, v in {**b.env, **spec.env}.items()}
+        if spec.workdir:
+            b.workdir = spec.workdir
+        if spec.config_file and b.config_file:
+            b.config_files = [spec.config_file if f == b.config_file else f for f in b.config_files]
+            b.config_file = spec.config_file
+        policy = self.policy.model_copy(
+            update={"server_match": [fill(p) for p in self.policy.server_match]}
+        )
+        return self.model_copy(update={"baseline": b, "policy": policy})
 
 
 def load_plan(path: str | Path, variables: dict[str, str] | None = None) -> Plan:

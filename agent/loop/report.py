@@ -128,7 +128,7 @@ def write_report(ledger: Ledger, night: NightRow, plan: Plan) -> Path:
         f"# Night report: {plan.name} ({night.id})",
         "",
         f"- status: **{night.status}**{' — ' + night.note if night.note else ''}",
-        f"- hosts: {', '.join(plan.hosts)}; metric: {'higher' if plan.baseline.higher_is_better else 'lower'} is better",
+        f"- hosts: {', '.join(h.name for h in plan.host_specs())}; metric: {'higher' if plan.baseline.higher_is_better else 'lower'} is better",
         f"- baseline: {_fmt(bm)} ± {_fmt(base.metric_spread if base else None)} over "
         f"{len(base.metric_values) if base else 0} runs; noise threshold (2σ): {_fmt(night.noise)}",
         f"- best: **{night.best or '-'}**; morning server: "
@@ -192,7 +192,7 @@ def handoff(ledger: Ledger, night: NightRow, plan: Plan, memory_path: str | Path
         memory_path = get_settings().memory_path
     Path(memory_path).parent.mkdir(parents=True, exist_ok=True)
     rows = ledger.experiments(night.id)
-    host = plan.hosts[0]
+    host = plan.host_specs()[0].name
     mem = Memory(memory_path)
     try:
         open_texts = {t.text for t in mem.todos(host)}

@@ -33,18 +33,25 @@ from agent.loop.ledger import (
     Ledger,
     NightRow,
 )
-from agent.loop.plan import Plan, SearchParam, plan_digest
+from agent.loop.plan import HostSpec, Plan, SearchParam, plan_digest
 from tools.host import Host
 
 
-def make_host(spec: str) -> Host:
-    if spec in ("local", "localhost"):
+def make_host(spec: str | HostSpec) -> Host:
+    """A plain "local" keeps the name "localhost"; a named slot keeps its own name, so two
+    slots on one machine stay apart in the ledger."""
+    if isinstance(spec, str):
+        spec = HostSpec(name=spec)
+    if spec.local:
         from tools.local_host import LocalHost
 
-        return LocalHost("localhost")
+        return LocalHost("localhost" if spec.name in ("local", "localhost") else spec.name)
     from tools.ssh_host import SSHHost
 
-    return SSHHost(spec)
+    host = SSHHost(spec.where)
+    if spec.target:
+        host.name = spec.name
+    return host
 
 
 def signature_diagnosis(host: Host, row: ExperimentRow) -> Diagnosis | None:
@@ -120,7 +127,13 @@ class Night:
         self.state_dir = str(Path(state_dir).resolve())
         Path(self.state_dir).mkdir(parents=True, exist_ok=True)
         self.ledger = Ledger(Path(self.state_dir) / "ledger.db")
-        self.hosts = hosts or [make_host(h) for h in plan.hosts]
+        specs = plan.host_specs()
+        self.hosts = hosts or [make_host(h) for h in specs]
+        #: The plan as each host slot sees it (its port, workdir, config file, env).
+        self.plans = {
+            h.name: plan.for_host(specs[i] if i < len(specs) else HostSpec(name=h.name))
+            for i, h in enumerate(self.hosts)
+        }
         self.diagnoser = diagnoser
         self.memory_path = memory_path
         self.on_phase = on_phase
@@ -131,7 +144,7 @@ class Night:
     # helpers
     def _ctx(self, host: Host, leave_running: bool = False) -> Context:
         return Context(
-            plan=self.plan,
+            plan=self.plans[host.name],
             ledger=self.ledger,
             night_id=self.night.id,
             host=host,
@@ -141,13 +154,28 @@ class Night:
             on_phase=self.on_phase,
             leave_running=leave_running,
             store_root=self._store_root(host),
+            busy_elsewhere=(lambda: self._busy_elsewhere(host.name))
+            if len(self.hosts) > 1
+            else None,
         )
 
+    def _busy_elsewhere(self, host_name: str) -> set[str]:
+        """Run markers of the experiments now between pre-flight and done on other slots."""
+        return {
+            run_marker(self.plan.name, self.night.id, r.seq, r.attempts)
+            for r in self.ledger.experiments(self.night.id)
+            if r.host != host_name and r.phase not in ("pending", "done") and r.attempts > 0
+        }
+
     def _store_root(self, host: Host) -> str | None:
-        """Snapshots of a local host live beside the ledger; a remote host keeps its default."""
+        """Snapshots of a local host live beside the ledger (one store per slot: slots write
+        their stores at the same time); a remote host keeps its default."""
         from tools.local_host import LocalHost
 
-        return os.path.join(self.state_dir, "snapshots") if isinstance(host, LocalHost) else None
+        if not isinstance(host, LocalHost):
+            return None
+        sub = "snapshots" if len(self.hosts) == 1 else f"snapshots-{host.name}"
+        return os.path.join(self.state_dir, sub)
 
     def _host(self, name: str) -> Host:
         return next((h for h in self.hosts if h.name == name), self.hosts[0])
@@ -189,7 +217,7 @@ class Night:
         plan_copy.write_text(self.plan.model_dump_json(indent=1), encoding="utf-8")
         for host in self.hosts:
             self.baselines[host.name] = configs.capture_baseline(
-                self.ledger, self.night.id, host, self.plan.baseline.config_files
+                self.ledger, self.night.id, host, self.plans[host.name].baseline.config_files
             )
         self.recover()
         self._seed_rows()
