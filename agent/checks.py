@@ -168,6 +168,9 @@ def options(
         elif need == "port":
             port = server_port(observations)
             args = {"port": port} if port else None
+        elif need == "systemd_unit":
+            unit = next((p.rsplit("/", 1)[-1] for p in all_paths if p.endswith(".service")), None)
+            args = {"kind": "journalctl", "name": unit} if unit else None
         elif need == "gpu_busy":
             args = {} if _gpu_busy(observations) else None
         elif need == "known_good_config":

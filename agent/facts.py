@@ -134,14 +134,33 @@ def derive(observations: list[Observation]) -> Facts:
         elif o["tool"] == "log_tail":
             path = str(o["args"].get("path") or d.get("path"))
             size = int(d.get("size") or 0)
-            last = next((ln for ln in reversed(o["lines"]) if ln and not ln.startswith("# ")), "")
-            log_reads.setdefault(path, []).append((o["id"], size, last))
+            text = [ln for ln in o["lines"] if ln and not ln.startswith("# ")]
+            log_reads.setdefault(path, []).append((o["id"], size, text))
     for path, reads in log_reads.items():
         if len(reads) >= 2:
-            (_, s0, l0), (oid, s1, l1) = reads[-2], reads[-1]
-            f.log_growth[path] = s1 > s0 or l1 != l0
+            (_, s0, t0), (oid, s1, t1) = reads[-2], reads[-1]
+            changed = s1 > s0 or (t1[-1:] != t0[-1:])
+            f.log_growth[path] = changed and advancing(t0, t1)
             f.log_growth_obs[path] = oid
     return f
+
+
+_DIGITS = re.compile(r"\d+")
+
+
+def advancing(before: list[str], after: list[str]) -> bool:
+    """Did the log move forward, or only repeat itself? A hung worker keeps printing the same
+    "still waiting" warning with a new timestamp; a loader prints new shard counts. A line is
+    new work if, digits aside, the first read never printed it, or it is a progress bar."""
+    from agent.signatures import scan
+
+    seen = {_DIGITS.sub("#", ln) for ln in before}
+    fresh = [ln for ln in after if ln not in set(before)]
+    if not fresh:
+        return False
+    if any(m.strength == "progress" for m in scan(fresh[-50:])):
+        return True
+    return any(_DIGITS.sub("#", ln) not in seen for ln in fresh)
 
 
 def _gpu(f: Facts, o: Observation) -> None:

@@ -32,6 +32,12 @@ OWN_ERROR = re.compile(
     r"Traceback \(most recent call last\)|\b[A-Z]\w*(?:Error|Exception): |\bFATAL\b|\bfatal error\b"
     r"|\] \[E\] |Error Code \d+"
 )
+#: nvidia-smi failures that look like the hardware itself (not a driver/library mismatch)
+HW_ERROR = re.compile(
+    r"(?i)unknown error|ERR!|fallen off|GPU is lost|not responding|Unable to determine the device handle"
+)
+#: Error-ish words in a log's last lines: the process said something went wrong itself.
+ERROR_WORD = re.compile(r"(?i)\b(?:error|failed|failure|exception|fatal|abort(?:ed|ing)?|panic)\b")
 LAUNCH_PORT = re.compile(r"--port[ =](\d{2,5})\b|\bport=(\d{2,5})\b")
 
 
@@ -153,7 +159,12 @@ def leftover_holders(facts: Facts, hits: list[tuple[Observation, Match]]) -> dic
     """GPU pids holding >= 1 GiB that are not the running server. After a memory failure, even
     server-like processes (orphaned workers of an earlier launch) count: the launch is dead."""
     running = set() if died_for_memory(hits) else set(facts.server_pids)
-    return {p: mib for p, mib in facts.gpu_pids.items() if mib >= 1024 and p not in running}
+    # "all CUDA-capable devices are busy": in exclusive mode any holder blocks, however small
+    busy = any(
+        m.label == "stale_gpu_process" and m.strength in ("fatal", "strong") for _, m in hits
+    )
+    floor = 1.0 if busy else 1024.0
+    return {p: mib for p, mib in facts.gpu_pids.items() if mib >= floor and p not in running}
 
 
 def stale_gpu_possible(facts: Facts, hits: list[tuple[Observation, Match]]) -> bool:
@@ -378,7 +389,9 @@ def _liveness_rules(facts: Facts, observations: list[Observation], hits, add) ->
             o = logs[-1]
             text = text_lines(o)
             last = next((ln for ln in reversed(text) if ln.strip()), "")
-            own_error = any(OWN_ERROR.search(ln) for ln in text)
+            own_error = any(OWN_ERROR.search(ln) for ln in text) or any(
+                ERROR_WORD.search(ln) for ln in text[-30:]
+            )
             add(
                 "killed_externally",
                 "fact",
@@ -409,7 +422,8 @@ def _host_rules(facts: Facts, hits, add) -> None:  # type: ignore[no-untyped-def
                 first,
                 "the kernel log shows no OOM-killer line",
             )
-        if "gpu_hardware_fault" not in labels_hit and first and facts.gpu_error is None:
+        hw_like = facts.gpu_error is not None and HW_ERROR.search(facts.gpu_error)
+        if "gpu_hardware_fault" not in labels_hit and first and not hw_like:
             add(
                 "gpu_hardware_fault",
                 "fact",

@@ -47,7 +47,16 @@ _LOG_NAMES = [
     "*crash*.txt",
 ]
 _LOG_PATHS = ["*/logs/*.txt", "*/log/*.txt"]
-_CONFIG_NAMES = ["sitecustomize.py", "usercustomize.py", "*.env", ".env", "*.sh", "*.yaml", "*.yml"]
+_CONFIG_NAMES = [
+    "sitecustomize.py",
+    "usercustomize.py",
+    "*.env",
+    ".env",
+    "*.sh",
+    "*.yaml",
+    "*.yml",
+    "*.service",  # a systemd unit: who starts the server, with which timeouts
+]
 _CONFIG_DIR_NAMES = ["*.json", "*.toml", "*.pbtxt", "*.ini", "*.conf"]
 _CONFIG_DIRS = ["*/conf/*", "*/config/*", "*/configs/*", "*/etc/*", "*/k8s/*", "*/deploy/*"]
 #: Hidden dirs (.git, .cache, .pyenv, .npm), package trees and caches hold other tools' files.

@@ -258,7 +258,10 @@ class Night:
         """Finish or reset whatever a killed loop left in flight; then clean and revert anyway."""
         for row in self.ledger.experiments(self.night.id):
             phase = row.phase  # cleanup() below moves the row's phase on; decide on this one
-            if phase in ("pending", "done"):
+            # Taken but not started (killed between marking it and its first phase): a ranked
+            # row marked running, or any search row, whose trial is asked in the study.
+            taken = phase == "pending" and (row.status == "running" or row.kind == "search")
+            if phase == "done" or (phase == "pending" and not taken):
                 continue
             host = self._host(row.host)
             ctx = self._ctx(host)
@@ -267,9 +270,9 @@ class Night:
             bad = configs.revert(host, self.baselines[host.name], store_root=self._store_root(host))
             if bad:
                 raise configs.ConfigError(f"cannot restore baseline config on {host.name}: {bad}")
-            if phase in BEFORE_RESULT:
+            if phase in BEFORE_RESULT or taken:
                 if row.kind == "search":
-                    self._fail_trial(row, f"interrupted during {phase}; params re-queued")
+                    self._fail_trial(row, f"{INTERRUPTED} {phase}; params re-queued")
                 else:
                     self.ledger.update(row.id, status="pending", phase="pending", pid=None)
             elif phase in AFTER_RESULT:
@@ -359,12 +362,15 @@ class Night:
         from optuna.trial import TrialState
 
         study = self._study()
-        known = {
-            r.trial_number for r in self.ledger.experiments(self.night.id) if r.kind == "search"
-        }
+        rows = {r.trial_number: r for r in self.ledger.experiments(self.night.id)}
         for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-            if t.number not in known:  # asked, then killed before its ledger row existed
+            row = rows.get(t.number)
+            if row is None or row.kind != "search":
+                # asked, then killed before its ledger row existed: never ran; ask it again
                 study.tell(t.number, state=TrialState.FAIL)
+                _enqueue_once(study, t.params)
+            elif row.status in TERMINAL:  # finished, then killed before the study was told
+                self._tell(row)
         self._study_obj = study
         self._parallel(self._search_worker)
 
@@ -374,7 +380,11 @@ class Night:
         dists = {p.knob: _distribution(p) for p in self.plan.search.params}
         while True:
             with self._lock:
-                rows = [r for r in self.ledger.experiments(self.night.id) if r.kind == "search"]
+                rows = [
+                    r
+                    for r in self.ledger.experiments(self.night.id)
+                    if r.kind == "search" and not _interrupted(r)
+                ]  # an interrupted trial is re-asked with its params; it does not use a slot
                 if len(rows) >= self.plan.search.trials or not self._fits():
                     return
                 trial = study.ask(dists)
@@ -406,9 +416,11 @@ class Night:
         study = getattr(self, "_study_obj", None) or self._study()
         from optuna.trial import TrialState
 
-        self.ledger.update(row.id, status="failed", phase="done", diagnosis=why, ended=time.time())
+        # Each step is idempotent, and the ledger row is closed last: a kill -9 in between
+        # repeats the steps on the next start, and the params are still queued only once.
         study.tell(row.trial_number, state=TrialState.FAIL, skip_if_finished=True)
-        study.enqueue_trial(dict(row.change))
+        _enqueue_once(study, dict(row.change))
+        self.ledger.update(row.id, status="failed", phase="done", diagnosis=why, ended=time.time())
 
     # final slot
     def _final(self) -> None:
@@ -439,6 +451,28 @@ class Night:
             final_pid=done.pid if done.status == "ok" else None,
             final_host=self.hosts[0].name,
         )
+
+
+#: Diagnosis prefix of a search row that a killed loop left before its result.
+INTERRUPTED = "interrupted during"
+
+
+def _interrupted(row: ExperimentRow) -> bool:
+    return row.status == "failed" and (row.diagnosis or "").startswith(INTERRUPTED)
+
+
+def _enqueue_once(study: Any, params: dict[str, Any]) -> None:
+    """Queue `params` for the next ask unless they already wait in the queue.
+
+    Optuna's own `skip_if_exists` compares against every trial, the failed one included,
+    so it would never re-queue an interrupted trial.
+    """
+    from optuna.trial import TrialState
+
+    for t in study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
+        if t.system_attrs.get("fixed_params") == params:
+            return
+    study.enqueue_trial(params)
 
 
 def _distribution(p: SearchParam) -> Any:
