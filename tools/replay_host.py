@@ -13,6 +13,7 @@ import fnmatch
 import posixpath
 import shlex
 import time
+from functools import lru_cache
 
 from tools.cards import HostSnapshot, IncidentCard, Snapshots, card_text_bytes
 from tools.host import DEFAULT_MAX_BYTES, DEFAULT_TIMEOUT_S, CommandResult, FileTail, clip, decode
@@ -42,7 +43,17 @@ class _Cursor:
         return value[min(max(i - 1, 0), len(value) - 1)]
 
 
+@lru_cache(maxsize=4096)
+def _tokens_cached(command: str) -> tuple[str, ...]:
+    return tuple(_split(command))
+
+
 def _tokens(command: str) -> list[str]:
+    """The first pipeline stage's words, without sudo/command/exec (memoised: cards are reread)."""
+    return list(_tokens_cached(command))
+
+
+def _split(command: str) -> list[str]:
     first = command.split("|", 1)[0].strip()
     try:
         toks = shlex.split(first)
