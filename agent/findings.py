@@ -1,4 +1,4 @@
-"""From observations to findings: signature hits on log text plus host-fact rules.
+"""From observations to findings: signature hits on log text plus the host-fact rules.
 
 Findings are signed support for a label, each tied to one verbatim line of one observation.
 Both brains read the same findings; neither may invent evidence outside them.
@@ -6,83 +6,24 @@ Both brains read the same findings; neither may invent evidence outside them.
 
 from __future__ import annotations
 
-import re
-from functools import lru_cache
-from pathlib import Path
-
-import yaml
-
+from agent.evidence import signature_hits
 from agent.facts import Facts, derive
-from agent.signatures import Match, scan
+from agent.rules import (
+    EXCEPTION_LINE,
+    OOM_LABELS,
+    PHASE_PREFIX,
+    STRONG_CAP,
+    WEIGHT,
+    host_rules,
+    liveness_rules,
+    oom_phase,
+    search_rules,
+    stale_gpu_possible,
+    stale_rules,
+)
 from agent.state import Finding, Observation
 
-WEIGHT = {"fatal": 3.0, "strong": 1.5, "weak": 0.25}
-STRONG_CAP = 3.0  # repeated warnings must not outweigh one fatal line
-PHASE_PREFIX = "phase-"  # knowledge/signatures: lines that tell which start-up phase ran
-OOM_LABELS = {"gpu_oom_weights", "cuda_oom_runtime"}
-TORCH_HELD = re.compile(r"([\d.]+) ([GM]iB) is allocated by PyTorch")
-ALLOC = re.compile(r"Tried to allocate ([\d.]+) ([GM]iB).*?total capac\w* of ([\d.]+) ([GM]iB)")
-TEXT_TOOLS = {"log_tail", "log_search", "dmesg", "host_facts", "service_logs"}
-LOG_TOOLS = {"log_tail", "service_logs"}
-OTHER_PROC_MEM = re.compile(r"Process (\d+) has ([\d.]+) ([GM]iB) memory in use")
-BIND_PORT = re.compile(r"(?:port|:)\s*(\d{2,5})\b")
-#: A traceback or an exception line means the process reported its own failure.
-EXCEPTION_LINE = re.compile(r"\b[A-Z]\w*(?:Error|Exception): ")
-OWN_ERROR = re.compile(
-    r"Traceback \(most recent call last\)|\b[A-Z]\w*(?:Error|Exception): |\bFATAL\b|\bfatal error\b"
-    r"|\] \[E\] |Error Code \d+"
-)
-#: nvidia-smi failures that look like the hardware itself (not a driver/library mismatch)
-HW_ERROR = re.compile(
-    r"(?i)unknown error|ERR!|fallen off|GPU is lost|not responding|Unable to determine the device handle"
-)
-#: Error-ish words in a log's last lines: the process said something went wrong itself.
-ERROR_WORD = re.compile(r"(?i)\b(?:error|failed|failure|exception|fatal|abort(?:ed|ing)?|panic)\b")
-LAUNCH_PORT = re.compile(r"--port[ =](\d{2,5})\b|\bport=(\d{2,5})\b")
-
-
-def text_lines(o: Observation) -> list[str]:
-    return [ln for ln in o["lines"] if not ln.startswith("# ")]
-
-
-def latest_text_observations(observations: list[Observation]) -> list[Observation]:
-    """The newest read of each log (older reads of the same file only matter for growth)."""
-    newest: dict[tuple[str, str], Observation] = {}
-    for o in observations:
-        if o["tool"] in TEXT_TOOLS and o["ok"]:
-            key = (o["tool"], str(o["args"].get("path", "")) + str(o["args"].get("pattern", "")))
-            newest[key] = o
-    return list(newest.values())
-
-
-@lru_cache(maxsize=1)
-def _launch_markers() -> re.Pattern[str]:
-    pats = yaml.safe_load((Path(__file__).parent / "knowledge" / "launch_markers.yaml").read_text())
-    return re.compile("|".join(f"(?:{p})" for p in pats))
-
-
-def last_launch(lines: list[str]) -> int:
-    """Index where the last of several launches in an appended log starts (0 if one or none)."""
-    marks = [i for i, ln in enumerate(lines) if _launch_markers().search(ln)]
-    return marks[-1] if len(marks) >= 2 else 0
-
-
-def signature_hits(observations: list[Observation]) -> list[tuple[Observation, Match]]:
-    out: list[tuple[Observation, Match]] = []
-    latest = latest_text_observations(observations)
-    earlier_runs: set[str] = set()  # lines only an earlier launch printed
-    for o in latest:
-        if o["tool"] in LOG_TOOLS:
-            lines = text_lines(o)
-            cut = last_launch(lines)
-            earlier_runs |= set(lines[:cut]) - set(lines[cut:])
-    for o in latest:
-        lines = text_lines(o)
-        start = last_launch(lines) if o["tool"] in LOG_TOOLS else 0
-        for m in scan(lines):
-            if m.line_no >= start and m.line not in earlier_runs:
-                out.append((o, m))
-    return out
+__all__ = ["compute", "signature_hits"]
 
 
 def _finding(n: int, label: str, kind: str, w: float, obs: str, line: str, note: str) -> Finding:
@@ -109,7 +50,7 @@ def compute(observations: list[Observation]) -> tuple[list[Finding], Facts]:
     stale_possible = stale_gpu_possible(facts, hits)
     for o, m in hits:
         if m.label is None or m.signature.startswith(PHASE_PREFIX):
-            continue  # phase lines only say when an OOM happened; see _oom_phase
+            continue  # phase lines only say when an OOM happened; see oom_phase
         w = WEIGHT.get(m.strength, 0.0)
         label = m.label
         if m.strength == "fatal" and m.line == first_fatal:
@@ -117,7 +58,7 @@ def compute(observations: list[Observation]) -> tuple[list[Finding], Facts]:
         if m.strength == "strong" and EXCEPTION_LINE.search(m.line):
             w = WEIGHT["fatal"]  # the exception that ended the process carries this message
         if m.strength == "fatal" and label in OOM_LABELS:
-            label, phase = _oom_phase(o, m, hits)
+            label, phase = oom_phase(o, m, hits)
             if phase is not None:
                 add(label, "phase", 1.0, o["id"], phase.line, f"the OOM came {phase.signature}")
                 other = next(x for x in OOM_LABELS if x != label)
@@ -139,349 +80,8 @@ def compute(observations: list[Observation]) -> tuple[list[Finding], Facts]:
             strong_sum[label] = strong_sum.get(label, 0.0) + w
         add(label, m.strength, w, o["id"], m.line, f"signature {m.signature}")
 
-    _search_rules(observations, hits, add)
-    _stale_rules(facts, observations, hits, add)
-    _liveness_rules(facts, observations, hits, add)
-    _host_rules(facts, hits, add)
+    search_rules(observations, hits, add)
+    stale_rules(facts, observations, hits, add)
+    liveness_rules(facts, observations, hits, add)
+    host_rules(facts, hits, add)
     return findings, facts
-
-
-MEMORY_LABELS = {"gpu_oom_weights", "cuda_oom_runtime", "kv_cache_no_room", "stale_gpu_process"}
-
-
-def died_for_memory(hits: list[tuple[Observation, Match]]) -> bool:
-    """The launch died of a GPU-memory failure (an OOM, no room for the KV cache, too little free
-    memory at start): then other holders of GPU memory are suspects, even server-like ones."""
-    return any(m.strength == "fatal" and m.label in MEMORY_LABELS for _, m in hits)
-
-
-def leftover_holders(facts: Facts, hits: list[tuple[Observation, Match]]) -> dict[int, float]:
-    """GPU pids holding >= 1 GiB that are not the running server. After a memory failure, even
-    server-like processes (orphaned workers of an earlier launch) count: the launch is dead."""
-    running = set() if died_for_memory(hits) else set(facts.server_pids)
-    # "all CUDA-capable devices are busy": in exclusive mode any holder blocks, however small
-    busy = any(
-        m.label == "stale_gpu_process" and m.strength in ("fatal", "strong") for _, m in hits
-    )
-    floor = 1.0 if busy else 1024.0
-    return {p: mib for p, mib in facts.gpu_pids.items() if mib >= floor and p not in running}
-
-
-def stale_gpu_possible(facts: Facts, hits: list[tuple[Observation, Match]]) -> bool:
-    """The guardrail's condition: another pid holds GPU memory now (or memory is held while no
-    server runs, or after the launch died of a memory failure)."""
-    if leftover_holders(facts, hits):
-        return True
-    return facts.gpu_clean is False and (facts.server_alive is False or died_for_memory(hits))
-
-
-def _search_rules(observations: list[Observation], hits, add) -> None:  # type: ignore[no-untyped-def]
-    """A whole-log search for CUDA OOM that finds nothing refutes a GPU OOM (absent a hit elsewhere)."""
-    oom_hit = any(m.label in OOM_LABELS and m.strength == "fatal" for _, m in hits)
-    for o in observations:
-        if o["tool"] != "log_search" or not o["ok"] or oom_hit:
-            continue
-        if "memory" not in str(o["args"].get("pattern", "")).lower():
-            continue
-        if int(o["data"].get("total_matches") or 0) == 0 and o["lines"]:
-            for label in sorted(OOM_LABELS):
-                add(
-                    label,
-                    "fact",
-                    -3.0,
-                    o["id"],
-                    o["lines"][0],
-                    "no CUDA out-of-memory line in the whole log",
-                )
-
-
-def _oom_phase(
-    o: Observation, m: Match, hits: list[tuple[Observation, Match]]
-) -> tuple[str, Match | None]:
-    """Weights or runtime? The phase line nearest before the OOM decides (after it, for logs
-    printed newest-first); without one, an allocation of a quarter of the GPU or more is weights."""
-    phases = [
-        mm
-        for oo, mm in hits
-        if oo["id"] == o["id"] and mm.signature.startswith(PHASE_PREFIX) and mm.label
-    ]
-    before = [p for p in phases if p.line_no < m.line_no]
-    after = [p for p in phases if p.line_no > m.line_no]
-    phase = before[-1] if before else (after[0] if after else None)
-    if phase is not None and phase.label:
-        return phase.label, phase
-    held = TORCH_HELD.search(m.line)
-    cap = ALLOC.search(m.line)
-    if held and cap and float(cap.group(3)) > 0:
-        # PyTorch itself holds (nearly) the whole GPU and no phase line says loading finished
-        held_gib = float(held.group(1)) / (1024 if held.group(2) == "MiB" else 1)
-        cap_gib = float(cap.group(3)) / (1024 if cap.group(4) == "MiB" else 1)
-        if held_gib >= 0.97 * cap_gib:
-            return "gpu_oom_weights", None
-    a = cap
-    if a:
-        want = float(a.group(1)) * (1024 if a.group(2) == "GiB" else 1)
-        total = float(a.group(3)) * (1024 if a.group(4) == "GiB" else 1)
-        if total > 0 and want >= 0.25 * total:
-            return "gpu_oom_weights", None
-    return m.label or "cuda_oom_runtime", None
-
-
-def _stale_rules(facts: Facts, observations: list[Observation], hits, add) -> None:  # type: ignore[no-untyped-def]
-    launch_died = died_for_memory(hits)
-    alive_servers = set() if launch_died else set(facts.server_pids)
-    holders = leftover_holders(facts, hits)
-    # memory held by someone else only matters if something ran short of it (or of the port)
-    short = any(
-        m.label in MEMORY_LABELS | {"port_in_use"} and m.strength in ("fatal", "strong")
-        for _, m in hits
-    )
-    scale = 1.0 if short else 0.3
-    if holders:
-        for pid, mib in holders.items():
-            add(
-                "stale_gpu_process",
-                "fact",
-                4.0 * scale,
-                facts.gpu_pid_obs,
-                facts.gpu_pid_lines.get(pid, ""),
-                f"pid {pid} holds {mib:.0f} MiB of GPU memory and is not a running server",
-            )
-            if pid in facts.procs:
-                add(
-                    "stale_gpu_process",
-                    "fact",
-                    0.5,
-                    facts.ps_obs,
-                    facts.procs[pid],
-                    f"pid {pid} is alive: {facts.procs[pid][:80]}",
-                )
-    elif facts.gpu_clean is False and (facts.server_alive is False or launch_died):
-        busiest = max(facts.gpus, key=lambda g: g.used_mib or 0)
-        add(
-            "stale_gpu_process",
-            "fact",
-            # no pid to name: the holder may be outside this container, or still exiting;
-            # a second nvidia-smi read (check gpu_recheck) decides
-            1.5 * scale,
-            facts.gpu_obs,
-            busiest.line,
-            "GPU memory is in use although no server process runs",
-        )
-    elif facts.gpu_clean:
-        g = facts.gpus[0]
-        add(
-            "stale_gpu_process",
-            "fact",
-            -5.0,
-            facts.gpu_obs,
-            g.line,
-            "nvidia-smi shows the GPUs free: no process holds their memory",
-        )
-    # torch names other holders in its OOM message; believe it only if that pid still holds memory
-    for o in latest_text_observations(observations):
-        for ln in text_lines(o):
-            m = OTHER_PROC_MEM.search(ln)
-            if not m:
-                continue
-            pid = int(m.group(1))
-            if pid in holders or (
-                pid in facts.procs and pid not in alive_servers and not facts.gpu_clean
-            ):
-                add(
-                    "stale_gpu_process",
-                    "fact",
-                    2.0,
-                    o["id"],
-                    ln,
-                    f"the OOM names pid {pid}, which still holds GPU memory",
-                )
-
-
-def _liveness_rules(facts: Facts, observations: list[Observation], hits, add) -> None:  # type: ignore[no-untyped-def]
-    fatal = [(o, m) for o, m in hits if m.strength == "fatal" and m.label]
-    progress = [(o, m) for o, m in hits if m.strength == "progress"]
-    if facts.server_alive is False:
-        add(
-            "still_starting",
-            "fact",
-            -5.0,
-            facts.ps_obs,
-            facts.ps_header or "PID",
-            "no inference-server process is running: a dead process is not still loading",
-        )
-    elif facts.server_alive:
-        pid = facts.server_pids[0]
-        growing = [p for p, g in facts.log_growth.items() if g]
-        stalled = [p for p, g in facts.log_growth.items() if not g]
-        if growing and not fatal:
-            obs_id = facts.log_growth_obs[growing[0]]
-            line = next((m.line for o, m in reversed(progress) if o["id"] == obs_id), "")
-            if not line:
-                o = next(o for o in observations if o["id"] == obs_id)
-                line = next((ln for ln in reversed(text_lines(o)) if ln.strip()), "")
-            add(
-                "still_starting",
-                "fact",
-                4.0,
-                obs_id,
-                line,
-                "the server process is alive and its log advanced between two reads",
-            )
-            shown = [m.line for o, m in progress if o["id"] == obs_id and m.line != line]
-            for pline in list(dict.fromkeys(reversed(shown)))[:2]:
-                add("still_starting", "progress", 0.25, obs_id, pline, "still loading/compiling")
-            add(
-                "still_starting",
-                "fact",
-                0.5,
-                facts.ps_obs,
-                facts.procs.get(pid, ""),
-                f"server pid {pid} is alive",
-            )
-        killed_sig = any(m.label == "killed_externally" for _, m in hits)
-        if not any(m.label == "host_oom_killed" for _, m in hits):
-            add(
-                "host_oom_killed",
-                "fact",
-                -4.0,
-                facts.ps_obs,
-                facts.procs.get(pid, ""),
-                f"server pid {pid} is alive: the OOM killer did not end it",
-            )
-        if not fatal and not killed_sig:
-            add(
-                "killed_externally",
-                "fact",
-                -4.0,
-                facts.ps_obs,
-                facts.procs.get(pid, ""),
-                f"server pid {pid} is alive: nothing killed it",
-            )
-        if stalled and not growing:
-            obs_id = facts.log_growth_obs[stalled[0]]
-            o = next(o for o in observations if o["id"] == obs_id)
-            line = next((ln for ln in reversed(text_lines(o)) if ln.strip()), "")
-            # alive, silent, and an error on record: hung on that error, not loading
-            blocked = any(m.strength in ("fatal", "strong") and m.label for _, m in hits)
-            add(
-                "still_starting",
-                "fact",
-                -3.0 if blocked else -1.5,
-                obs_id,
-                line,
-                "the server is alive but its log did not advance between two reads (hung?)",
-            )
-    if fatal:
-        o, m = fatal[-1]
-        add("still_starting", "fact", -3.0, o["id"], m.line, "a fatal error ended the start-up")
-        add(
-            "killed_externally",
-            "fact",
-            -3.0,
-            o["id"],
-            m.line,
-            "the process printed its own fatal error",
-        )
-    elif facts.server_alive is False:
-        logs = [o for o in latest_text_observations(observations) if o["tool"] in LOG_TOOLS]
-        if logs:
-            o = logs[-1]
-            text = text_lines(o)
-            last = next((ln for ln in reversed(text) if ln.strip()), "")
-            own_error = any(OWN_ERROR.search(ln) for ln in text) or any(
-                ERROR_WORD.search(ln) for ln in text[-30:]
-            )
-            add(
-                "killed_externally",
-                "fact",
-                0.5 if own_error else 2.0,
-                o["id"],
-                last,
-                "the server is gone; its log shows an error no signature knows"
-                if own_error
-                else "the server is gone and its log ends without an error of its own",
-            )
-
-
-def _host_rules(facts: Facts, hits, add) -> None:  # type: ignore[no-untyped-def]
-    labels_hit = {m.label for _, m in hits if m.label and m.strength in ("fatal", "strong")}
-    if facts.dmesg_available and facts.dmesg_obs:
-        first = facts.dmesg_summary or (facts.dmesg_lines[-1] if facts.dmesg_lines else "")
-        # "Killed" in a log is ambiguous; only the kernel's own line (or a fatal one) names the OOM killer
-        oom_proven = any(
-            m.label == "host_oom_killed" and (m.strength == "fatal" or o["tool"] == "dmesg")
-            for o, m in hits
-        )
-        if not oom_proven and first:
-            add(
-                "host_oom_killed",
-                "fact",
-                -4.0,  # the kernel log is the authority on OOM kills
-                facts.dmesg_obs,
-                first,
-                "the kernel log shows no OOM-killer line",
-            )
-        hw_like = facts.gpu_error is not None and HW_ERROR.search(facts.gpu_error)
-        if "gpu_hardware_fault" not in labels_hit and first and not hw_like:
-            add(
-                "gpu_hardware_fault",
-                "fact",
-                -3.0,
-                facts.dmesg_obs,
-                first,
-                "no Xid or ECC line in the kernel log and nvidia-smi answers",
-            )
-    if "host_oom_killed" in labels_hit:
-        for o, m in hits:
-            if m.label == "host_oom_killed" and o["tool"] == "dmesg":
-                add(
-                    "killed_externally",
-                    "fact",
-                    -2.0,
-                    o["id"],
-                    m.line,
-                    "the kernel's OOM killer ended it: not an outside supervisor",
-                )
-                break
-    if facts.gpu_error and facts.gpu_obs:
-        err = facts.gpu_error
-        if "communicate with the NVIDIA driver" in err or "driver" in err.lower():
-            add(
-                "cuda_driver_mismatch",
-                "fact",
-                1.5,
-                facts.gpu_obs,
-                err,
-                "nvidia-smi cannot reach the driver",
-            )
-    if facts.shm_mib is not None and facts.disk_obs:
-        if facts.shm_mib < 1024 or (facts.shm_use_pct or 0) >= 95:
-            add(
-                "shm_too_small",
-                "fact",
-                1.5,
-                facts.disk_obs,
-                facts.shm_line,
-                f"/dev/shm is {facts.shm_mib:.0f} MiB ({facts.shm_use_pct or 0:.0f}% used)",
-            )
-        elif facts.shm_mib >= 4096 and "shm_too_small" not in labels_hit:
-            add(
-                "shm_too_small",
-                "fact",
-                -3.0,
-                facts.disk_obs,
-                facts.shm_line,
-                f"/dev/shm has {facts.shm_mib / 1024:.0f} GiB",
-            )
-    for mount, pct, line in facts.full_mounts[:2]:
-        add("disk_full", "fact", 2.0, facts.disk_obs, line, f"{mount} is {pct:.0f}% full")
-    if facts.disk_available and not facts.full_mounts and "disk_full" not in labels_hit:
-        add(
-            "disk_full",
-            "fact",
-            -2.0,
-            facts.disk_obs,
-            facts.shm_line or "Filesystem",
-            "no filesystem is near full",
-        )

@@ -8,8 +8,9 @@
 
 from __future__ import annotations
 
+from agent.evidence import signature_hits
 from agent.facts import Facts
-from agent.findings import signature_hits, stale_gpu_possible
+from agent.rules import stale_gpu_possible
 from agent.state import Action, Observation
 from tools.taxonomy import LABELS
 

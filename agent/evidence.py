@@ -1,0 +1,62 @@
+"""Which host lines count as evidence: the newest read of each log, from its last launch on.
+
+Shared by the findings, the rules and the guardrails, so all three look at the same lines.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+from pathlib import Path
+
+import yaml
+
+from agent.signatures import Match, scan
+from agent.state import Observation
+
+TEXT_TOOLS = {"log_tail", "log_search", "dmesg", "host_facts", "service_logs"}
+LOG_TOOLS = {"log_tail", "service_logs"}
+
+
+def text_lines(o: Observation) -> list[str]:
+    return [ln for ln in o["lines"] if not ln.startswith("# ")]
+
+
+def latest_text_observations(observations: list[Observation]) -> list[Observation]:
+    """The newest read of each log (older reads of the same file only matter for growth)."""
+    newest: dict[tuple[str, str], Observation] = {}
+    for o in observations:
+        if o["tool"] in TEXT_TOOLS and o["ok"]:
+            key = (o["tool"], str(o["args"].get("path", "")) + str(o["args"].get("pattern", "")))
+            newest[key] = o
+    return list(newest.values())
+
+
+@lru_cache(maxsize=1)
+def _launch_markers() -> re.Pattern[str]:
+    pats = yaml.safe_load((Path(__file__).parent / "knowledge" / "launch_markers.yaml").read_text())
+    return re.compile("|".join(f"(?:{p})" for p in pats))
+
+
+def last_launch(lines: list[str]) -> int:
+    """Index where the last of several launches in an appended log starts (0 if one or none)."""
+    marks = [i for i, ln in enumerate(lines) if _launch_markers().search(ln)]
+    return marks[-1] if len(marks) >= 2 else 0
+
+
+def signature_hits(observations: list[Observation]) -> list[tuple[Observation, Match]]:
+    out: list[tuple[Observation, Match]] = []
+    latest = latest_text_observations(observations)
+    earlier_runs: set[str] = set()  # lines only an earlier launch printed
+    for o in latest:
+        if o["tool"] in LOG_TOOLS:
+            lines = text_lines(o)
+            cut = last_launch(lines)
+            earlier_runs |= set(lines[:cut]) - set(lines[cut:])
+    for o in latest:
+        lines = text_lines(o)
+        start = last_launch(lines) if o["tool"] in LOG_TOOLS else 0
+        for m in scan(lines):
+            if m.line_no >= start and m.line not in earlier_runs:
+                out.append((o, m))
+    return out
