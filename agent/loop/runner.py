@@ -350,13 +350,18 @@ class Night:
 
         assert self.plan.search is not None
         optuna.logging.set_verbosity(optuna.logging.WARNING)
-        return optuna.create_study(
+        study = optuna.create_study(
             study_name=self.plan.search.study,
             storage=f"sqlite:///{self.state_dir}/optuna.db",
-            sampler=optuna.samplers.TPESampler(seed=self.plan.search.seed),
             direction="maximize" if self.plan.baseline.higher_is_better else "minimize",
             load_if_exists=True,
         )
+        # A seeded sampler restarted after a kill would replay its random start-up sequence
+        # and ask again the params it already tried; the seed moves on with the trial count.
+        seed = self.plan.search.seed
+        n = len(study.get_trials(deepcopy=False))
+        study.sampler = optuna.samplers.TPESampler(seed=None if seed is None else seed + n)
+        return study
 
     def _search(self) -> None:
         from optuna.trial import TrialState
