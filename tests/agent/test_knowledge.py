@@ -1,0 +1,71 @@
+"""Knowledge and prompts are data: every file loads (or renders) and says something coherent."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import yaml
+
+from agent.checks import catalogue, deciding_checks
+from prompts import names, render
+from tools.registry import TOOLS
+from tools.taxonomy import LABELS, TAXONOMY
+
+KB = Path(__file__).resolve().parents[2] / "agent" / "knowledge"
+
+
+def _labels_in(obj: object) -> set[str]:
+    if isinstance(obj, str):
+        return {obj} if obj in LABELS else set()
+    if isinstance(obj, dict):
+        return (
+            set().union(*(_labels_in(k) | _labels_in(v) for k, v in obj.items())) if obj else set()
+        )
+    if isinstance(obj, list):
+        return set().union(*(_labels_in(x) for x in obj)) if obj else set()
+    return set()
+
+
+def test_relation_files_name_only_taxonomy_labels() -> None:
+    for name in ("explains.yaml", "exclusive.yaml", "rivals.yaml"):
+        data = yaml.safe_load((KB / name).read_text())
+        words = set(re.findall(r"\b[a-z]+(?:_[a-z]+)+\b", yaml.safe_dump(data))) - {"symptom_words"}
+        assert words <= set(LABELS), f"{name}: unknown labels {words - set(LABELS)}"
+
+
+def test_rival_and_followup_patterns_compile_and_name_real_tools() -> None:
+    rivals = yaml.safe_load((KB / "rivals.yaml").read_text())
+    assert set(rivals["always"]) <= set(LABELS)
+    for pattern in rivals["symptom_words"]:
+        re.compile(pattern)
+    for pattern, tool in yaml.safe_load((KB / "followups.yaml").read_text()).items():
+        re.compile(pattern)
+        assert tool in TOOLS, tool
+    for pattern in yaml.safe_load((KB / "launch_markers.yaml").read_text()):
+        re.compile(pattern)
+
+
+def test_every_check_uses_a_registered_read_only_tool_and_separates_real_labels() -> None:
+    for c in catalogue():
+        assert c["tool"] in TOOLS and not TOOLS[c["tool"]].changing, c["id"]
+        assert set(c["separates"]) <= set(LABELS), c["id"]
+    assert set(deciding_checks()) <= set(LABELS)
+
+
+def test_every_prompt_renders() -> None:
+    assert {"system.j2", "decide.j2", "follow_up.j2"} <= set(names())
+    assert "kv_cache_no_room" in render("system.j2", taxonomy=TAXONOMY)
+    text = render(
+        "decide.j2",
+        symptom="s",
+        notes=["n"],
+        board=[],
+        options=[],
+        changes=[],
+        rejections=[],
+        budget={"rounds": 3},
+        observations=[{"id": "o1", "tool": "log_tail", "args": {}, "ok": True, "lines": ["x"]}],
+    )
+    assert "UNTRUSTED HOST OUTPUT" in text and "o1" in text
+    assert "why not nccl?" in render("follow_up.j2", symptom="s", text="why not nccl?", board=[])
