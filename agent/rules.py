@@ -188,6 +188,17 @@ def stale_rules(facts: Facts, observations: list[Observation], hits, add) -> Non
 def liveness_rules(facts: Facts, observations: list[Observation], hits, add) -> None:  # type: ignore[no-untyped-def]
     fatal = [(o, m) for o, m in hits if m.strength == "fatal" and m.label]
     progress = [(o, m) for o, m in hits if m.strength == "progress"]
+    ready = [(o, m) for o, m in hits if m.strength == "ready"]
+    if ready and facts.server_alive:
+        o, m = ready[-1]
+        add(
+            "still_starting",
+            "fact",
+            -6.0,
+            o["id"],
+            m.line,
+            "the server reported ready: it is not starting any more",
+        )
     if facts.server_alive is False:
         add(
             "still_starting",

@@ -94,6 +94,16 @@ class RulebookBrain:
             return self._conclude(state, top, min(0.99, 0.5 + 0.08 * top["score"] + 0.05 * margin))
         if top and top["score"] >= 2.0 and margin >= 1.5:
             return self._conclude(state, top, 0.5)
+        ready = _ready_line(state) if ctx.facts.server_alive else None
+        if ready:
+            return Action(
+                kind="insufficient",
+                why=f"nothing failed at launch: the server is alive and reported ready: {ready!r}",
+                next_step=(
+                    "The launch is fine; if requests fail or hang, probe the endpoint (/health, a "
+                    "small generate) and read the log from the first failing request on."
+                ),
+            )
         return Action(
             kind="insufficient",
             why="no hypothesis leads with verbatim evidence",
@@ -176,6 +186,14 @@ def _default_args(tool: str, state: State) -> dict | None:
         paths = [o["args"].get("path") for o in obs if o["tool"] == "config_read"]
         return {"path": paths[0]} if paths else None
     return {}
+
+
+def _ready_line(state: State) -> str | None:
+    """The last 'server is up' line of the newest log reads, if any."""
+    from agent.evidence import signature_hits
+
+    hits = [m for _, m in signature_hits(state.get("observations", [])) if m.strength == "ready"]
+    return hits[-1].line if hits else None
 
 
 def _diverse(evidence: list[dict[str, str]], most: int = 5) -> list[dict[str, str]]:

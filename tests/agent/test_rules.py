@@ -136,3 +136,20 @@ def test_a_server_that_logs_only_to_kubernetes_is_still_read(tmp_path) -> None: 
     r = _run(card, tmp_path)
     assert r.root_cause == "cuda_oom_runtime"
     assert any("CUDA out of memory" in e.line for e in r.evidence)
+
+
+def test_a_healthy_server_is_not_given_a_root_cause(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    up = "INFO Loading weights took 31.2 seconds\nINFO:     Application startup complete.\nINFO:     Uvicorn running on http://0.0.0.0:8000 (Press CTRL+C to quit)\n"
+    card = _card(
+        {
+            "/var/log/vllm/server.log": [
+                up,
+                up + 'INFO:     127.0.0.1:50312 - "GET /health HTTP/1.1" 200 OK\n',
+            ]
+        },
+        PS_SERVER,
+        GPU_HELD,
+    )
+    r = _run(card, tmp_path)
+    assert r.status == "insufficient_evidence" and r.root_cause is None
+    assert "reported ready" in r.summary
