@@ -124,3 +124,22 @@ def revert(
         except ConfigError:
             bad.append(path)
     return bad
+
+
+def baseline_snapshot(
+    host: Host, path: str, baseline: bytes, reason: str, store_root: str | None = None
+) -> str | None:
+    """The id of a snapshot holding `baseline` in the host's store, saved now if none does.
+
+    Why not 'known-good' or 'original': those name the first state the store ever saw for the
+    path, which is an older night's baseline when an earlier morning kept its change.
+    """
+    store = _store(host, store_root)
+    if store is None:
+        return None
+    digest = hashlib.sha256(baseline).hexdigest()
+    try:
+        same = [s for s in store.list(path) if s.sha256 == digest]
+        return (same[-1] if same else store.snapshot(path, reason, baseline)).id
+    except Exception:  # a store that cannot be read or written: the report says so
+        return None

@@ -62,6 +62,17 @@ class ExperimentRow(BaseModel):
     ended: float | None = None
 
 
+class LeftChange(BaseModel):
+    """A config file the morning server runs with that differs from the night's baseline."""
+
+    host: str
+    path: str
+    baseline_sha256: str
+    snapshot_id: str | None = Field(None, description="the baseline's snapshot in the store")
+    revert: str = Field(description="the command that puts the baseline back")
+    diff: str = ""
+
+
 class NightRow(BaseModel):
     id: str
     plan_name: str
@@ -75,6 +86,7 @@ class NightRow(BaseModel):
     final_pid: int | None = None
     final_host: str | None = None
     note: str | None = None
+    left_in_place: list[LeftChange] = Field(default_factory=list)
 
 
 def _m001_init(db: sqlite_utils.Database) -> None:
@@ -104,8 +116,13 @@ def _m001_init(db: sqlite_utils.Database) -> None:
     )
 
 
+def _m002_left_in_place(db: sqlite_utils.Database) -> None:
+    db["nights"].add_column("left_in_place", str)  # JSON list of LeftChange
+
+
 MIGRATIONS: list[tuple[str, Callable[[sqlite_utils.Database], None]]] = [
     ("001_init", _m001_init),
+    ("002_left_in_place", _m002_left_in_place),
 ]
 
 
@@ -147,7 +164,7 @@ class Ledger:
                 )
             )
             if rows:
-                return NightRow(**rows[0]), True
+                return _night(rows[0]), True
             night = NightRow(
                 id=time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6],
                 plan_name=plan_name,
@@ -155,7 +172,7 @@ class Ledger:
                 state_dir=state_dir,
                 started=time.time(),
             )
-            self.db["nights"].insert(night.model_dump())
+            self.db["nights"].insert(night.model_dump(exclude={"left_in_place"}))
             return night, False
 
     def night(self, night_id: str | None = None) -> NightRow | None:
@@ -164,9 +181,13 @@ class Ledger:
                 rows = list(self.db["nights"].rows_where("id = ?", [night_id]))
             else:
                 rows = list(self.db["nights"].rows_where(order_by="started desc", limit=1))
-            return NightRow(**rows[0]) if rows else None
+            return _night(rows[0]) if rows else None
 
     def update_night(self, night_id: str, **fields: Any) -> None:
+        if "left_in_place" in fields:
+            fields["left_in_place"] = json.dumps(
+                [c.model_dump() if isinstance(c, BaseModel) else c for c in fields["left_in_place"]]
+            )
         with self._lock, self.db.conn:
             self.db["nights"].update(night_id, fields)
 
@@ -246,3 +267,9 @@ class Ledger:
 
     def close(self) -> None:
         self.db.conn.close()
+
+
+def _night(r: dict[str, Any]) -> NightRow:
+    r = dict(r)
+    r["left_in_place"] = json.loads(r.get("left_in_place") or "[]")
+    return NightRow(**{k: v for k, v in r.items() if v is not None})

@@ -117,6 +117,49 @@ def next_steps(rows: list[ExperimentRow], plan: Plan) -> list[str]:
     return out
 
 
+def left_in_place(night: NightRow, rows: list[ExperimentRow]) -> list[str]:
+    """What the morning server runs that is not the baseline, file by file, and the exact
+    command that puts each file back: the one change the loop leaves on purpose."""
+    final = next((r for r in reversed(rows) if r.kind == "final" and r.status == "ok"), None)
+    if not night.left_in_place and not (final and final.change):
+        return []
+    server = f"pid {night.final_pid} on {night.final_host}" if night.final_pid else "not running"
+    out = [
+        "## Config left in place",
+        "",
+        f"The morning server ({server}) runs the best change "
+        f"({describe(final.change) if final else '-'}); every other experiment was reverted "
+        "and verified byte for byte.",
+        "",
+    ]
+    if night.left_in_place:
+        out += ["Files that differ from the night's baseline:", ""]
+        for c in night.left_in_place:
+            out += [
+                f"- `{c.path}` on {c.host} (baseline sha256 `{c.baseline_sha256[:16]}`, "
+                f"snapshot `{c.snapshot_id or 'none'}`)",
+                "",
+                "  ```diff",
+                *[f"  {ln}" for ln in c.diff.splitlines()[:40]],
+                "  ```",
+                "",
+                f"  To put the baseline back: `{c.revert}`, then restart the server.",
+                "",
+            ]
+    else:
+        launch = next(
+            (ln[2:] for ln in (final.diff if final else "").splitlines() if ln.startswith("+ ")),
+            "",
+        )
+        out += [
+            "No config file differs from the baseline: the change is in the launch command "
+            f"only (`{one_line(launch, 300)}`). To go back, stop the server and start the "
+            "baseline launch command.",
+            "",
+        ]
+    return out
+
+
 def write_report(ledger: Ledger, night: NightRow, plan: Plan) -> Path:
     rows = ledger.experiments(night.id)
     d = report_dir(night)
@@ -153,7 +196,7 @@ def write_report(ledger: Ledger, night: NightRow, plan: Plan) -> Path:
     failures = [r for r in rows if r.status in FAILED]
     lines += ["", "## Failures", ""]
     if not failures:
-        lines.append("None.")
+        lines += ["None.", ""]
     for r in failures:
         lines += [
             f"### {r.name} ({describe(r.change)}) — {r.status}",
@@ -164,15 +207,7 @@ def write_report(ledger: Ledger, night: NightRow, plan: Plan) -> Path:
             f"- log: `{r.log_path}`",
             "",
         ]
-    final = [r for r in rows if r.kind == "final"]
-    if final and final[-1].change:
-        lines += [
-            "## Config left in place",
-            "",
-            f"The morning server runs the best change ({describe(final[-1].change)}); "
-            "every other experiment was reverted and verified byte for byte.",
-            "",
-        ]
+    lines += left_in_place(night, rows)
     lines += ["## What to try next", ""] + [f"- {s}" for s in next_steps(rows, plan)]
     path = d / "report.md"
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")

@@ -7,7 +7,9 @@ revert, verify), then the loop simply continues with the rows that are not done.
 
 from __future__ import annotations
 
+import hashlib
 import os
+import shlex
 import threading
 import time
 from collections.abc import Callable
@@ -31,9 +33,11 @@ from agent.loop.ledger import (
     TERMINAL,
     ExperimentRow,
     Ledger,
+    LeftChange,
     NightRow,
 )
 from agent.loop.plan import HostSpec, Plan, SearchParam, plan_digest
+from tools.config_store import unified_diff
 from tools.host import Host
 
 
@@ -429,10 +433,11 @@ class Night:
 
     # final slot
     def _final(self) -> None:
+        """Relaunch the best config and leave it up (else the baseline); a restart after a
+        kill finishes what is missing and writes the night row again, nothing twice."""
         rows = self.ledger.experiments(self.night.id)
-        final = next((r for r in rows if r.kind == "final"), None)
-        if final and final.status in TERMINAL:
-            return
+        final = next((r for r in rows if r.name == "final"), None)
+        fallback = next((r for r in rows if r.name == "final-baseline"), None)
         sign = 1.0 if self.plan.baseline.higher_is_better else -1.0
         kept = [r for r in rows if r.status == "kept" and r.metric_mean is not None]
         best = max(kept, key=lambda r: sign * (r.metric_mean or 0.0)) if kept else None
@@ -444,18 +449,53 @@ class Night:
                 best.change if best else {},
                 expect=f"relaunch the best config ({best.name if best else 'baseline'}) and leave it up",
             )
-        done = run_experiment(self._ctx(self.hosts[0], leave_running=True), final)
+        ctx = self._ctx(self.hosts[0], leave_running=True)
+        done = final if final.status in TERMINAL else run_experiment(ctx, final)
         if done.status != "ok" and final.change:
-            fb = self._row(
+            fallback = fallback or self._row(
                 "final-baseline", "final", 10_001, {}, expect="best config failed; baseline"
             )
-            done = run_experiment(self._ctx(self.hosts[0], leave_running=True), fb)
+            done = fallback if fallback.status in TERMINAL else run_experiment(ctx, fallback)
         self.ledger.update_night(
             self.night.id,
             best=best.name if best else "baseline",
             final_pid=done.pid if done.status == "ok" else None,
             final_host=self.hosts[0].name,
+            left_in_place=self._left_in_place(self.hosts[0]) if done.status == "ok" else [],
         )
+
+    def _left_in_place(self, host: Host) -> list[LeftChange]:
+        """Every config file the morning server runs with that is not the night's baseline,
+        with the snapshot and the exact command that put the baseline back."""
+        spec = self.plan.host_specs()[0]
+        root = self._store_root(host)
+        where = "--local" if spec.local else f"--host {shlex.quote(spec.where)}"
+        out = []
+        for path, want in self.baselines[host.name].items():
+            try:
+                have: bytes | None = configs.read_file(host, path)
+            except configs.ConfigError:
+                have = None  # missing or unreadable now: the baseline still has to go back
+            if have == want:
+                continue
+            snap = configs.baseline_snapshot(
+                host, path, want, f"night {self.night.id} baseline", root
+            )
+            cmd = f"pivot tools config_revert {where} --path {shlex.quote(path)}"
+            if root:
+                cmd += f" --store-dir {shlex.quote(root)}"
+            cmd += f" --to {snap} --yes" if snap else " --yes  # no snapshot store: pick --to"
+            out.append(
+                LeftChange(
+                    host=host.name,
+                    path=path,
+                    baseline_sha256=hashlib.sha256(want).hexdigest(),
+                    snapshot_id=snap,
+                    revert=cmd,
+                    diff=unified_diff(want, have, f"{path} (baseline)", f"{path} (morning)"),
+                )
+            )
+        return out
 
 
 #: Diagnosis prefix of a search row that a killed loop left before its result.
