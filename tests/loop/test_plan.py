@@ -9,7 +9,7 @@ from pydantic import ValidationError
 
 from agent.loop.cli import DEMO_PLAN, prepare_demo
 from agent.loop.knobs import read_env, read_flags, set_env, set_flag
-from agent.loop.plan import Experiment
+from agent.loop.plan import Experiment, Plan
 from tests.loop.conftest import make_plan
 
 
@@ -66,3 +66,28 @@ def test_set_flag() -> None:
     assert read_flags(set_flag(cmd, "--cuda-graph-max-bs", 16))["--cuda-graph-max-bs"] == "16"
     assert "--flag" not in set_flag(cmd, "--flag", False)
     assert read_flags(set_flag(cmd, "--new", True))["--new"] is True
+
+
+def test_host_slots_on_one_machine_need_their_own_port_and_config(state: Path) -> None:
+    plan = make_plan(state, [])
+    data = plan.model_dump(mode="json")
+    slot = {"target": "local", "config_file": "/tmp/b/sitecustomize.py", "port": 31002}
+    data["hosts"] = [{"name": "a", "target": "local"}, {"name": "b", **slot}]
+    with pytest.raises(ValidationError, match="must say \\{port\\}"):
+        Plan.model_validate(data)  # a port override with nowhere to put it
+    b = data["baseline"]
+    b["launch"] = b["launch"].replace(str(plan.baseline.port), "{port}")
+    b["ready_url"] = b["ready_url"].replace(str(plan.baseline.port), "{port}")
+    b["benchmark"]["command"] = b["benchmark"]["command"].replace(str(plan.baseline.port), "{port}")
+    two = Plan.model_validate(data)
+    a_view, b_view = (two.for_host(s) for s in two.host_specs())
+    assert f"--port {plan.baseline.port}" in a_view.baseline.launch
+    assert "--port 31002" in b_view.baseline.launch and ":31002/" in b_view.baseline.ready_url
+    assert "--port 31002" in b_view.baseline.benchmark.command
+    assert b_view.baseline.config_file == "/tmp/b/sitecustomize.py"
+    assert b_view.baseline.config_files == ["/tmp/b/sitecustomize.py"]
+    data["hosts"][1]["port"] = plan.baseline.port
+    with pytest.raises(ValidationError, match="share local"):
+        Plan.model_validate(data)  # same port on one machine
+    data["hosts"] = ["gpu1", "gpu2"]  # identical machines: names are enough
+    assert [h.name for h in Plan.model_validate(data).host_specs()] == ["gpu1", "gpu2"]
