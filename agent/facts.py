@@ -23,6 +23,13 @@ SERVER_CMD = re.compile(
 NOT_SERVER = re.compile(r"(?i)^\[|\bps\s+aux\b|\bgrep\b|sshd|-bash|/sbin/init|tail\s+-f")
 
 
+#: Display servers and desktop shells: type G in nvidia-smi, never a stale compute process.
+GRAPHICS = re.compile(
+    r"(?i)(?:^|/)(?:Xorg|Xwayland|gnome-shell|kwin\w*|plasmashell|compiz|xfwm4)\b"
+)
+GRAPHICS_ROW = re.compile(r"\|\s+\d+\s+\S+\s+\S+\s+\d+\s+G\s")
+
+
 class GpuFact(BaseModel):
     index: int | None = None
     used_mib: float | None = None
@@ -38,6 +45,7 @@ class Facts(BaseModel):
     gpu_pids: dict[int, float] = Field(default_factory=dict)  # pid -> MiB
     gpu_pid_lines: dict[int, str] = Field(default_factory=dict)
     gpu_pid_obs: str | None = None
+    graphics_mib: float = 0.0  # held by display servers / desktop apps (type G)
     ps_available: bool = False
     ps_obs: str | None = None
     ps_header: str = ""
@@ -176,6 +184,7 @@ def _gpu(f: Facts, o: Observation) -> None:
     f.gpu_available = True
     f.gpu_obs = o["id"]
     f.gpus = []
+    f.gpu_pids, f.gpu_pid_lines, f.graphics_mib = {}, {}, 0.0  # the newest read decides
     for g in gpus:
         used = _mib(_get(g, "memory_used_mib", "memory_used", "used_mib"))
         total = _mib(_get(g, "memory_total_mib", "memory_total", "total_mib"))
@@ -190,6 +199,11 @@ def _gpu(f: Facts, o: Observation) -> None:
         f.gpus.append(GpuFact(index=idx, used_mib=used, total_mib=total, line=line))
     for p in _get(d, "processes", "apps", default=[]) or []:
         pid = p.get("pid")
+        line = _find_line(o["lines"], str(pid)) if isinstance(pid, int) else ""
+        if GRAPHICS.search(str(p.get("name", ""))) or GRAPHICS_ROW.search(line):
+            # a desktop's display server holds a little memory; it is nobody's leftover
+            f.graphics_mib += _mib(_get(p, "used_mib", "used_memory_mib", "used_memory")) or 0.0
+            continue
         if isinstance(pid, int):
             f.gpu_pids[pid] = _mib(_get(p, "used_mib", "used_memory_mib", "used_memory")) or 0.0
             f.gpu_pid_lines[pid] = _find_line(o["lines"], str(pid))

@@ -61,17 +61,18 @@ def compute(observations: list[Observation]) -> tuple[list[Finding], Facts]:
             label, phase = oom_phase(o, m, hits)
             if phase is not None:
                 add(label, "phase", 1.0, o["id"], phase.line, f"the OOM came {phase.signature}")
-                other = next(x for x in OOM_LABELS if x != label)
-                add(
-                    other,
-                    "phase",
-                    -2.5,
-                    o["id"],
-                    phase.line,
-                    "loading had finished before the OOM"
-                    if label == "cuda_oom_runtime"
-                    else "the OOM came while weights were still loading",
-                )
+                for other in sorted(OOM_LABELS - {label}):
+                    add(
+                        other,
+                        "phase",
+                        -2.5,
+                        o["id"],
+                        phase.line,
+                        {
+                            "cuda_oom_runtime": "loading had finished before the OOM",
+                            "gpu_oom_weights": "the OOM came while weights were still loading",
+                        }.get(label, "the OOM came while the KV-cache pool was being sized"),
+                    )
         if label == "stale_gpu_process" and not stale_possible:
             w = min(w, WEIGHT["weak"])  # torch names "Process N" even when N is the server itself
         if m.strength == "strong":
@@ -83,5 +84,5 @@ def compute(observations: list[Observation]) -> tuple[list[Finding], Facts]:
     search_rules(observations, hits, add)
     stale_rules(facts, observations, hits, add)
     liveness_rules(facts, observations, hits, add)
-    host_rules(facts, hits, add)
+    host_rules(facts, hits, add, observations)
     return findings, facts

@@ -18,6 +18,10 @@ PHASE_PREFIX = "phase-"  # knowledge/signatures: lines that tell which start-up 
 OOM_LABELS = {"gpu_oom_weights", "cuda_oom_runtime"}
 TORCH_HELD = re.compile(r"([\d.]+) ([GM]iB) is allocated by PyTorch")
 ALLOC = re.compile(r"Tried to allocate ([\d.]+) ([GM]iB).*?total capac\w* of ([\d.]+) ([GM]iB)")
+#: Worker processes of a multi-process server (what outlives a crashed or removed launch).
+WORKER = re.compile(
+    r"(?i)::|\bworker\b|scheduler|engine_?core|detokenizer|tp_?rank|ray::|multiprocessing"
+)
 OTHER_PROC_MEM = re.compile(r"Process (\d+) has ([\d.]+) ([GM]iB) memory in use")
 #: A traceback or an exception line means the process reported its own failure.
 EXCEPTION_LINE = re.compile(r"\b[A-Z]\w*(?:Error|Exception): ")
@@ -45,7 +49,11 @@ def died_for_memory(hits: list[tuple[Observation, Match]]) -> bool:
 def leftover_holders(facts: Facts, hits: list[tuple[Observation, Match]]) -> dict[int, float]:
     """GPU pids holding >= 1 GiB that are not the running server. After a memory failure, even
     server-like processes (orphaned workers of an earlier launch) count: the launch is dead."""
-    running = set() if died_for_memory(hits) else set(facts.server_pids)
+    # after a memory failure, leftover workers of an earlier launch are suspects; a single main
+    # server process that printed the OOM and still holds its memory is the launch itself
+    running = set(facts.server_pids)
+    if died_for_memory(hits):
+        running = {p for p in facts.server_pids if not WORKER.search(facts.procs.get(p, ""))}
     # "all CUDA-capable devices are busy": in exclusive mode any holder blocks, however small
     busy = any(
         m.label == "stale_gpu_process" and m.strength in ("fatal", "strong") for _, m in hits
@@ -60,6 +68,12 @@ def stale_gpu_possible(facts: Facts, hits: list[tuple[Observation, Match]]) -> b
     if leftover_holders(facts, hits):
         return True
     return facts.gpu_clean is False and (facts.server_alive is False or died_for_memory(hits))
+
+
+def _unexplained_mib(facts: Facts) -> float:
+    """GPU memory in use that no listed process (desktop graphics included) accounts for."""
+    used = max((g.used_mib or 0.0) for g in facts.gpus) if facts.gpus else 0.0
+    return used - facts.graphics_mib
 
 
 def search_rules(observations: list[Observation], hits, add) -> None:  # type: ignore[no-untyped-def]
@@ -143,7 +157,12 @@ def stale_rules(facts: Facts, observations: list[Observation], hits, add) -> Non
                     facts.procs[pid],
                     f"pid {pid} is alive: {facts.procs[pid][:80]}",
                 )
-    elif facts.gpu_clean is False and (facts.server_alive is False or launch_died):
+    elif (
+        facts.gpu_clean is False
+        and (facts.server_alive is False or launch_died)
+        and not facts.gpu_pids  # nvidia-smi named nobody: the holder is unseen (another container?)
+        and _unexplained_mib(facts) >= 1024
+    ):
         busiest = max(facts.gpus, key=lambda g: g.used_mib or 0)
         add(
             "stale_gpu_process",
@@ -302,8 +321,41 @@ def liveness_rules(facts: Facts, observations: list[Observation], hits, add) -> 
             )
 
 
-def host_rules(facts: Facts, hits, add) -> None:  # type: ignore[no-untyped-def]
+K8S_REASON = re.compile(r"^\s*Reason:\s+(\w+)")
+
+
+def _k8s_rules(observations: list[Observation], add) -> None:  # type: ignore[no-untyped-def]
+    """A pod's last state names how its container ended: OOMKilled is the kernel, Error/137 is
+    a signal from someone else (a probe, an eviction, a person)."""
+    for o in observations:
+        if o["tool"] != "host_facts" or not o["ok"]:
+            continue
+        reasons = [(ln, m.group(1)) for ln in o["lines"] if (m := K8S_REASON.match(ln))]
+        if reasons and not any(r == "OOMKilled" for _, r in reasons):
+            add(
+                "host_oom_killed",
+                "fact",
+                -4.0,
+                o["id"],
+                reasons[0][0],
+                "Kubernetes says the container ended with this reason, not OOMKilled",
+            )
+            if any("137" in ln for ln in o["lines"] if "Exit Code" in ln):
+                add(
+                    "killed_externally",
+                    "fact",
+                    2.0,
+                    o["id"],
+                    reasons[0][0],
+                    "exit 137 (SIGKILL) without OOMKilled: killed from outside (a probe, an eviction)",
+                )
+
+
+def host_rules(facts: Facts, hits, add, observations: list[Observation] | None = None) -> None:  # type: ignore[no-untyped-def]
     labels_hit = {m.label for _, m in hits if m.label and m.strength in ("fatal", "strong")}
+    oom_fatal = any(m.label == "host_oom_killed" and m.strength == "fatal" for _, m in hits)
+    if observations and not oom_fatal:
+        _k8s_rules(observations, add)
     if facts.dmesg_available and facts.dmesg_obs:
         first = facts.dmesg_summary or (facts.dmesg_lines[-1] if facts.dmesg_lines else "")
         # "Killed" in a log is ambiguous; only the kernel's own line (or a fatal one) names the OOM killer

@@ -29,6 +29,17 @@ SERVER_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
     ("tgi", re.compile(r"text-generation-(?:launcher|server|router)")),
     ("torchrun", re.compile(r"\btorchrun\b|torch\.distributed\.(?:run|launch)")),
     ("ray", re.compile(r"\bray::|\braylet\b|\bgcs_server\b|\bray start\b")),
+    ("lmdeploy", re.compile(r"\blmdeploy\b")),
+    ("ollama", re.compile(r"\bollama (?:serve|runner)\b|ollama_llama_server")),
+    ("llama.cpp", re.compile(r"\bllama-server\b|\bllama\.cpp\b|/server\s+-m\s")),
+    ("aphrodite", re.compile(r"\baphrodite\b")),
+    ("deepspeed-mii", re.compile(r"\bmii\b|deepspeed\.launcher|\bdeepspeed\s")),
+    ("lightllm", re.compile(r"\blightllm\b")),
+    # a script that says it serves: server.py, serve.py, api_server, launch_server
+    (
+        "server-script",
+        re.compile(r"\b(?:api_|launch_)?serv(?:e|er|ing)[\w-]*\.py\b|\bapi_server\b"),
+    ),
     # `python -m <module>`, except tooling that is never a server.
     (
         "python-module",

@@ -87,6 +87,12 @@ def _paths(args: list[str]) -> set[str]:
     return {posixpath.normpath(a) for a in args if a.startswith("/")}
 
 
+def _verb(args: list[str]) -> str:
+    """The sub-command (`logs`, `describe`, `show`), singular, or '' when there is none."""
+    words = [a for a in args if not a.startswith(("-", "/", "'", '"')) and "=" not in a]
+    return words[0].rstrip("s") if words else ""
+
+
 def _words(args: list[str]) -> set[str]:
     """Sub-commands and names (not flags, not paths): `logs`, `get`, a container name."""
     return {a for a in args if not a.startswith(("-", "/", "'", '"')) and "=" not in a}
@@ -237,6 +243,8 @@ class ReplayHost:
             if ours and theirs and not ours & theirs:
                 continue  # `cat /proc/net/tcp` is not `cat /proc/driver/nvidia/version`
             score = len(_flags(args) & _flags(kargs)) + len(ours & theirs)
+            if _verb(args) and _verb(args) == _verb(kargs):
+                score += 2  # `kubectl describe ...` answers `kubectl describe ...` before `get`
             if prog == "nvidia-smi" and score == 0:
                 continue  # `-q -d ECC` and `--query-compute-apps` answer different questions
             if score == 0 and (_words(args) or _words(kargs)):
