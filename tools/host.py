@@ -80,6 +80,17 @@ def failure(host: str, command: str, error: str, fix: str, **kw: object) -> Comm
     return CommandResult(host=host, command=command, error=error, fix=fix, **kw)  # type: ignore[arg-type]
 
 
+def missing_file(host: str, path: str) -> FileTail:
+    """The one way every Host says a file is not there, so the agent sees the same fix."""
+    return FileTail(
+        host=host,
+        path=path,
+        exists=False,
+        error=f"{path} does not exist on {host}",
+        fix="check the path, or list the log directory to find the current log",
+    )
+
+
 def clip(data: bytes, max_bytes: int) -> tuple[bytes, bool]:
     if len(data) <= max_bytes:
         return data, False

@@ -17,6 +17,7 @@ from tools.host import (
     clip,
     decode,
     failure,
+    missing_file,
 )
 
 
@@ -75,13 +76,7 @@ class LocalHost:
                 fh.seek(offset)
                 data = fh.read(max_bytes)
         except FileNotFoundError:
-            return FileTail(
-                host=self.name,
-                path=path,
-                exists=False,
-                error=f"{path} does not exist on {self.name}",
-                fix="check the path, or list the log directory to find the current log",
-            )
+            return missing_file(self.name, path)
         except OSError as exc:
             return FileTail(
                 host=self.name,

@@ -16,7 +16,15 @@ import time
 from functools import lru_cache
 
 from tools.cards import HostSnapshot, IncidentCard, Snapshots, card_text_bytes
-from tools.host import DEFAULT_MAX_BYTES, DEFAULT_TIMEOUT_S, CommandResult, FileTail, clip, decode
+from tools.host import (
+    DEFAULT_MAX_BYTES,
+    DEFAULT_TIMEOUT_S,
+    CommandResult,
+    FileTail,
+    clip,
+    decode,
+    missing_file,
+)
 
 
 class _Cursor:
@@ -147,13 +155,7 @@ class ReplayHost:
     def read_tail(self, path: str, max_bytes: int = 256_000) -> FileTail:
         data = self._file_bytes(path, advance=True)
         if data is None:
-            return FileTail(
-                host=self.name,
-                path=path,
-                exists=False,
-                error=f"{path} does not exist on {self.name}",
-                fix="check the path, or list the log directory to find the current log",
-            )
+            return missing_file(self.name, path)
         tail = data[-max_bytes:] if max_bytes > 0 else b""
         return FileTail(host=self.name, path=path, data=tail, size=len(data), bytes_read=len(tail))
 
