@@ -90,7 +90,19 @@ def investigate(
 ) -> None:
     """Find why a launch died: sweep the host, weigh hypotheses, cite the log lines that prove it."""
     from agent.runner import Runner
+    from agent.settings import get_settings
 
+    s = get_settings()
+    if brain not in (None, "rulebook", "llm"):
+        raise typer.BadParameter(
+            f"unknown brain {brain!r}: use rulebook or llm", param_hint="--brain"
+        )
+    if (brain or s.default_brain) == "llm" and not (s.llm_base_url or s.llm_replay_dir):
+        raise typer.BadParameter(
+            "the llm brain needs an OpenAI-compatible endpoint: set PIVOT_LLM_BASE_URL "
+            "(and PIVOT_LLM_MODEL, PIVOT_LLM_API_KEY), or use --brain rulebook",
+            param_hint="--brain",
+        )
     console = Console(stderr=as_json)
     runner = Runner()
     on_event = live_printer(console)
