@@ -103,13 +103,15 @@ def known_good_of(path: str, all_paths: list[str]) -> str | None:
 
 
 def primary_log(observations: list[Observation]) -> tuple[str | None, Observation | None]:
-    """The log the investigation is about: the newest read log that has any content."""
+    """The log the investigation is about: the fullest log read (newest first on a tie)."""
     best: tuple[str | None, Observation | None] = (None, None)
+    most = 0
     for o in observations:
         if o["tool"] == "log_tail" and o["ok"]:
             text = [ln for ln in o["lines"] if not ln.startswith("# ")]
-            if text and best[0] is None:
-                best = (str(o["args"].get("path")), o)
+            # the server's own log, not a wrapper's one-line "failed to become healthy"
+            if len(text) > most:
+                best, most = (str(o["args"].get("path")), o), len(text)
     return best
 
 
@@ -160,7 +162,7 @@ def options(
             args = (
                 {
                     "path": log_path,
-                    "pattern": r"(?i)error|exception|traceback|killed|fatal|out of memory|terminated|warn",
+                    "pattern": r"(?i)error|exception|traceback|killed|fatal|out of memory|terminated|failed|insufficient|cannot|unable|\[E\]",
                 }
                 if log_path and size > text * 1.5
                 else None

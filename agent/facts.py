@@ -231,8 +231,9 @@ def _ps(f: Facts, o: Observation) -> None:
         zombie = stat.startswith("Z") or "<defunct>" in cmd
         if zombie:
             f.zombie_pids.append(pid)
-        marked = _get(r, "is_server", "server", "inference_server", default=None)
-        is_server = bool(marked) if marked is not None else bool(SERVER_CMD.search(cmd))
+        # the processes tool classifies servers (and says None for a Jupyter kernel); only a
+        # result without that field falls back to our own pattern
+        is_server = bool(r["server"]) if "server" in r else bool(SERVER_CMD.search(cmd))
         if is_server and not zombie and not NOT_SERVER.search(cmd):
             f.server_pids.append(pid)
 

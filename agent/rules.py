@@ -34,7 +34,10 @@ HW_ERROR = re.compile(
     r"(?i)unknown error|ERR!|fallen off|GPU is lost|not responding|Unable to determine the device handle"
 )
 #: Error-ish words in a log's last lines: the process said something went wrong itself.
-ERROR_WORD = re.compile(r"(?i)\b(?:error|failed|failure|exception|fatal|abort(?:ed|ing)?|panic)\b")
+ERROR_WORD = re.compile(
+    r"(?i)\b(?:error|failed|failure|exception|fatal|abort(?:ed|ing)?|panic)\b|MPI_ABORT"
+    r"|exit(?:ed)? (?:with )?(?:status|code)[ :=]*[1-9]"
+)
 
 
 MEMORY_LABELS = {"gpu_oom_weights", "cuda_oom_runtime", "kv_cache_no_room", "stale_gpu_process"}
@@ -53,7 +56,10 @@ def leftover_holders(facts: Facts, hits: list[tuple[Observation, Match]]) -> dic
     # server process that printed the OOM and still holds its memory is the launch itself
     running = set(facts.server_pids)
     if died_for_memory(hits):
-        running = {p for p in facts.server_pids if not WORKER.search(facts.procs.get(p, ""))}
+        mains = {p for p in facts.server_pids if not WORKER.search(facts.procs.get(p, ""))}
+        # a live main process owns its workers (it hit a runtime OOM and is still up); with no
+        # main alive, worker-like survivors are an earlier launch's orphans
+        running = set(facts.server_pids) if mains else set()
     # "all CUDA-capable devices are busy": in exclusive mode any holder blocks, however small
     busy = any(
         m.label == "stale_gpu_process" and m.strength in ("fatal", "strong") for _, m in hits
@@ -67,7 +73,17 @@ def stale_gpu_possible(facts: Facts, hits: list[tuple[Observation, Match]]) -> b
     server runs, or after the launch died of a memory failure)."""
     if leftover_holders(facts, hits):
         return True
-    return facts.gpu_clean is False and (facts.server_alive is False or died_for_memory(hits))
+    return facts.gpu_clean is False and launch_gone(facts, hits)
+
+
+def launch_gone(facts: Facts, hits: list[tuple[Observation, Match]]) -> bool:
+    """No server of this launch is up to account for the GPU memory in use: none runs, or the
+    launch died of a memory failure and only worker-like survivors remain."""
+    if facts.server_alive is False:
+        return True
+    if not died_for_memory(hits):
+        return False
+    return not any(not WORKER.search(facts.procs.get(p, "")) for p in facts.server_pids)
 
 
 def _unexplained_mib(facts: Facts) -> float:
@@ -159,7 +175,7 @@ def stale_rules(facts: Facts, observations: list[Observation], hits, add) -> Non
                 )
     elif (
         facts.gpu_clean is False
-        and (facts.server_alive is False or launch_died)
+        and launch_gone(facts, hits)
         and not facts.gpu_pids  # nvidia-smi named nobody: the holder is unseen (another container?)
         and _unexplained_mib(facts) >= 1024
     ):
@@ -183,6 +199,17 @@ def stale_rules(facts: Facts, observations: list[Observation], hits, add) -> Non
             facts.gpu_obs,
             g.line,
             "nvidia-smi shows the GPUs free: no process holds their memory",
+        )
+    elif facts.gpu_clean is False and facts.server_alive and not launch_gone(facts, hits):
+        busiest = max(facts.gpus, key=lambda g: g.used_mib or 0)
+        pids = ", ".join(str(p) for p in facts.server_pids[:3])
+        add(
+            "stale_gpu_process",
+            "fact",
+            -3.0,
+            facts.gpu_obs,
+            busiest.line,
+            f"the GPU memory is held by the running server itself (pid {pids}), not a leftover",
         )
     # torch names other holders in its OOM message; believe it only if that pid still holds memory
     for o in latest_text_observations(observations):

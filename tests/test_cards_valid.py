@@ -62,9 +62,12 @@ def test_public_cards_name_their_thread(cards: list[IncidentCard]) -> None:
     """A card from public material points at it; a capture or seed says so in its source."""
     for card in cards:
         src = card.source
-        assert re.match(r"https://github\.com/\S+/(issues|pull)/\d+", src) or src.startswith(
-            ("captured on", "seed:")
-        ), f"{card.id}: source is neither a thread URL nor a capture/seed note: {src!r}"
+        public = re.match(r"https://github\.com/\S+/(issues|pull)/\d+", src) or re.match(
+            r"https://forums\.developer\.nvidia\.com/t/\S+", src
+        )
+        assert public or src.startswith(("captured on", "seed:")), (
+            f"{card.id}: source is neither a thread URL nor a capture/seed note: {src!r}"
+        )
 
 
 def test_ids_unique(cards: list[IncidentCard]) -> None:

@@ -43,7 +43,7 @@ SERVER_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
     # `python -m <module>`, except tooling that is never a server.
     (
         "python-module",
-        re.compile(r"^\S*python[0-9.]*\s+(?:-\S+\s+)*-m\s+(?!(?:pytest|pip|venv|ensurepip)\b)\S+"),
+        re.compile(r"^\S*python[0-9.]*\s+(?:-\S+\s+)*-m\s+(?!(?:pytest|pip|venv|ensurepip|ipykernel_launcher|ipykernel|jupyter\w*|notebook|IPython|json\.tool)\b)\S+"),
     ),
 ]
 
