@@ -18,6 +18,9 @@ PHASE_PREFIX = "phase-"  # knowledge/signatures: lines that tell which start-up 
 OOM_LABELS = {"gpu_oom_weights", "cuda_oom_runtime"}
 TORCH_HELD = re.compile(r"([\d.]+) ([GM]iB) is allocated by PyTorch")
 ALLOC = re.compile(r"Tried to allocate ([\d.]+) ([GM]iB).*?total capac\w* of ([\d.]+) ([GM]iB)")
+#: Signatures that name "Process N" in an OOM: N is often the server itself, so they do not
+#: by themselves make other holders suspects.
+OOM_NAMES_A_PID = {"cuda-oom-other-process-holds-memory"}
 #: Worker processes of a multi-process server (what outlives a crashed or removed launch).
 WORKER = re.compile(
     r"(?i)::|\bworker\b|scheduler|engine_?core|detokenizer|tp_?rank|ray::|multiprocessing"
@@ -52,18 +55,23 @@ def died_for_memory(hits: list[tuple[Observation, Match]]) -> bool:
 def leftover_holders(facts: Facts, hits: list[tuple[Observation, Match]]) -> dict[int, float]:
     """GPU pids holding >= 1 GiB that are not the running server. After a memory failure, even
     server-like processes (orphaned workers of an earlier launch) count: the launch is dead."""
-    # after a memory failure, leftover workers of an earlier launch are suspects; a single main
-    # server process that printed the OOM and still holds its memory is the launch itself
+    # "less free memory than desired at startup", "memory unbalanced", "devices busy": the launch
+    # saw the memory taken before it allocated anything, so any holder is someone else
+    busy = any(
+        m.label == "stale_gpu_process"
+        and m.strength in ("fatal", "strong")
+        and m.signature not in OOM_NAMES_A_PID
+        for _, m in hits
+    )
     running = set(facts.server_pids)
-    if died_for_memory(hits):
+    if busy:
+        running = set()
+    elif died_for_memory(hits):
         mains = {p for p in facts.server_pids if not WORKER.search(facts.procs.get(p, ""))}
         # a live main process owns its workers (it hit a runtime OOM and is still up); with no
         # main alive, worker-like survivors are an earlier launch's orphans
         running = set(facts.server_pids) if mains else set()
-    # "all CUDA-capable devices are busy": in exclusive mode any holder blocks, however small
-    busy = any(
-        m.label == "stale_gpu_process" and m.strength in ("fatal", "strong") for _, m in hits
-    )
+    # in exclusive mode any holder blocks, however small
     floor = 1.0 if busy else 1024.0
     return {p: mib for p, mib in facts.gpu_pids.items() if mib >= floor and p not in running}
 
