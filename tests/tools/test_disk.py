@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from tests.cardkit import minimal_card as _card
 from tools.disk import SPEC, human_bytes, parse_df, parse_free
 from tools.local_host import LocalHost
 
@@ -29,17 +30,6 @@ def test_docker_shm_and_full_disk_with_space_in_mount() -> None:
     assert ms["/dev/shm"].size_bytes == 64 << 20
     assert ms["/data/hf cache"].use_pct == 100 and ms["/"].use_pct == 98
     assert human_bytes("4.0K") == 4096 and human_bytes("junk") is None
-
-
-def _card(host: dict) -> dict:
-    return {
-        "id": "t",
-        "title": "t",
-        "source": "test",
-        "engine": "other",
-        "symptom": "s",
-        "host": host,
-    }
 
 
 def test_replay_card_with_df_of_one_path(replay_host_factory) -> None:  # type: ignore[no-untyped-def]

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.cardkit import minimal_card as _card
 from tools.dmesg import SPEC, parse_dmesg
 from tools.local_host import LocalHost
 
@@ -38,17 +39,6 @@ def test_pattern_keeps_extra_lines() -> None:
     assert parse_dmesg(text, pattern="ext4|nothing").matched_lines == [text.splitlines()[0]]
     # an invalid regex is taken literally, not raised
     assert parse_dmesg(text, pattern="(device").matched_lines == [text.splitlines()[0]]
-
-
-def _card(host: dict) -> dict:
-    return {
-        "id": "t",
-        "title": "t",
-        "source": "test",
-        "engine": "other",
-        "symptom": "s",
-        "host": host,
-    }
 
 
 def test_replay_dmesg_key(replay_host_factory) -> None:  # type: ignore[no-untyped-def]

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.cardkit import minimal_card as _card
 from tools.gpu_status import SPEC, parse_compute_apps, parse_query, parse_table
 from tools.local_host import LocalHost
 
@@ -147,15 +148,6 @@ def test_local_no_nvidia_smi(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
 
 
 # -- the tool over ReplayHost -------------------------------------------------------------------
-def _card(host: dict) -> dict:
-    return {
-        "id": "t",
-        "title": "t",
-        "source": "test",
-        "engine": "other",
-        "symptom": "s",
-        "host": host,
-    }
 
 
 def test_replay_card_format(replay_host_factory) -> None:  # type: ignore[no-untyped-def]

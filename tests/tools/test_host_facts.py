@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.cardkit import minimal_card as _card
 from tools.host_facts import COMMANDS, SPEC, Args, parse_ecc
 
 FIX = Path(__file__).resolve().parent.parent / "fixtures"
@@ -55,17 +56,6 @@ def test_sections_are_an_allowlist() -> None:
         "docker",
         "kubectl",
         "pods",
-    }
-
-
-def _card(host: dict) -> dict:
-    return {
-        "id": "t",
-        "title": "t",
-        "source": "test",
-        "engine": "other",
-        "symptom": "s",
-        "host": host,
     }
 
 

@@ -6,6 +6,7 @@ import json
 import sys
 from pathlib import Path
 
+from tests.cardkit import minimal_card as _card
 from tools.local_host import LocalHost
 from tools.packages import (
     SPEC,
@@ -60,17 +61,6 @@ def test_local_probe_runs_this_python(local_host: LocalHost) -> None:
 def test_probe_command_is_one_quoted_argument() -> None:
     cmd = probe_command("/opt/venv/bin/python", import_torch=True)
     assert cmd.startswith("/opt/venv/bin/python -c '") and "True and" in cmd
-
-
-def _card(host: dict) -> dict:
-    return {
-        "id": "t",
-        "title": "t",
-        "source": "test",
-        "engine": "other",
-        "symptom": "s",
-        "host": host,
-    }
 
 
 def test_replay_falls_back_to_pip_show(replay_host_factory) -> None:  # type: ignore[no-untyped-def]

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.cardkit import minimal_card as _card
 from tools.local_host import LocalHost
 from tools.ports import SPEC, parse_netstat, parse_proc_net_tcp, parse_socket_fds, parse_ss
 
@@ -45,17 +46,6 @@ def test_parse_proc_net_tcp6_and_fds() -> None:
     fds = (FIX / "h200-device" / "proc-fd-listener.txt").read_text()
     assert parse_socket_fds("/proc/701/fd:\n" + fds) == {15471: 701}
     assert parse_socket_fds("junk -> socket:[5]\n/proc/9/fd:\nx -> socket:[6]\n") == {6: 9}
-
-
-def _card(host: dict) -> dict:
-    return {
-        "id": "t",
-        "title": "t",
-        "source": "test",
-        "engine": "other",
-        "symptom": "s",
-        "host": host,
-    }
 
 
 def test_replay_ss_from_card_commands(replay_host_factory) -> None:  # type: ignore[no-untyped-def]

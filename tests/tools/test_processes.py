@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.cardkit import minimal_card as _card
 from tools.local_host import LocalHost
 from tools.processes import SPEC, parse_ps, server_kind
 
@@ -61,17 +62,6 @@ def test_marks_servers_zombies_dstate() -> None:
 def test_header_only_means_nothing_runs() -> None:
     p = parse_ps("USER PID %CPU %MEM VSZ RSS TTY STAT START TIME COMMAND\n")
     assert p.header and p.procs == []
-
-
-def _card(host: dict) -> dict:
-    return {
-        "id": "t",
-        "title": "t",
-        "source": "test",
-        "engine": "other",
-        "symptom": "s",
-        "host": host,
-    }
 
 
 def test_replay_links_gpu_pid_to_command(replay_host_factory) -> None:  # type: ignore[no-untyped-def]
