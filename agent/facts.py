@@ -51,7 +51,6 @@ class Facts(BaseModel):
     ps_header: str = ""
     procs: dict[int, str] = Field(default_factory=dict)  # pid -> verbatim ps line
     server_pids: list[int] = Field(default_factory=list)
-    zombie_pids: list[int] = Field(default_factory=list)
     dmesg_available: bool = False
     dmesg_obs: str | None = None
     dmesg_lines: list[str] = Field(default_factory=list)
@@ -229,8 +228,6 @@ def _ps(f: Facts, o: Observation) -> None:
         f.procs[pid] = line or cmd
         stat = str(r.get("stat", ""))
         zombie = stat.startswith("Z") or "<defunct>" in cmd
-        if zombie:
-            f.zombie_pids.append(pid)
         # the processes tool classifies servers (and says None for a Jupyter kernel); only a
         # result without that field falls back to our own pattern
         is_server = bool(r["server"]) if "server" in r else bool(SERVER_CMD.search(cmd))

@@ -356,6 +356,27 @@ def liveness_rules(facts: Facts, observations: list[Observation], hits, add) -> 
             )
 
 
+PORT_IN_LINE = re.compile(r"(?<![\d.])(\d{2,5})(?!\d)")
+
+
+def _port_owner_rule(facts: Facts, hits, add) -> None:  # type: ignore[no-untyped-def]
+    """A bind error names a port; the ports tool shows who holds it now: that line proves it."""
+    for _, m in hits:
+        if m.label != "port_in_use":
+            continue
+        for port in {int(p) for p in PORT_IN_LINE.findall(m.line)}:
+            if port in facts.listeners and facts.ports_obs:
+                add(
+                    "port_in_use",
+                    "fact",
+                    1.5,
+                    facts.ports_obs,
+                    facts.listeners[port],
+                    f"port {port} is held right now by this listener",
+                )
+                return
+
+
 K8S_REASON = re.compile(r"^\s*Reason:\s+(\w+)")
 
 
@@ -388,6 +409,7 @@ def _k8s_rules(observations: list[Observation], add) -> None:  # type: ignore[no
 
 def host_rules(facts: Facts, hits, add, observations: list[Observation] | None = None) -> None:  # type: ignore[no-untyped-def]
     labels_hit = {m.label for _, m in hits if m.label and m.strength in ("fatal", "strong")}
+    _port_owner_rule(facts, hits, add)
     oom_fatal = any(m.label == "host_oom_killed" and m.strength == "fatal" for _, m in hits)
     if observations and not oom_fatal:
         _k8s_rules(observations, add)

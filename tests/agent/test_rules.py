@@ -153,3 +153,14 @@ def test_a_healthy_server_is_not_given_a_root_cause(tmp_path) -> None:  # type: 
     r = _run(card, tmp_path)
     assert r.status == "insufficient_evidence" and r.root_cause is None
     assert "reported ready" in r.summary
+
+
+def test_a_bind_error_is_backed_by_who_holds_the_port_now(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    log = {
+        "/home/ai/serve.log": "INFO starting\nERROR:    [Errno 98] error while attempting to bind on address ('0.0.0.0', 4400): address already in use\n"
+    }
+    ss = 'State  Recv-Q Send-Q Local Address:Port Peer Address:Port Process\nLISTEN 0      2048         0.0.0.0:4400      0.0.0.0:*    users:(("python",pid=41208,fd=27))\n'
+    r = _run(_card(log, PS_IDLE, GPU_CLEAN, commands={"ss -ltnp": ss}), tmp_path)
+    assert r.root_cause == "port_in_use"
+    hyp = next(h for h in r.hypotheses if h.label == "port_in_use")
+    assert any("0.0.0.0:4400" in e.line and "pid=41208" in e.line for e in hyp.evidence)
