@@ -154,6 +154,13 @@ def watch_until_ready(
         if on_tick:
             on_tick(elapsed, offset)
         if state in ("Z", "D", "X"):
+            # the last lines may land between this tick's log read and the exit: read once more
+            final = host.run(tick_command(pid, log_path, offset, url, curl), timeout=10)
+            rest = final.stdout.partition(SEP + "\n")[2]
+            if rest:
+                tail_chunks = re.split(r"[\r\n]", partial + rest)
+                partial = tail_chunks.pop()
+                seen = (seen + [c for c in tail_chunks if c.strip()])[-400:]
             hit = fatal_hit or _fatal(seen + ([partial] if partial else []))
             line = hit[0] if hit else last_error_line(seen + [partial])
             return Verdict(

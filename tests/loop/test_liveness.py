@@ -42,7 +42,7 @@ def test_sigkilled_server_is_dead_not_waited_for(tmp_path: Path) -> None:
 def test_silent_live_process_is_hung(tmp_path: Path) -> None:
     pid, log, url, marker = _start(tmp_path, "--emulate-hang")
     v = launcher.watch_until_ready(HOST, pid, log, url, ready_s=30, stall_s=1.0)
-    assert v.state == "hung" and "alive" in v.detail
+    assert v.state == "hung" and "alive" in v.detail, (v, Path(log).read_text()[-600:])
     assert launcher.stop(HOST, pid, marker, grace_s=1) == []
 
 
