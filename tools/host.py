@@ -72,6 +72,15 @@ class Host(Protocol):
         """Atomically replace `path` (temp file in the same dir, fsync, rename)."""
         ...
 
+    def clock(self) -> float:
+        """Seconds on the investigation's clock: monotonic time live, virtual time on replay."""
+        ...
+
+    def sleep(self, seconds: float) -> None:
+        """Wait on the investigation's clock. Live hosts really wait; a replayed host only
+        advances its virtual clock, so an eval never sleeps but still has to wait."""
+        ...
+
     def close(self) -> None: ...
 
 

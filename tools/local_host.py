@@ -120,6 +120,12 @@ class LocalHost:
             )
         return CommandResult(host=self.name, command=cmd, rc=0)
 
+    def clock(self) -> float:
+        return time.monotonic()
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(max(0.0, seconds))
+
     def close(self) -> None:
         return None
 

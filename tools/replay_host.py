@@ -126,6 +126,13 @@ class ReplayHost:
         self.name = name or f"replay:{card.id}"
         self._cursor = _Cursor()
         self._overlay: dict[str, bytes] = {}
+        self._now = 0.0  # the investigation's virtual clock: waits advance it, never sleep
+
+    def clock(self) -> float:
+        return self._now
+
+    def sleep(self, seconds: float) -> None:
+        self._now += max(0.0, seconds)
 
     # -- Host protocol -------------------------------------------------------------------------
     def run(

@@ -494,6 +494,12 @@ class SSHHost:
             )
         return CommandResult(host=self.name, command=cmd, rc=0)
 
+    def clock(self) -> float:
+        return time.monotonic()
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(max(0.0, seconds))
+
     def close(self) -> None:
         with self._lock:
             if self._client is not None:
