@@ -25,10 +25,22 @@ def call(host: Host, tool: str, args: dict[str, Any]) -> tuple[bool, list[str], 
         )
     try:
         result: ToolResult = spec.call(host, args)
+        return result.ok, bound_lines(result.lines()), result.model_dump(mode="json")
     except ValidationError as exc:
         msg = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
         return False, [f"# error: bad arguments for {tool}: {msg}"], {}
-    return result.ok, bound_lines(result.lines()), result.model_dump(mode="json")
+    except Exception as exc:  # one tool's bug is a failed observation, never the end of the run
+        return False, crash_lines(tool, exc), {}
+
+
+def crash_lines(tool: str, exc: BaseException) -> list[str]:
+    """What a tool that raised says in the observation: which tool, the exception type and
+    message (one line, bounded), no traceback."""
+    text = " ".join(str(exc).split())[:300] or "(no message)"
+    return [
+        f"# error: the {tool} tool failed: {type(exc).__name__}: {text}",
+        "# fix: the check did not run, so this says nothing about the host; use another check",
+    ]
 
 
 def run_many(

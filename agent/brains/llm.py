@@ -10,23 +10,23 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
+import threading
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from openai import OpenAI, OpenAIError
+from openai import APIStatusError, OpenAI, OpenAIError
 from pydantic import BaseModel, Field, ValidationError
 
 from agent.board import ranked
 from agent.brains.base import Context
+from agent.signatures import scan
 from agent.state import Action, State
 from prompts import render
 from tools.registry import TOOLS
 from tools.taxonomy import LABELS, TAXONOMY
-
-#: Observations in the prompt are cut to keep one decision well under 8k tokens.
-MAX_OBS_LINES = 24
-MAX_LINE = 240
 
 
 class Cited(BaseModel):
@@ -115,54 +115,124 @@ class LLMBrain:
                 max_retries=1,
             )
         self._tokens = 0
+        #: which tool_choice this endpoint takes for a forced call: None until one answered;
+        #: "auto" once it refused "required" (llama-cpp-python's server answers 500), so later
+        #: turns do not retry the failing mode
+        self.choice_mode: str | None = None
+        #: how each model turn was answered: live, hash, sequence (replay), missing
+        self.turns: Counter[str] = Counter()
+        self._seq: str = "session"
+        self._session: str = ""
 
     def tokens_used(self) -> int:
         return self._tokens
 
     # -- transport with record / replay --------------------------------------------------------------
+    def _start_turns(self, state: State) -> None:
+        """The sequence key of this run: the card id for a replayed card (stable between a
+        recording and its replay), else host and session."""
+        self._session = str(state.get("session_id") or "")
+        self._seq = sequence_id(str(state.get("host") or ""), self._session)
+
     def _complete(
         self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], choice: str
     ) -> dict[str, Any]:
         key = _turn_key(self.model, messages, tools, choice)
         if self.replay_dir is not None:
-            path = Path(self.replay_dir) / f"{key}.json"
-            if not path.exists():
-                raise LookupError(
-                    f"no recorded model turn {path.name} in {self.replay_dir}: re-record with --record"
-                )
-            data = json.loads(path.read_text())
+            data = self._replay(Path(self.replay_dir), key, self._seq_rel())
         else:
-            assert self._client is not None
-            resp = self._client.chat.completions.create(
-                model=self.model, messages=messages, tools=tools, tool_choice=choice, temperature=0
-            )  # type: ignore[arg-type]
-            data = resp.model_dump(mode="json")
+            data = self._call(messages, tools, choice)  # a failed call takes no turn number
+            seq_rel = self._seq_rel()
+            self.turns["live"] += 1
             if self.record_dir is not None:
-                Path(self.record_dir).mkdir(parents=True, exist_ok=True)
-                (Path(self.record_dir) / f"{key}.json").write_text(json.dumps(data, indent=1))
+                rec = Path(self.record_dir)
+                (rec / seq_rel).parent.mkdir(parents=True, exist_ok=True)
+                (rec / f"{key}.json").write_text(json.dumps(data, indent=1))
+                seq = {"hash": key, "tool_choice": choice, "response": data}
+                (rec / seq_rel).write_text(json.dumps(seq, indent=1))
+                _tally("recorded")
+        data = with_content_call(data, {t["function"]["name"] for t in tools})
         self._tokens += int((data.get("usage") or {}).get("total_tokens") or 0)
         return data
 
+    def _seq_rel(self) -> str:
+        """`<card-id>/turn-003.json`: this run's next turn in its sequence."""
+        return f"{self._seq}/turn-{_next_turn(self._session or self._seq):03d}.json"
+
+    def _replay(self, d: Path, key: str, seq_rel: str) -> dict[str, Any]:
+        """By the request's hash first; when the prompt drifted since the recording, by the turn's
+        place in its card's sequence."""
+        path = d / f"{key}.json"
+        if path.exists():
+            self.turns["hash"] += 1
+            _tally("hash")
+            return dict(json.loads(path.read_text()))
+        seq = d / seq_rel
+        if seq.exists():
+            self.turns["sequence"] += 1
+            _tally("sequence")
+            return dict(json.loads(seq.read_text())["response"])
+        self.turns["missing"] += 1
+        _tally("missing")
+        raise LookupError(
+            f"no recorded model turn {path.name} (nor {seq_rel}) in {d}: re-record with --record"
+        )
+
+    def _call(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], choice: str
+    ) -> dict[str, Any]:
+        """One completion. A forced call tries "required", and on a server that rejects it falls
+        back to "auto" (a reply without a tool call is then parsed from its content)."""
+        assert self._client is not None
+        modes = [choice]
+        if choice == "required":
+            modes = ["auto"] if self.choice_mode == "auto" else ["required", "auto"]
+        for i, mode in enumerate(modes):
+            try:
+                resp = self._client.chat.completions.create(
+                    model=self.model,
+                    messages=messages,  # type: ignore[arg-type]
+                    tools=tools,  # type: ignore[arg-type]
+                    tool_choice=mode,  # type: ignore[arg-type]
+                    temperature=0,
+                )
+            except APIStatusError as exc:
+                if i + 1 < len(modes) and exc.status_code in _REJECTS_CHOICE:
+                    continue  # this server does not take tool_choice="required"
+                raise
+            if choice == "required":
+                self.choice_mode = mode
+            return dict(resp.model_dump(mode="json"))
+        raise AssertionError("unreachable")  # pragma: no cover
+
     # -- policy ----------------------------------------------------------------------------------------
     def decide(self, state: State, ctx: Context) -> Action:
+        self._start_turns(state)
+        tools = _tool_schemas(changing_ok=True) + CONCLUDE_TOOLS
+        system = render("system.j2", taxonomy=TAXONOMY)
+        view = {
+            "symptom": state.get("symptom", ""),
+            "notes": state.get("notes", []),
+            "board": ranked(state.get("hypotheses", {})),
+            "options": [o.model_dump() for o in ctx.options[:6]],
+            "changes": ctx.changes_possible,
+            "rejections": state.get("rejections", [])[-5:],
+            "budget": {k: round(v, 1) for k, v in ctx.budget_left.items()},
+        }
+        # Everything but the observations is fixed; the observations get what is left of one
+        # decision's token budget (tools' schemas count: they are sent every turn).
+        fixed = len(system) + len(render("decide.j2", **view, observations=[]))
+        fixed += len(json.dumps(tools))
+        budget = max(MIN_OBS_CHARS, DECISION_TOKENS * CHARS_PER_TOKEN - fixed - RESERVE_CHARS)
         messages = [
-            {"role": "system", "content": render("system.j2", taxonomy=TAXONOMY)},
+            {"role": "system", "content": system},
             {
                 "role": "user",
                 "content": render(
-                    "decide.j2",
-                    symptom=state.get("symptom", ""),
-                    notes=state.get("notes", []),
-                    board=ranked(state.get("hypotheses", {})),
-                    options=[o.model_dump() for o in ctx.options[:6]],
-                    changes=ctx.changes_possible,
-                    rejections=state.get("rejections", [])[-5:],
-                    budget={k: round(v, 1) for k, v in ctx.budget_left.items()},
-                    observations=_compact(state),
+                    "decide.j2", **view, observations=compact(state, budget_chars=budget)
                 ),
             },
         ]
-        tools = _tool_schemas(changing_ok=True) + CONCLUDE_TOOLS
         for _attempt in range(self.settings.llm_max_retries + 1):
             try:
                 data = self._complete(messages, tools, "required")
@@ -253,6 +323,7 @@ class LLMBrain:
         )
 
     def follow_up(self, state: State, text: str, ctx: Context) -> tuple[str, list[Action]]:
+        self._start_turns(state)
         messages = [
             {"role": "system", "content": render("system.j2", taxonomy=TAXONOMY)},
             {
@@ -307,15 +378,318 @@ def _content(data: dict[str, Any]) -> str:
     return str((((data.get("choices") or [{}])[0]).get("message") or {}).get("content") or "")
 
 
-def _compact(state: State) -> list[dict[str, Any]]:
-    """Bounded observations: the cited lines of the board first, then each read's head and tail."""
+# -- turn keys, sequence keys and the replay tally -------------------------------------------------
+_TURNS: dict[str, int] = {}
+_TURNS_LOCK = threading.Lock()
+#: `pivot eval` sets this to a file; every replayed or recorded turn appends one word to it, so
+#: the CLI can say how many turns replayed by hash and how many by sequence (workers included)
+TALLY_ENV = "PIVOT_LLM_TURN_TALLY"
+
+
+def sequence_id(host: str, session_id: str) -> str:
+    """`<card-id>` for a replayed card (`replay:<card-id>`), else `<host>-<session>`; safe as a
+    directory name."""
+    raw = host.removeprefix("replay:") if host.startswith("replay:") else f"{host}-{session_id}"
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", raw).strip("._") or "session"
+
+
+def _next_turn(session: str) -> int:
+    """Turn numbers run per session across brain instances (a resumed run continues them)."""
+    with _TURNS_LOCK:
+        _TURNS[session] = _TURNS.get(session, 0) + 1
+        return _TURNS[session]
+
+
+def _tally(word: str) -> None:
+    path = os.environ.get(TALLY_ENV)
+    if path:
+        with open(path, "a", encoding="utf-8") as f:  # one short append: atomic across workers
+            f.write(word + "\n")
+
+
+# -- a tool call written in the content (servers that ignore `tools`) --------------------------------
+#: HTTP statuses with which servers refuse tool_choice="required" (llama-cpp-python: 500)
+_REJECTS_CHOICE = {400, 404, 422, 500, 501}
+_DECODER = json.JSONDecoder()
+
+
+def with_content_call(data: dict[str, Any], offered: set[str]) -> dict[str, Any]:
+    """A reply with no tool call whose content holds one JSON tool call (`{"name": ...,
+    "arguments": {...}}`, maybe in a ```json fence or with prose around it) gets that call as its
+    tool call; the prose stays as the content. Anything else is returned unchanged."""
+    choices = data.get("choices") or []
+    if not choices:
+        return data
+    msg = choices[0].get("message") or {}
+    content = msg.get("content")
+    if msg.get("tool_calls") or not isinstance(content, str) or "{" not in content:
+        return data
+    found = parse_content_call(content, offered)
+    if found is None:
+        return data
+    name, args, prose = found
+    call = {
+        "id": "call_from_content",
+        "type": "function",
+        "function": {"name": name, "arguments": json.dumps(args)},
+    }
+    new_msg = {**msg, "content": prose or None, "tool_calls": [call]}
+    return {
+        **data,
+        "choices": [{**choices[0], "message": new_msg}, *choices[1:]],
+        "pivot_call_from_content": True,
+    }
+
+
+def parse_content_call(content: str, offered: set[str]) -> tuple[str, dict[str, Any], str] | None:
+    """(name, arguments, prose around it) of the first JSON tool call in `content`: an offered
+    tool's name is preferred, else the first object with a name (it is refused downstream)."""
+    candidates: list[tuple[str, dict[str, Any], int, int]] = []
+    pos = content.find("{")
+    while pos != -1 and len(candidates) < 20:
+        try:
+            obj, end = _DECODER.raw_decode(content, pos)
+        except ValueError:
+            pos = content.find("{", pos + 1)
+            continue
+        call = _as_call(obj)
+        if call is not None:
+            candidates.append((*call, pos, end))
+        pos = content.find("{", end)
+    if not candidates:
+        return None
+    name, args, a, b = next((c for c in candidates if c[0] in offered), candidates[0])
+    prose = content[:a] + content[b:]
+    prose = re.sub(r"```(?:json)?\s*```", "", re.sub(r"```(?:json)?\s*\n?\s*```", "", prose))
+    return name, args, " ".join(prose.replace("```json", "").replace("```", "").split())
+
+
+def _as_call(obj: Any) -> tuple[str, dict[str, Any]] | None:
+    if not isinstance(obj, dict):
+        return None
+    if isinstance(obj.get("tool_calls"), list) and obj["tool_calls"]:
+        return _as_call(obj["tool_calls"][0])
+    if isinstance(obj.get("function"), dict):
+        return _as_call(obj["function"])
+    name = obj.get("name") or obj.get("tool")
+    if not isinstance(name, str) or not name:
+        return None
+    args = next((obj[k] for k in ("arguments", "parameters", "args") if k in obj), {})
+    if isinstance(args, str):
+        try:
+            args = json.loads(args or "{}")
+        except ValueError:
+            return None
+    return (name, args) if isinstance(args, dict) else None
+
+
+# -- bounded observations: a token budget per decision ------------------------------------------------
+#: One decision (system prompt, tools' schemas, board, observations) stays within this budget.
+DECISION_TOKENS = 8000
+CHARS_PER_TOKEN = 4  # ~4 characters per token for English and log text
+#: kept free for the refused call and the refusal a retry appends
+RESERVE_CHARS = 2000
+MIN_OBS_CHARS = 4000
+MAX_LINE = 240
+#: lines kept from the end of each Python traceback (the frames nearest the error, its last line)
+TRACEBACK_TAIL = 8
+#: an elision marker's cost, counted high so the budget holds before the numbers are known
+_MARK_COST = 56
+
+#: fatal by shape (kept always): a final exception line, an ERROR/FATAL/CRITICAL level, NCCL and
+#: CUDA error strings, kernel OOM kills and Xids, signals. Generous on purpose: keeping a line
+#: costs a few tokens, losing the one that proves the crash costs the investigation.
+_FATAL = re.compile(
+    "|".join(
+        [
+            r"^\s*(?:\[rank\d+\]:?\s*|\(\w+ pid=\d+\)\s*)?(?:[A-Za-z_]\w*\.)*[A-Z]\w*"
+            r"(?:Error|Exception|Exit|Interrupt|Failure)(?::\s|:?\s*$)",
+            r"\b(?:ERROR|FATAL|CRITICAL)\b",
+            r"^\s*[EF]\d{4} \d\d:\d\d:\d\d",
+            r"\[(?:E|F)\]\s",
+            r"\blevel=(?:error|fatal|critical)\b",
+            r"NCCL WARN",
+            r"\bnccl\w*Error\b",
+            r"\bNCCL error\b",
+            r"\bCUDA error\b",
+            r"\bcudaError\w+",
+            r"\bCUDA_ERROR_\w+",
+            r"\bCU(?:BLAS|DNN)_STATUS_(?!SUCCESS)\w+",
+            r"CUDA out of memory",
+            r"illegal memory access",
+            r"device-side assert",
+            r"NVRM: Xid|\bXid\b",
+            r"Out of memory: Kill|oom-kill|invoked oom-killer|Memory cgroup out of memory",
+            r"\bOOMKilled\b",
+            r"^\s*Killed\s*$",
+            r"Segmentation fault|core dumped|terminate called after throwing",
+            r"\bSIG(?:KILL|SEGV|ABRT|BUS)\b",
+        ]
+    )
+)
+_TRACEBACK = re.compile(r"Traceback \(most recent call last\)")
+
+
+def compact(state: State, budget_chars: int) -> list[dict[str, Any]]:
+    """Every observation within one shared budget of characters (~4 per token).
+
+    Kept first, in this order: fatal lines and lines the board cites, the last lines of every
+    Python traceback, phase markers (the start-up phase a failure happened in); then each
+    observation's head and tail, round robin, until the budget is spent. What is left out shows
+    as `# … N lines not shown (lines a–b) …` (1-based line numbers of the observation)."""
+    obs = list(state.get("observations", []))
+    cited: dict[str, set[str]] = {}
+    for h in (state.get("hypotheses") or {}).values():
+        for e in [*h.get("evidence", []), *h.get("against", [])]:
+            cited.setdefault(str(e.get("observation")), set()).add(str(e.get("line", "")).strip())
+    views = [_View(o, cited.get(o["id"], set())) for o in obs]
+    left = budget_chars - sum(v.fixed for v in views)
+    # tiers across observations, newest observation and newest line first
+    for tier in range(3):
+        for v in reversed(views):
+            for i in v.tiers[tier]:
+                left -= v.take(i, left)
+    # head and tail, round robin: each observation gets one line per pass until none fits
+    orders = [v.fill_order() for v in views]
+    pos = [0] * len(views)
+    active = list(range(len(views)))
+    while active:
+        still = []
+        for k in active:
+            v, order = views[k], orders[k]
+            while pos[k] < len(order) and order[pos[k]] in v.kept:
+                pos[k] += 1
+            if pos[k] < len(order) and v.fits(order[pos[k]], left):
+                left -= v.take(order[pos[k]], left)
+                still.append(k)
+        active = still
+    return [v.render() for v in views]
+
+
+class _View:
+    """One observation being cut to size: its kept line indices and what they cost."""
+
+    def __init__(self, o: Any, cited: set[str]) -> None:
+        self.o = o
+        self.lines = [ln[:MAX_LINE] for ln in o["lines"]]
+        self.kept: set[int] = set()
+        header = f"## {o['id']} {o['tool']} {json.dumps(o['args'])} {'ok' if o['ok'] else 'FAILED'}"
+        self.fixed = len(header) + 1 + (_MARK_COST if self.lines else 0)
+        self.tiers = _must_keep(o["lines"], cited)
+
+    def cost(self, i: int) -> int:
+        n = len(self.lines)
+        left_out = i > 0 and i - 1 not in self.kept
+        right_out = i < n - 1 and i + 1 not in self.kept
+        marks = 1 if (left_out and right_out) else (-1 if not (left_out or right_out) else 0)
+        return len(self.lines[i]) + 1 + marks * _MARK_COST
+
+    def fits(self, i: int, left: int) -> bool:
+        return i not in self.kept and self.cost(i) <= left
+
+    def take(self, i: int, left: int) -> int:
+        """Keep line i if it fits in `left`; return what it cost (0 when not taken)."""
+        if not self.fits(i, left):
+            return 0
+        c = self.cost(i)
+        self.kept.add(i)
+        return c
+
+    def fill_order(self) -> list[int]:
+        """Head and tail alternating, one head line for two tail lines (the end of a log is
+        where a launch died), the first line (the read's own summary) first."""
+        n = len(self.lines)
+        head, tail = 0, n - 1
+        out: list[int] = []
+        while head <= tail:
+            out.append(head)
+            head += 1
+            for _ in range(2):
+                if head <= tail:
+                    out.append(tail)
+                    tail -= 1
+        return out
+
+    def render(self) -> dict[str, Any]:
+        o = self.o
+        out: list[str] = []
+        prev = -1
+        for i in sorted(self.kept):
+            if i > prev + 1:
+                out.append(_mark(prev + 1, i - 1))
+            out.append(self.lines[i])
+            prev = i
+        if self.lines and prev < len(self.lines) - 1:
+            out.append(_mark(prev + 1, len(self.lines) - 1))
+        return {"id": o["id"], "tool": o["tool"], "args": o["args"], "ok": o["ok"], "lines": out}
+
+
+def _mark(a: int, b: int) -> str:
+    n = b - a + 1
+    return f"# … {n} line{'s' if n != 1 else ''} not shown (lines {a + 1}–{b + 1}) …"
+
+
+def _must_keep(lines: list[str], cited: set[str]) -> list[list[int]]:
+    """Three tiers of line indices, newest first: [fatal + cited], [traceback tails], [phases]."""
+    fatal: set[int] = set()
+    tails: set[int] = set()
+    for i, ln in enumerate(lines):
+        if _FATAL.search(ln) or (cited and ln.strip() in cited):
+            fatal.add(i)
+    for start, end, complete in _tracebacks(lines):
+        if complete:
+            fatal.add(end)
+        tails.update(range(max(start, end - TRACEBACK_TAIL + 1), end + 1))
+    for m in scan(lines):
+        if m.strength == "fatal":
+            fatal.add(m.line_no)
+    phases = _phase_markers(lines)
+    seen_text: set[str] = set()
+    tier0 = []
+    for i in sorted(fatal, reverse=True):  # the same fatal text repeated: keep its newest copy
+        if lines[i] not in seen_text:
+            seen_text.add(lines[i])
+            tier0.append(i)
+    return [
+        tier0,
+        sorted(tails - fatal, reverse=True),
+        sorted(phases - fatal - tails, reverse=True),
+    ]
+
+
+def _tracebacks(lines: list[str]) -> list[tuple[int, int, bool]]:
+    """(start, end, complete) of each Python traceback: from its banner to its final exception
+    line, the first line after the frames that is not indented (a log prefix before the banner
+    removed); not complete when the read was cut inside the frames."""
     out = []
-    for o in state.get("observations", []):
-        lines = [ln[:MAX_LINE] for ln in o["lines"]]
-        if len(lines) > MAX_OBS_LINES:
-            keep = MAX_OBS_LINES // 2
-            lines = [*lines[:4], f"# … {len(lines) - keep - 4} lines not shown …", *lines[-(keep):]]
-        out.append(
-            {"id": o["id"], "tool": o["tool"], "args": o["args"], "ok": o["ok"], "lines": lines}
-        )
+    i = 0
+    while i < len(lines):
+        m = _TRACEBACK.search(lines[i])
+        if not m:
+            i += 1
+            continue
+        prefix = lines[i][: m.start()]
+        end, complete = min(len(lines), i + 400) - 1, False
+        for j in range(i + 1, min(len(lines), i + 400)):
+            body = lines[j][len(prefix) :] if prefix and lines[j].startswith(prefix) else lines[j]
+            if _TRACEBACK.search(body) or not body.strip():
+                continue
+            if not body[:1].isspace() and not body.startswith(("During handling", "The above")):
+                end, complete = j, True
+                break
+        out.append((i, end, complete))
+        i = end + 1
+    return out
+
+
+def _phase_markers(lines: list[str]) -> set[int]:
+    """Start-up phase lines (progress/ready signatures, `phase-*` ids): the first and last line of
+    each kind, so a long progress log cannot fill the budget with itself."""
+    by_sig: dict[str, list[int]] = {}
+    for m in scan(lines):
+        if m.strength in ("progress", "ready") or m.signature.startswith("phase-"):
+            by_sig.setdefault(m.signature, []).append(m.line_no)
+    out: set[int] = set()
+    for hits in by_sig.values():
+        out.update((hits[0], hits[-1]))
     return out

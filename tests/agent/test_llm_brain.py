@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from typing import Any
 
+from agent import observe
+from agent.brains.base import Context
+from agent.brains.llm import LLMBrain, compact
+from agent.facts import Facts
 from agent.memory import Memory
 from agent.runner import investigate
 from agent.settings import Settings
+from agent.state import State
 from tests.agent.conftest import card_path
 from tests.scripted_llm import board, observation_lines, serve, tool_call
+from tools.base import ToolSpec
 from tools.cards import load_card
 from tools.registry import TOOLS
 from tools.replay_host import ReplayHost
@@ -127,3 +135,180 @@ def test_context_per_decision_stays_small(settings: Settings) -> None:
             ReplayHost(card), card.symptom, brain="llm", settings=_llm_settings(settings, url)
         )
     assert sizes and max(sizes) / 4 < 8000  # rough tokens; bench/investigate.py reports the figure
+
+
+# -- the token budget per decision ------------------------------------------------------------------
+def _log_obs(oid: str, lines: list[str]) -> dict[str, Any]:
+    return {
+        "id": oid,
+        "tool": "log_tail",
+        "args": {"path": "/var/log/server.log"},
+        "ok": True,
+        "lines": lines,
+        "data": {},
+        "round": 0,
+    }
+
+
+def _noise(n: int, tag: str = "") -> list[str]:
+    return [
+        f"[2025-01-01 00:00:{i % 60:02d}] INFO scheduler.py:{i}: decode batch {tag}{i} tokens ok"
+        for i in range(n)
+    ]
+
+
+def _rendered_chars(views: list[dict[str, Any]]) -> int:
+    text = ""
+    for o in views:
+        text += f"## {o['id']} {o['tool']} {json.dumps(o['args'])} ok\n"
+        text += "".join(ln + "\n" for ln in o["lines"])
+    return len(text)
+
+
+def test_a_fatal_line_in_the_middle_of_a_20k_line_log_is_kept_within_budget() -> None:
+    lines = _noise(20_000)
+    fatal = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"
+    nccl = "gpu-3:1234:1300 [3] NCCL WARN Cuda failure 'out of memory'"
+    lines[10_000] = fatal
+    lines[4_321] = nccl
+    lines[15_000:15_006] = [
+        "Traceback (most recent call last):",
+        '  File "/app/serve.py", line 12, in <module>',
+        "    main()",
+        '  File "/app/serve.py", line 9, in main',
+        "    raise SomeCustomThing('boom')",
+        "SomeCustomThing: boom",
+    ]
+    budget = 8000 * 4 - 20_000  # what a decision leaves for observations, roughly
+    state: State = {"observations": [_log_obs("o1", lines), _log_obs("o2", _noise(300, "b"))]}
+    out = compact(state, budget_chars=budget)
+    kept = out[0]["lines"]
+    assert fatal in kept and nccl in kept
+    assert "SomeCustomThing: boom" in kept and '  File "/app/serve.py", line 9, in main' in kept
+    assert _rendered_chars(out) <= budget
+    # head and tail are filled; what is elided says how much and where
+    assert kept[0] == lines[0] and kept[-1] == lines[-1]
+    marks = [ln for ln in kept if ln.startswith("# … ")]
+    assert marks and all("lines not shown (lines " in m for m in marks)
+    shown = sum(1 for ln in kept if not ln.startswith("# … "))
+    hidden = sum(int(m.split()[2]) for m in marks)
+    assert shown + hidden == 20_000
+    assert any(ln.startswith("# … ") for ln in out[1]["lines"])  # both observations share it
+
+
+def test_cited_lines_and_phase_markers_are_kept() -> None:
+    lines = _noise(3000)
+    lines[1200] = "Load weight begin. avail mem=139.20 GB"
+    lines[1500] = "decode batch something the board quotes 1500"
+    state: State = {
+        "observations": [_log_obs("o1", lines)],
+        "hypotheses": {
+            "kv_cache_no_room": {
+                "label": "kv_cache_no_room",
+                "statement": "",
+                "status": "open",
+                "score": 1.0,
+                "evidence": [{"observation": "o1", "line": lines[1500]}],
+                "against": [],
+                "check": "",
+            }
+        },
+    }
+    out = compact(state, budget_chars=6000)
+    kept = out[0]["lines"]
+    assert lines[1500] in kept and lines[1200] in kept
+    assert _rendered_chars(out) <= 6000
+
+
+def test_short_observations_are_shown_whole() -> None:
+    state: State = {"observations": [_log_obs("o1", _noise(20)), _log_obs("o2", ["# one"])]}
+    out = compact(state, budget_chars=20_000)
+    assert out[0]["lines"] == _noise(20) and out[1]["lines"] == ["# one"]
+
+
+def test_a_whole_decision_on_a_huge_log_stays_under_8k_tokens(settings: Settings) -> None:
+    """Over real HTTP: the request the model gets (messages and tools' schemas) stays within
+    8k tokens (~4 chars each) with a 20k-line log, and its fatal line is in it."""
+    big = _noise(20_000)
+    big[9_999] = "RuntimeError: CUDA error: an illegal memory access was encountered"
+    brain_settings = settings.model_copy(
+        update={"llm_base_url": "", "llm_model": "scripted", "llm_api_key": "test"}
+    )
+    sizes: list[int] = []
+    seen: list[bool] = []
+
+    def script(body: dict[str, Any]) -> dict[str, Any]:
+        sizes.append(
+            sum(len(str(m.get("content") or "")) for m in body["messages"])
+            + len(json.dumps(body.get("tools", [])))
+        )
+        seen.append(big[9_999] in observation_lines(body).get("o1", []))
+        return tool_call("insufficient_evidence", {"why": "test"})
+
+    state: State = {
+        "session_id": "budget-test",
+        "host": "replay:budget",
+        "symptom": "it died",
+        "observations": [_log_obs("o1", big), *(_log_obs(f"o{i}", _noise(200)) for i in (2, 3))],
+    }
+    with serve(script) as (url, _):
+        brain = LLMBrain(brain_settings.model_copy(update={"llm_base_url": url}))
+        action = brain.decide(state, Context(options=[], facts=Facts()))
+    assert action["kind"] == "insufficient"
+    assert seen == [True] and sizes[0] / 4 <= 8000
+
+
+# -- the operator's words are a hint -------------------------------------------------------------
+def test_the_symptom_is_marked_as_the_operators_hint_not_evidence(settings: Settings) -> None:
+    prompts: list[str] = []
+
+    def script(body: dict[str, Any]) -> dict[str, Any]:
+        prompts.append("\n".join(str(m.get("content") or "") for m in body["messages"][:2]))
+        return _conclude_from_board(body)
+
+    card = load_card(card_path(SEED))
+    with serve(script) as (url, _):
+        investigate(
+            ReplayHost(card), card.symptom, brain="llm", settings=_llm_settings(settings, url)
+        )
+    first = prompts[0]
+    assert f'"{card.symptom}"' in first
+    said = first.index("What the operator said (")
+    assert "NOT evidence" in first[said : said + 200] and "never cite it" in first[said:]
+    assert "hint for which checks to run first, not evidence" in first  # the system rule
+    # and it is never inside the untrusted host-output block the model may cite from
+    block = first.split("<<<HOST-OUTPUT", 1)[1].split("HOST-OUTPUT>>>", 1)[0]
+    assert "What the operator said" not in block
+
+
+# -- a tool that raises is a failed observation, not the end --------------------------------------
+def _raising_spec(name: str, exc: Exception) -> ToolSpec:  # type: ignore[type-arg]
+    real = TOOLS[name]
+
+    def boom(host: Any, args: Any) -> Any:
+        raise exc
+
+    return dataclasses.replace(real, fn=boom)
+
+
+def test_a_tool_that_raises_becomes_a_failed_observation(monkeypatch: Any) -> None:
+    monkeypatch.setitem(TOOLS, "dmesg", _raising_spec("dmesg", KeyError("kmsg parser: 'ts'")))
+    card = load_card(card_path(SEED))
+    ok, lines, data = observe.call(ReplayHost(card), "dmesg", {})
+    assert ok is False and data == {}
+    assert lines[0].startswith("# error: the dmesg tool failed: KeyError: ")
+    assert "kmsg parser" in lines[0]
+    assert not any("Traceback" in ln or 'File "' in ln for ln in lines)
+    obs = observe.run_many(ReplayHost(card), [("dmesg", {}), ("gpu_status", {})], 1, 0)
+    assert [o["ok"] for o in obs] == [False, True]
+
+
+def test_an_investigation_survives_a_crashing_tool(settings: Settings, monkeypatch: Any) -> None:
+    monkeypatch.setitem(TOOLS, "dmesg", _raising_spec("dmesg", RuntimeError("parser bug")))
+    card = load_card(card_path(SEED))
+    r = investigate(ReplayHost(card), card.symptom, brain="rulebook", settings=settings)
+    assert r.status == "concluded" and r.root_cause == "kv_cache_no_room"
+    obs = Memory(settings.memory_path).observations(r.session_id)
+    failed = [o for o in obs if o["tool"] == "dmesg"]
+    assert failed and not failed[0]["ok"]
+    assert "RuntimeError: parser bug" in failed[0]["lines"][0]
