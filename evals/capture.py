@@ -26,9 +26,19 @@ from tools.cards import IncidentCard, card_text_bytes, load_card
 from tools.gpu_status import APPS_QUERY, CARD_QUERY
 from tools.host import Host
 from tools.local_host import LocalHost
+from tools.logfile import _region_cmd, find_last_launch, grep_region, last_launch_in
 from tools.taxonomy import LABELS
 
 LOG_TAIL_BYTES = 256_000
+#: from the last launch marker on, the start of the run (server args, versions, env echo)
+LAUNCH_BYTES = 64_000
+#: lines matching FATAL anywhere since the launch, with context, at most this much
+FATAL_BYTES = 256_000
+FATAL_CONTEXT = 3
+FATAL = (
+    r"(?i)Traceback|Error:|Exception|out of memory|OutOfMemory|Killed|FATAL|fatal error|"
+    r"Segmentation fault|core dumped|NCCL WARN|CUDA error|\[E\]|terminate called|Aborted"
+)
 CONFIG_BYTES = 512_000
 DMESG_LINES = 300
 CMD_TIMEOUT = 20.0
@@ -90,6 +100,80 @@ def _tail_text(host: Host, path: str, max_bytes: int) -> tuple[str | None, str |
     return card_text(data), note
 
 
+def elided(n: int) -> bytes:
+    """The one line that marks bytes left out of a captured log."""
+    return f"# \u2026 {n:,} bytes not captured \u2026\n".encode()
+
+
+def log_text(host: Host, path: str, tail_bytes: int) -> tuple[str | None, str | None]:
+    """A log for a card: all of it when small; else the launch region (from the last launch
+    marker), every fatal-looking line since the launch with a few lines of context, and the
+    tail, each gap marked `# … N bytes not captured …`. Where the host cannot run the remote
+    reads (no grep/tail), the tail alone, said in the note."""
+    ft = host.read_tail(path, max_bytes=tail_bytes)
+    if not ft.exists or ft.error:
+        return None, ft.error or f"{path}: not found on {host.name}"
+    if ft.size <= ft.bytes_read:
+        return card_text(ft.data), None
+    data = ft.data
+    nl = data.find(b"\n")
+    data = data[nl + 1 :] if nl >= 0 else data
+    tail_from = ft.size - len(data)
+    off, _ = last_launch_in(data, first_is_line_start=True)
+    if off is not None:
+        return card_text(data), f"{path}: kept the last {len(data)} of {ft.size} bytes"
+    scan = find_last_launch(host, path, tail_from)
+    if not scan.ok:
+        return card_text(data), (
+            f"{path}: kept the last {len(data)} of {ft.size} bytes (the host could not scan "
+            f"for the launch: {scan.why_stopped})"
+        )
+    start = scan.offset if scan.found and scan.offset is not None else scan.scanned_from
+    parts: list[bytes] = []
+    pos = start
+    if start > 0:
+        parts.append(elided(start))
+    head_len = min(LAUNCH_BYTES, tail_from - start)
+    head = host.run(_region_cmd(path, start, head_len), timeout=CMD_TIMEOUT, max_bytes=head_len)
+    if head.ok and head.stdout:
+        hb = head.stdout.encode("utf-8", errors="surrogateescape")
+        cut = hb.rfind(b"\n") + 1 if len(hb) >= head_len else len(hb)
+        parts.append(hb[:cut] if cut else hb)
+        pos = start + (cut or len(hb))
+    fatal = grep_region(host, path, pos, tail_from - pos, FATAL, False, FATAL_CONTEXT, cap=200)
+    kept = 0
+    seen: set[str] = set()
+    for group in fatal.groups if fatal.ok else []:
+        lines = [gl for gl in group if gl.offset >= pos]
+        shapes = {re.sub(r"\d+", "#", gl.text) for gl in lines if gl.match}
+        if not lines or not shapes - seen:
+            continue  # the same fatal line again (a dead engine rejecting every request)
+        seen |= shapes
+        chunk = b"".join(gl.text.encode("utf-8", errors="surrogateescape") + b"\n" for gl in lines)
+        if kept + len(chunk) > FATAL_BYTES:
+            break
+        if lines[0].offset > pos:
+            parts.append(elided(lines[0].offset - pos))
+        parts.append(chunk)
+        kept += len(chunk)
+        last = lines[-1]
+        pos = last.offset + len(last.text.encode("utf-8", errors="surrogateescape")) + 1
+    if tail_from > pos:
+        parts.append(elided(tail_from - pos))
+    parts.append(data)
+    note = (
+        f"{path}: {ft.size} bytes; kept the launch region"
+        f"{' (from byte ' + str(start) + ')' if start else ''}, "
+        f"{sum(1 for g in fatal.groups for gl in g if gl.match) if fatal.ok else 0} fatal-looking "
+        f"lines since the launch with context, and the last {len(data)} bytes"
+    )
+    if not scan.found:
+        note += "; no launch marker found" + (
+            f" in the last {ft.size - scan.scanned_from} bytes" if scan.scanned_from else ""
+        )
+    return card_text(b"".join(parts)), note
+
+
 def _run(host: Host, command: str) -> tuple[str | None, str | None]:
     res = host.run(command, timeout=CMD_TIMEOUT)
     if res.ok:
@@ -146,10 +230,10 @@ def collect(host: Host, options: CaptureOptions) -> tuple[dict[str, Any], list[s
         keep("env", "env")
 
     files: dict[str, str] = {}
-    for path, limit in [(p, options.log_bytes) for p in options.logs] + [
-        (p, CONFIG_BYTES) for p in options.configs
+    for path, limit, is_log in [(p, options.log_bytes, True) for p in options.logs] + [
+        (p, CONFIG_BYTES, False) for p in options.configs
     ]:
-        text, note = _tail_text(host, path, limit)
+        text, note = log_text(host, path, limit) if is_log else _tail_text(host, path, limit)
         if note:
             notes.append(note)
         if text is not None:

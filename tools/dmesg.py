@@ -3,8 +3,10 @@
 A server that dies with a bare "Killed" or a CUDA error that names no cause is explained here:
 the OOM killer's "Out of memory: Killed process 1234 (python3)", NVIDIA Xid errors, NVRM
 messages, "fallen off the bus", segfaults. The tail is read with `dmesg -T` (falling back to
-plain `dmesg`, then `journalctl -k`); a restricted kernel log comes back as an error with the
-sysctl that opens it.
+plain `dmesg`, then `journalctl -k`, then /var/log/kern.log). A kernel log this user may not read
+(kernel.dmesg_restrict=1 for a non-root SSH user) is never an empty, clean result: it comes back
+failed with `denied`, lines saying the OOM killer and Xid errors are UNKNOWN because of it, and
+the ways to read it (sudo, the adm group, the host's own kernel log).
 """
 
 from __future__ import annotations
@@ -14,9 +16,14 @@ import re
 from pydantic import BaseModel, Field
 
 from tools.base import ToolResult, ToolSpec, bound_lines
-from tools.host import Host
+from tools.host import CommandResult, Host
 
-COMMANDS = ("dmesg -T", "dmesg", "journalctl -k --no-pager -n 2000")
+COMMANDS = (
+    "dmesg -T",
+    "dmesg",
+    "journalctl -k --no-pager -n 2000",
+    "tail -n 2000 /var/log/kern.log",
+)
 
 _OOM = re.compile(
     r"Out of memory:|oom-kill:|invoked oom-killer|oom_reaper|Memory cgroup out of memory", re.I
@@ -26,7 +33,16 @@ _XID = re.compile(r"NVRM: Xid \(([^)]*)\): (\d+),(?:\s*pid=(\d+|'<unknown>'))?")
 _NVRM = re.compile(r"NVRM:")
 _BUS = re.compile(r"fallen off the bus|GPU has fallen off", re.I)
 _SEGV = re.compile(r"segfault at|general protection fault|traps: .* trap ", re.I)
-_DENIED = re.compile(r"Operation not permitted|Permission denied|read kernel buffer failed", re.I)
+_DENIED = re.compile(
+    r"Operation not permitted|Permission denied|read kernel buffer failed|not seeing messages "
+    r"from other users|Users in groups?",
+    re.I,
+)
+FIX_DENIED = (
+    "run as root: sudo dmesg -T (or sudo journalctl -k); or let this user read the kernel log: "
+    "sudo usermod -aG adm USER (then /var/log/kern.log and journalctl -k are readable), or "
+    "sudo sysctl kernel.dmesg_restrict=0"
+)
 
 #: Xid codes that mean hardware or driver trouble rather than an application bug.
 HARDWARE_XIDS = {48, 61, 62, 63, 64, 74, 79, 92, 94, 95, 119, 120, 140}
@@ -64,8 +80,18 @@ class DmesgParse(BaseModel):
 class Result(DmesgParse, ToolResult):
     source: str = Field("", description="the command whose output this is")
     hardware_fault: bool = Field(False, description="an Xid code that means hardware/driver")
+    readable: bool = Field(True, description="the kernel log could be read at all")
+    denied: bool = Field(False, description="reading it was refused (permissions)")
+    tried: list[str] = Field(default_factory=list, description="each source tried, and why not")
 
     def lines(self) -> list[str]:
+        if not self.readable:
+            out = [
+                "# kernel log: UNKNOWN, not empty: OOM-killer kills, Xid errors and segfaults "
+                "can not be ruled out from it"
+            ]
+            out += [f"# tried {t}" for t in self.tried]
+            return bound_lines(out + super().lines())
         seen: set[str] = set()
         out: list[str] = []
         for ln in (
@@ -134,11 +160,28 @@ def parse_dmesg(text: str, pattern: str | None = None) -> DmesgParse:
     return out
 
 
+def _why(res: CommandResult) -> str:
+    if res.missing_command:
+        return "not installed"
+    said = (res.stderr or "").strip().splitlines()
+    if said:
+        return said[0][:200]
+    return res.error or ("printed nothing" if res.rc == 0 else f"exit {res.rc}")
+
+
 def run(host: Host, args: Args) -> Result:
-    attempts = []
+    attempts: list[CommandResult] = []
+    tried: list[str] = []
     for cmd in COMMANDS:
-        full = f"{cmd} | tail -n {args.tail}" if cmd.startswith("dmesg") else cmd
+        if cmd.startswith("dmesg"):
+            # `| tail` hides dmesg's exit status, but its refusal still goes to stderr
+            full = f"{cmd} | tail -n {args.tail}"
+        elif cmd.startswith("tail"):
+            full = cmd.replace("2000", str(args.tail))
+        else:
+            full = cmd
         res = host.run(full, timeout=15)
+        res.command = cmd if cmd.startswith("dmesg") else full
         attempts.append(res)
         if res.timed_out:
             # a hung kernel-log read (stuck driver, huge journal) will not go faster with a
@@ -146,37 +189,55 @@ def run(host: Host, args: Args) -> Result:
             return Result(
                 host=host.name,
                 ok=False,
+                readable=False,
+                tried=[*tried, f"{cmd}: timed out"],
                 error=res.error or f"{full!r} timed out on {host.name}",
                 fix=res.fix or "read the kernel log by hand; the driver may be hung",
             )
-        # `| tail` hides dmesg's exit status; a permission error leaves stdout empty.
-        # journalctl's "-- No entries --" / "-- Logs begin ..." are not kernel lines.
-        text = "\n".join(ln for ln in res.stdout.splitlines() if not ln.startswith("-- "))
+        # journalctl's "-- No entries --" / "-- Logs begin ..." are not kernel lines; a
+        # refusal printed on stdout (dmesg 2>&1 above) is not one either
+        text = "\n".join(
+            ln
+            for ln in res.stdout.splitlines()
+            if not ln.startswith("-- ") and not _DENIED.search(ln) and not ln.startswith("dmesg:")
+        )
         if text.strip():
             parsed = parse_dmesg(text, args.pattern)
             return Result(
                 host=host.name,
                 source=cmd,
+                tried=tried,
                 hardware_fault=any(x.code in HARDWARE_XIDS for x in parsed.xids)
                 or bool(parsed.bus_lines),
                 **parsed.model_dump(),
             )
+        said = (res.stdout + "\n" + res.stderr).strip()
+        first = next((ln for ln in said.splitlines() if _DENIED.search(ln)), "")
+        tried.append(f"{res.command}: {first[:200] if first else _why(res)}")
     denied = next((r for r in attempts if _DENIED.search(r.stderr + r.stdout)), None)
     if denied is not None:
+        said = next(
+            ln for ln in (denied.stderr + "\n" + denied.stdout).splitlines() if _DENIED.search(ln)
+        )
         return Result(
             host=host.name,
             ok=False,
-            error=f"{denied.command!r} on {host.name}: the kernel log is restricted "
-            f"({denied.stderr.strip()[:200]})",
-            fix="run as root (sudo dmesg -T), or allow it: sudo sysctl kernel.dmesg_restrict=0",
+            readable=False,
+            denied=True,
+            tried=tried,
+            error=f"the kernel log on {host.name} is restricted for this user, so an OOM kill "
+            f"or Xid is unknown because {denied.command!r} was refused ({said.strip()[:200]})",
+            fix=FIX_DENIED,
         )
-    last = attempts[-1]
     return Result(
         host=host.name,
         ok=False,
-        error=f"no kernel log on {host.name}: dmesg and journalctl -k printed nothing"
-        + (f" ({last.error or last.stderr.strip()[:200]})" if last.error or last.stderr else ""),
-        fix="in a container the host's kernel log is not visible: read it on the host itself",
+        readable=False,
+        tried=tried,
+        error=f"no kernel log on {host.name}: an OOM kill or Xid is unknown because dmesg, "
+        "journalctl -k and /var/log/kern.log gave nothing",
+        fix="in a container the host's kernel log is not visible: read it on the host itself "
+        "(sudo dmesg -T there)",
     )
 
 

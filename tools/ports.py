@@ -4,6 +4,10 @@
 asked first, then `netstat -ltnp`; hosts with neither (the real H200 had no ss, netstat nor
 lsof) are read from /proc/net/tcp and /proc/net/tcp6, whose socket inodes are mapped to pids
 through /proc/*/fd where those are readable.
+
+As a non-root user `ss -p` names only that user's processes, and other users' /proc/PID/fd are
+unreadable: a listener whose owner could not be named is said to be UNKNOWN (`owners_unknown`,
+`partial`), with `sudo ss -ltnp` as the fix; it is never shown as a port without an owner.
 """
 
 from __future__ import annotations
@@ -41,17 +45,41 @@ class Result(ToolResult):
     port: int | None = None
     port_free: bool | None = Field(None, description="whether the asked port has no listener")
     source: str = ""
+    owners_unknown: int = Field(0, description="listeners whose process could not be named")
+    partial: bool = Field(False, description="some owners are unknown (permissions), not absent")
+
+    def unknown_why(self) -> str:
+        how = (
+            "other users' /proc/PID/fd are not readable"
+            if self.source.startswith("/proc")
+            else f"{self.source.split()[0] if self.source else 'ss'} -p names only the "
+            "connected user's processes unless run as root"
+        )
+        return f"unknown because {how}"
+
+    def fix_line(self) -> str:
+        sport = f" 'sport = :{self.port}'" if self.port else ""
+        return f"sudo ss -ltnp{sport} to name the owner (or sudo lsof -iTCP -sTCP:LISTEN -P)"
 
     def lines(self) -> list[str]:
         shown = [ln for ln in self.listeners if self.port is None or ln.port == self.port]
         out = [ln.raw for ln in shown if ln.raw]
         for ln in shown:
-            who = f"pid {ln.pid} ({ln.process or '?'})" if ln.pid else "an unknown process"
+            who = (
+                f"pid {ln.pid} ({ln.process or '?'})"
+                if ln.pid
+                else f"a process Pivot could not name ({self.unknown_why()})"
+            )
             out.append(f"# {ln.addr}:{ln.port} is held by {who}")
         if self.ok:
             out.append(f"# {len(self.listeners)} TCP listeners ({self.source})")
         if self.port is not None and self.port_free is not None:
             out.append(f"# port {self.port} is " + ("free" if self.port_free else "IN USE"))
+        if self.partial and any(ln.pid is None for ln in shown):
+            out.append(
+                f"# owner of {self.owners_unknown} listener(s) UNKNOWN, {self.unknown_why()}; "
+                f"run {self.fix_line()}"
+            )
         return bound_lines(out + super().lines())
 
 
@@ -187,7 +215,9 @@ def run(host: Host, args: Args) -> Result:
         if res.ok and (parser(res.stdout) or "Local" in res.stdout or not res.stdout.strip()):
             listeners, source = parser(res.stdout), cmd
             break
-        tried.append(f"{cmd}: {'not installed' if res.missing_command else f'rc {res.rc}'}")
+        tried.append(
+            f"{cmd}: " + ("not installed" if res.missing_command else res.error or f"rc {res.rc}")
+        )
     if listeners is None:
         res = host.run(PROC_TCP, timeout=15)
         if "local_address" in res.stdout:  # a card may answer `cat` with another file
@@ -204,7 +234,7 @@ def run(host: Host, args: Args) -> Result:
                         if ln.pid == pid:
                             ln.process = name
         else:
-            tried.append(f"{PROC_TCP}: rc {res.rc}")
+            tried.append(f"{PROC_TCP}: {res.error or f'rc {res.rc}'}")
     if listeners is None:
         return Result(
             host=host.name,
@@ -215,8 +245,15 @@ def run(host: Host, args: Args) -> Result:
         )
     listeners.sort(key=lambda ln: (ln.port, ln.addr))
     port_free = None if args.port is None else all(ln.port != args.port for ln in listeners)
+    unknown = sum(1 for ln in listeners if ln.pid is None)
     return Result(
-        host=host.name, listeners=listeners, port=args.port, port_free=port_free, source=source
+        host=host.name,
+        listeners=listeners,
+        port=args.port,
+        port_free=port_free,
+        source=source,
+        owners_unknown=unknown,
+        partial=unknown > 0,
     )
 
 

@@ -47,17 +47,73 @@ def test_missing_file() -> None:
     assert not res.ok and "/no/such.log" in (res.error or "")
 
 
-def test_big_file_searches_only_the_last_window(tmp_path: Path) -> None:
+def test_big_file_is_searched_whole_since_the_launch(tmp_path: Path) -> None:
+    """Past the 8 MiB window the search goes on by grep on the host, from the last launch."""
+    log = tmp_path / "big.log"
+    block = b"".join(b"INFO step %d fine\n" % i for i in range(4000))
+    with open(log, "wb") as fh:
+        fh.write(b"$ python -m sglang.launch_server --port 1\nERROR: from the run before\n")
+        fh.write(b"$ python -m sglang.launch_server --port 1\n")
+        fh.write(b"ERROR at the start of this run\n")
+        while fh.tell() < 24 * 1024 * 1024:
+            fh.write(block)
+        fh.write(b"INFO ok\nERROR: Address already in use\nINFO bye\n")
+    res = run(LocalHost(), Args(path=str(log), pattern="^ERROR"))
+    assert res.ok and res.whole_since_launch and res.launch_found and not res.truncated
+    assert [m.line for m in res.matches] == [
+        "ERROR at the start of this run",
+        "ERROR: Address already in use",
+    ]
+    assert res.searched_from == len(
+        b"$ python -m sglang.launch_server --port 1\nERROR: from the run before\n"
+    )
+    assert res.bytes_searched == res.size - res.searched_from
+    assert "since the last launch" in res.lines()[0]
+
+
+def test_no_launch_marker_means_the_whole_file(tmp_path: Path) -> None:
     log = tmp_path / "big.log"
     with open(log, "wb") as fh:
         fh.write(b"ERROR at the very start\n")
-        fh.truncate(64 * 1024 * 1024)
-        fh.seek(0, os.SEEK_END)
-        fh.write(b"INFO ok\nERROR: Address already in use\nINFO bye\n")
+        fh.write(b"INFO filler line\n" * (MAX_SEARCH_BYTES // 8))
+        fh.write(b"INFO bye\n")
     res = run(LocalHost(), Args(path=str(log), pattern="^ERROR"))
-    assert res.truncated and res.searched_bytes == MAX_SEARCH_BYTES
-    assert [m.line for m in res.matches] == ["ERROR: Address already in use"]
-    assert "the last" in res.lines()[0]
+    assert res.whole_since_launch and not res.launch_found and res.searched_from == 0
+    assert [m.line for m in res.matches] == ["ERROR at the very start"]
+    assert "no launch marker" in res.lines()[0]
+
+
+def test_host_that_cannot_grep_says_what_was_not_read(tmp_path: Path) -> None:
+    log = tmp_path / "big.log"
+    with open(log, "wb") as fh:
+        fh.write(b"ERROR at the very start\n" + b"INFO filler line\n" * (MAX_SEARCH_BYTES // 8))
+    card = IncidentCard(
+        id="t",
+        title="t",
+        source="test",
+        engine="vllm",
+        symptom="s",
+        host={"files": {"/l.log": log.read_text()}},
+    )
+    res = run(ReplayHost(card), Args(path="/l.log", pattern="^ERROR"))
+    assert res.ok and not res.whole_since_launch and res.truncated
+    assert res.matches == [] and res.searched_from > 0
+    assert any(ln.startswith("# NOT searched: bytes 0-") for ln in res.lines())
+
+
+def test_binary_file_is_not_searched(tmp_path: Path) -> None:
+    blob = tmp_path / "core.bin"
+    blob.write_bytes(os.urandom(100_000))
+    res = run(LocalHost(), Args(path=str(blob), pattern="."))
+    assert not res.ok and res.binary and res.problem == "binary" and res.matches == []
+    assert all(ln.startswith("# ") for ln in res.lines())
+
+
+def test_directory_names_the_logs_in_it(tmp_path: Path) -> None:
+    (tmp_path / "server.log").write_text("x\n")
+    res = run(LocalHost(), Args(path=str(tmp_path), pattern="x"))
+    assert not res.ok and res.problem == "directory"
+    assert "server.log" in (res.error or "") and "--log" in (res.fix or "")
 
 
 def test_replay_card_file_with_progress_bars() -> None:

@@ -1,0 +1,166 @@
+"""Liveness over a real window: is the log still advancing, and how long until it is done?
+
+A loader that prints one shard every 4 s looks dead to a reread 0.25 s later. `watch` polls
+the log (every 0.25 s, then 0.5 s) through the Host's own clock and sleep, so a live host really
+waits and a replayed one only advances its virtual clock, and stops as soon as the file grows.
+It waits `base_s` (6 s unless told) and longer, up to PIVOT_LIVENESS_MAX_S (30 s unless set),
+when the last line is a progress bar or a phase known to be slow and silent (CUDA graph capture,
+compilation). Progress bars (`3/200 [00:12<13:00, 4.00s/it]`) are parsed into position, total,
+rate and an ETA: "shard 3/200 at 4.0 s each: about 13 minutes left".
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+from pydantic import BaseModel, Field
+
+ENV_MAX = "PIVOT_LIVENESS_MAX_S"
+DEFAULT_BASE_S = 6.0
+DEFAULT_MAX_S = 30.0
+POLL_FAST_S = 0.25
+POLL_SLOW_S = 0.5
+FAST_PHASE_S = 2.0
+
+# tqdm: "desc: 12%|###   | 3/200 [00:12<13:00,  4.00s/it]" and its "it/s", "?it/s" forms
+_TQDM = re.compile(
+    r"(?P<done>\d+)/(?P<total>\d+)\s*\[\s*(?P<elapsed>[\d:]+)\s*(?:<\s*(?P<left>[\d:?]+))?"
+    r"\s*(?:,\s*(?P<rate>[\d.]+|\?)\s*(?P<unit>s/it|it/s|s/\w+|\w+/s))?"
+)
+# "Loading weights 3/200", "shard 3 of 200", "[3/200]" without a tqdm bracket
+_PLAIN = re.compile(
+    r"(?i)(?P<desc>shard|checkpoint|layer|weight|batch|step|graph|capturing|loading|load)"
+    r"[^\d\n]{0,40}?(?P<done>\d+)\s*(?:/|of)\s*(?P<total>\d+)\b"
+)
+# phases that print nothing for a long time while healthy
+SLOW_PHASE = re.compile(
+    r"(?i)captur\w* (?:cuda|the cuda|batches|graphs?)|cuda graph|compil(?:e|ing)|"
+    r"torch\.compile|autotun|warm(?:ing)? ?up|profil(?:e|ing) (?:run|the)|"
+    r"load(?:ing)? (?:weights?|checkpoint|safetensors|model)|building (?:the )?engine|"
+    r"downloading|memory profiling"
+)
+# ...unless the line says the phase is over
+PHASE_OVER = re.compile(r"(?i)\b(?:took|done|finished|completed?|ended?|elapsed)\b")
+_BAR_DESC = re.compile(r"^\s*(?:\[[^\]]*\]\s*)*(?P<desc>[^:|\d][^:|]*?)\s*:")
+
+
+def _clock_s(text: str | None) -> float | None:
+    """tqdm's "13:00" / "1:02:03" / "05" as seconds."""
+    if not text or "?" in text:
+        return None
+    try:
+        parts = [int(p) for p in text.split(":")]
+    except ValueError:
+        return None
+    s = 0.0
+    for p in parts:
+        s = s * 60 + p
+    return s
+
+
+class Progress(BaseModel):
+    """The newest progress bar or slow phase in the log's last lines."""
+
+    label: str = Field("", description="what advances: 'Loading safetensors checkpoint shards'")
+    done: int | None = None
+    total: int | None = None
+    s_per_item: float | None = Field(None, description="seconds per item (tqdm rate)")
+    eta_s: float | None = Field(None, description="seconds left at that rate")
+    slow_phase: bool = Field(False, description="a phase that prints little while healthy")
+    line: str = Field("", description="the log line it was read from, verbatim")
+
+    def describe(self) -> str:
+        what = self.label or "progress"
+        if self.done is None or self.total is None:
+            return f"{what}: a phase that can stay silent for a while"
+        item = "shard" if "shard" in what.lower() else "item"
+        out = f"{what}: {item} {self.done}/{self.total}"
+        if self.s_per_item is not None:
+            each = (
+                f"{self.s_per_item:.1f} s each"
+                if self.s_per_item >= 0.1
+                else f"{1 / self.s_per_item:.0f} per second"
+                if self.s_per_item > 0
+                else "no measurable time each"
+            )
+            out += f" at {each}"
+        if self.eta_s is not None:
+            out += f": {human_s(self.eta_s)} left" if self.done < self.total else ": done"
+        return out
+
+
+def human_s(s: float) -> str:
+    if s < 90:
+        return f"about {max(1, round(s))} seconds"
+    if s < 90 * 60:
+        return f"about {round(s / 60)} minutes"
+    return f"about {s / 3600:.1f} hours"
+
+
+def parse_progress(line: str) -> Progress | None:
+    """A progress bar or a slow phase in one cleaned line, else None."""
+    m = _TQDM.search(line)
+    if m:
+        done, total = int(m.group("done")), int(m.group("total"))
+        if total <= 0 or done > total:
+            return None
+        rate = m.group("rate")
+        unit = m.group("unit") or ""
+        spi: float | None = None
+        if rate and rate != "?":
+            r = float(rate)
+            if unit.startswith("s/"):
+                spi = r
+            elif r > 0:
+                spi = 1.0 / r
+        elapsed = _clock_s(m.group("elapsed"))
+        if spi is None and elapsed is not None and done > 0:
+            spi = elapsed / done
+        eta = (total - done) * spi if spi is not None else _clock_s(m.group("left"))
+        d = _BAR_DESC.match(line[: m.start()])
+        label = (d.group("desc").strip() if d else "").strip(" -")
+        return Progress(label=label, done=done, total=total, s_per_item=spi, eta_s=eta, line=line)
+    m = _PLAIN.search(line)
+    if m:
+        done, total = int(m.group("done")), int(m.group("total"))
+        if total > 0 and done <= total:
+            label = line[: m.start("done")].strip(" :[-") or m.group("desc")
+            return Progress(label=label[:80], done=done, total=total, line=line)
+    if SLOW_PHASE.search(line) and not PHASE_OVER.search(line):
+        return Progress(label=line.strip()[:80], slow_phase=True, line=line)
+    return None
+
+
+def last_progress(lines: list[str], look_back: int = 5) -> Progress | None:
+    """The newest progress among the last few lines (a warning may follow the bar)."""
+    for ln in reversed(lines[-look_back:]):
+        p = parse_progress(ln)
+        if p is not None:
+            return p
+    return None
+
+
+def max_window_s() -> float:
+    """PIVOT_LIVENESS_MAX_S, or 30 s; never negative, at most an hour."""
+    raw = os.environ.get(ENV_MAX, "")
+    try:
+        v = float(raw) if raw.strip() else DEFAULT_MAX_S
+    except ValueError:
+        v = DEFAULT_MAX_S
+    return min(max(v, 0.0), 3600.0)
+
+
+def window_for(base_s: float, progress: Progress | None, limit_s: float) -> float:
+    """How long to wait for growth: the base, longer for a bar or slow phase, never past the
+    limit. A bar with a known rate gets 1.5 items and a second; one without, the limit."""
+    base = min(base_s, limit_s)
+    if progress is None:
+        return base
+    if progress.s_per_item is not None and progress.done is not None:
+        return min(limit_s, max(base, 1.5 * progress.s_per_item + 1.0))
+    return max(base, limit_s)
+
+
+def poll_interval(elapsed_s: float) -> float:
+    return POLL_FAST_S if elapsed_s < FAST_PHASE_S else POLL_SLOW_S
