@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
+import tempfile
 from collections import Counter
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Annotated
 
@@ -99,8 +102,9 @@ def eval_cmd(
                 f"[grey50]error[/] {escape(str(res.error))}", markup=True, highlight=False
             )
 
+    turns = _TurnTally() if (record or replay_model) else None
     try:
-        with progress:
+        with progress, turns or nullcontext():
             run = evaluate(paths, options, on_result=on_result, on_start=on_start)
     except ValueError as exc:  # a path that does not exist: the caller's mistake
         raise typer.BadParameter(str(exc)) from exc
@@ -114,10 +118,52 @@ def eval_cmd(
     if report:
         write_html(run, report)
     _print_summary(Console(), run)
+    if turns is not None:
+        Console().print(turns.summary(record, replay_model), highlight=False)
     s = run.summary
     if min_accuracy is not None and s.accuracy < min_accuracy:
         console.print(f"[red]accuracy {s.accuracy:.3f} is below the bar {min_accuracy:.3f}[/]")
         raise typer.Exit(EXIT_BELOW_BAR)
+
+
+class _TurnTally:
+    """Counts model turns across worker processes: the LLM brain appends one word per recorded
+    or replayed turn to the file named in its tally variable (set here, inherited by workers)."""
+
+    def __enter__(self) -> _TurnTally:
+        from agent.brains.llm import TALLY_ENV
+
+        self._env = TALLY_ENV
+        self._old = os.environ.get(TALLY_ENV)
+        fd, name = tempfile.mkstemp(prefix="pivot-turns-")
+        os.close(fd)
+        self.path = Path(name)
+        os.environ[TALLY_ENV] = name
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._old is None:
+            os.environ.pop(self._env, None)
+        else:
+            os.environ[self._env] = self._old
+        words = self.path.read_text(encoding="utf-8").split() if self.path.exists() else []
+        self.counts = Counter(words)
+        self.path.unlink(missing_ok=True)
+
+    def summary(self, record: Path | None, replay: Path | None) -> str:
+        c = getattr(self, "counts", Counter())
+        if replay is not None:
+            line = (
+                f"model turns replayed: {c['hash']} by hash, {c['sequence']} by sequence, "
+                f"{c['missing']} not recorded"
+            )
+            if c["sequence"]:
+                line += (
+                    " (by sequence: the prompt changed since the recording; re-record to refresh)"
+                )
+            return line
+        n = c["recorded"]
+        return f"recorded {n} model turn{'s' if n != 1 else ''} in {record}"
 
 
 def _print_summary(console: Console, run) -> None:  # type: ignore[no-untyped-def]

@@ -3,6 +3,8 @@
 No LLM endpoint is reachable from CI, so LLM-path tests talk to this instead. A script is a
 function from the request body to the assistant message (tool calls or text); the server wraps
 it in a real chat.completions response with usage figures, so the openai SDK is exercised fully.
+A script may also answer `http_error(500, ...)`: the HTTP error a server that rejects a request
+sends (llama-cpp-python's server answers 500 to tool_choice="required").
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any
 
 import uvicorn
 from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
 
 Script = Callable[[dict[str, Any]], dict[str, Any]]
 
@@ -39,14 +42,25 @@ def tool_call(name: str, args: dict[str, Any] | str) -> dict[str, Any]:
     }
 
 
+def text(content: str) -> dict[str, Any]:
+    """A plain assistant reply, no tool call (a server that ignores `tools`)."""
+    return {"role": "assistant", "content": content}
+
+
+def http_error(status: int, message: str) -> dict[str, Any]:
+    return {"__status__": status, "error": {"message": message, "type": "server_error"}}
+
+
 def make_app(script: Script, requests: list[dict[str, Any]]) -> FastAPI:
     app = FastAPI()
 
-    @app.post("/v1/chat/completions")
-    async def complete(request: Request) -> dict[str, Any]:
+    @app.post("/v1/chat/completions", response_model=None)
+    async def complete(request: Request) -> dict[str, Any] | JSONResponse:
         body = await request.json()
         requests.append(body)
         msg = script(body)
+        if "__status__" in msg:
+            return JSONResponse({"error": msg["error"]}, status_code=int(msg["__status__"]))
         prompt_chars = sum(len(str(m.get("content") or "")) for m in body.get("messages", []))
         return {
             "id": f"chatcmpl-{uuid.uuid4().hex[:10]}",
