@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tools.cards import ENGINES, IncidentCard, Snapshots, load_card
+from tools.cards import ENGINES, IncidentCard, Snapshots, load_card, snapshot_texts
 from tools.taxonomy import LABELS
 
 CARD_DIR = Path(__file__).resolve().parents[1] / "evals" / "incidents"
@@ -23,9 +23,8 @@ MIN_PER_LABEL = 2
 
 
 def _snapshots(value: Snapshots | None) -> list[str]:
-    if value is None:
-        return []
-    return [value] if isinstance(value, str) else list(value)
+    """Every text of a value: one text, read-ordered snapshots or timed `{at, text}` ones."""
+    return snapshot_texts(value)
 
 
 def host_texts(card: IncidentCard) -> list[str]:
@@ -55,6 +54,8 @@ def test_card_loads_and_evidence_is_on_the_host(path: Path) -> None:
     assert not missing, f"{path.name}: evidence not found verbatim in host text: {missing}"
     assert exp.root_cause not in exp.wrong, f"{path.name}: root cause listed as wrong"
     assert exp.root_cause not in exp.ruled_out, f"{path.name}: root cause listed as ruled out"
+    clash = set(exp.also_right) & set(exp.ruled_out)
+    assert not clash, f"{path.name}: {sorted(clash)} is both also_right and ruled_out"
     assert card.source.strip(), f"{path.name}: source is empty"
 
 
@@ -98,9 +99,9 @@ def test_still_starting_cards_show_a_live_server_that_progresses(cards: list[Inc
             continue
         last_ps = _snapshots(card.host.ps)[-1]
         assert len(last_ps.strip().splitlines()) > 1, f"{card.id}: ps shows no process"
-        grows = [v for v in card.host.files.values() if isinstance(v, list) and len(v) >= 2]
+        grows = [t for v in card.host.files.values() if len(t := _snapshots(v)) >= 2]
         assert grows, f"{card.id}: no file with two or more snapshots"
-        assert any(len(v[-1]) > len(v[0]) for v in grows), f"{card.id}: the log does not grow"
+        assert any(len(t[-1]) > len(t[0]) for t in grows), f"{card.id}: the log does not grow"
 
 
 def test_index_lists_every_card_once(cards: list[IncidentCard]) -> None:
@@ -114,3 +115,39 @@ def test_index_lists_every_card_once(cards: list[IncidentCard]) -> None:
     for cid, label, engine in rows:
         card = by_id[cid]
         assert card.expected and (label, engine) == (card.expected.root_cause, card.engine), cid
+
+
+def test_card_format_extensions_load(tmp_path: Path) -> None:
+    """Timed snapshots and expected.also_right load; a bad `at` order or label is refused."""
+    from tools.cards import CardError
+
+    body = """
+id: {id}
+title: t
+source: "seed: test"
+engine: sglang
+symptom: s
+host:
+  files:
+    /l.log:
+      - {{at: 0, text: "a\\n"}}
+      - {{at: {later}, text: "a\\nb\\n"}}
+expected:
+  root_cause: still_starting
+  evidence: ["b"]
+  also_right: [{also}]
+"""
+    good = tmp_path / "good.yaml"
+    good.write_text(body.format(id="good", later=4, also="killed_externally"))
+    card = load_card(good)
+    assert card.expected and card.expected.also_right == ["killed_externally"]
+    assert _snapshots(card.host.files["/l.log"]) == ["a\n", "a\nb\n"]
+    for name, later, also, why in (
+        ("order", 0.5, "killed_externally", "time order"),
+        ("label", 4, "maybe_oom", "unknown labels"),
+        ("same", 4, "still_starting", "also the root cause"),
+    ):
+        bad = tmp_path / f"{name}.yaml"
+        bad.write_text(body.format(id=name, later=later, also=also).replace("at: 0,", "at: 1,"))
+        with pytest.raises(CardError, match=why):
+            load_card(bad)

@@ -6,18 +6,100 @@ A card freezes a host as it looked during an investigation. `ReplayHost` sees on
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
-Snapshots = str | list[str]
 ENGINES = ("sglang", "vllm", "trtllm", "torch", "other")
 
 
+class TimedSnapshot(BaseModel):
+    """One snapshot with the second it was taken, counted from the investigation's first read."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    at: float = Field(ge=0, strict=True)  # a number of seconds, never a string or a bool
+    text: str
+
+    @field_validator("at")
+    @classmethod
+    def _finite(cls, v: float) -> float:
+        if not math.isfinite(v):
+            raise ValueError("at must be a finite number of seconds")
+        return v
+
+
+def _timed_in_order(value: list[TimedSnapshot]) -> list[TimedSnapshot]:
+    if not value:
+        raise ValueError("a list of timed snapshots needs at least one {at, text}")
+    for before, after in zip(value, value[1:], strict=False):
+        if after.at < before.at:
+            raise ValueError(
+                f"timed snapshots must be in time order: at {after.at:g} comes after at {before.at:g}"
+            )
+    return value
+
+
+def _kind(value: Any) -> str:
+    """Which form a host value takes, so a bad one gets one clear error, not three."""
+    if (
+        isinstance(value, list)
+        and value
+        and all(isinstance(v, dict | TimedSnapshot) for v in value)
+    ):
+        return "timed"
+    if isinstance(value, list) and any(isinstance(v, dict | TimedSnapshot) for v in value):
+        return "mixed"
+    return "plain" if isinstance(value, list) else "text"
+
+
+def _no_mixing(value: Any) -> Any:
+    if _kind(value) == "mixed":
+        raise ValueError(
+            "a snapshot list is either all plain texts (read order) or all {at, text} (time)"
+        )
+    return value
+
+
+#: A host value: one text; snapshots in read order (each read the next, the last repeats); or
+#: snapshots by time (`{at: SECONDS, text: ...}`, a read at time t sees the latest `at <= t`).
+Snapshots = Annotated[
+    Annotated[str, Tag("text")]
+    | Annotated[list[str], Tag("plain")]
+    | Annotated[list[TimedSnapshot], AfterValidator(_timed_in_order), Tag("timed")],
+    Discriminator(lambda v: "plain" if _kind(v) == "mixed" else _kind(v)),
+    BeforeValidator(_no_mixing),
+]
+
+
+def snapshot_texts(value: Snapshots | None) -> list[str]:
+    """Every text a value holds, in order (plain or timed); [] for an absent key."""
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [value]
+    return [v.text if isinstance(v, TimedSnapshot) else v for v in value]
+
+
 class HostSnapshot(BaseModel):
+    """The card's host. An absent key (None, or a path/command not in the mapping) was NOT
+    RECORDED: tools get "not recorded in this card", never an empty answer."""
+
     model_config = ConfigDict(extra="forbid")
 
     nvidia_smi: Snapshots | None = None
@@ -41,6 +123,9 @@ class Expected(BaseModel):
     evidence: list[str] = Field(min_length=1)
     ruled_out: list[str] = Field(default_factory=list)
     wrong: list[str] = Field(default_factory=list)
+    #: labels a careful engineer could also defend (the taxonomy overlaps): concluding one is
+    #: not wrong, it scores "unproven"; a pass needs root_cause
+    also_right: list[str] = Field(default_factory=list)
     next_step: str = ""
 
     @field_validator("root_cause")
@@ -52,7 +137,7 @@ class Expected(BaseModel):
             raise ValueError(f"unknown root-cause label {v!r}; known: {', '.join(LABELS)}")
         return v
 
-    @field_validator("ruled_out", "wrong")
+    @field_validator("ruled_out", "wrong", "also_right")
     @classmethod
     def _known_labels(cls, v: list[str]) -> list[str]:
         from tools.taxonomy import LABELS
@@ -61,6 +146,15 @@ class Expected(BaseModel):
         if bad:
             raise ValueError(f"unknown labels {bad}")
         return v
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Expected:
+        clash = set(self.also_right) & ({self.root_cause} | set(self.wrong))
+        if clash:
+            raise ValueError(
+                f"also_right {sorted(clash)} is also the root cause or listed as wrong"
+            )
+        return self
 
 
 class IncidentCard(BaseModel):

@@ -184,6 +184,18 @@ def run(host: Host, args: Args) -> Result:
             fix="install coreutils/procps, or read /proc/mounts and /proc/meminfo",
             notes=notes,
         )
+    if not mounts and not (res.ok or one.ok):
+        # df could not be read at all: disk use is unknown, which must not read as "no mount is
+        # full" (a df that ran and listed nothing is still an answer)
+        return Result(
+            host=host.name,
+            ok=False,
+            error=f"'df -hP' failed on {host.name}, disk use is unknown: "
+            f"{(res.error or res.stderr or one.error or one.stderr).strip()[:200]}",
+            fix=res.fix or one.fix or "read df -hP on the host (or /proc/mounts with statfs)",
+            memory=memory,
+            notes=notes,
+        )
     ordered = sorted(mounts.values(), key=lambda m: m.mount)
     return Result(
         host=host.name,

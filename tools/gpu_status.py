@@ -40,7 +40,7 @@ APPS_QUERY = "nvidia-smi --query-compute-apps=pid,process_name,used_memory,gpu_b
 APPS_QUERY_NARROW = "nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv"
 TABLE = "nvidia-smi"
 
-Status = Literal["ok", "no_driver", "no_nvidia_smi", "unknown_error"]
+Status = Literal["ok", "no_driver", "no_nvidia_smi", "unknown_error", "not_read"]
 
 _NO_DRIVER = re.compile(
     r"couldn't communicate with the NVIDIA driver|NVIDIA driver is not loaded|"
@@ -303,6 +303,10 @@ def parse_table(text: str) -> GpuParse:
 def _failure_status(res: CommandResult) -> tuple[Status, str]:
     if res.missing_command:
         return "no_nvidia_smi", f"nvidia-smi is not installed on {res.host} (rc 127)"
+    if res.rc is None and res.error and not res.timed_out:
+        # the read was never made (a card that did not record it, a lost connection): the
+        # GPUs are unknown, not faulty; the message must not read as a driver or GPU fault
+        return "not_read", f"nvidia-smi on {res.host} could not be read: {res.error}"
     status, message = _status_of(res.stdout + "\n" + res.stderr)
     detail = message or (res.error or (res.stderr or res.stdout).strip()[:300] or f"rc {res.rc}")
     return (
@@ -315,6 +319,7 @@ _FIXES: dict[str, str] = {
     " and whether this container was started with --gpus / the NVIDIA runtime",
     "no_driver": "load the driver (nvidia-smi as root, modprobe nvidia, check dmesg for NVRM/Xid); "
     "a driver/library mismatch needs a reboot after a driver upgrade",
+    "not_read": "read nvidia-smi on the host itself; until then the GPUs' state is unknown",
     "unknown_error": "check dmesg for Xid / 'fallen off the bus'; reset the GPU (nvidia-smi -r) or "
     "reboot the node; drain it if it recurs",
 }

@@ -76,7 +76,15 @@ class Result(ToolResult):
     def lines(self) -> list[str]:
         out: list[str] = []
         for s in self.sections:
-            state = "ok" if s.ok else ("unavailable: rc 127" if not s.available else f"rc {s.rc}")
+            state = (
+                "ok"
+                if s.ok
+                else "unavailable: rc 127"
+                if not s.available
+                else f"rc {s.rc}"
+                if s.rc is not None
+                else "not read"
+            )
             out.append(f"# $ {s.command}  ({state})" + (f" — {s.note}" if s.note else ""))
             out += s.lines
         if self.ecc and self.ecc.found:
@@ -149,7 +157,7 @@ def run(host: Host, args: Args) -> Result:
                 available=not res.missing_command,
                 rc=res.rc,
                 lines=lines if not res.missing_command else [],
-                note=note or (res.error if res.timed_out else None),
+                note=note or (res.error if res.timed_out or res.rc is None else None),
             )
         )
     return Result(host=host.name, sections=sections, driver_version=driver, ecc=ecc)
