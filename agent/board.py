@@ -163,3 +163,19 @@ def _empty(label: str) -> Hypothesis:
 
 def ranked(board: dict[str, Hypothesis]) -> list[Hypothesis]:
     return sorted(board.values(), key=lambda h: -h["score"])
+
+
+@lru_cache(maxsize=1)
+def _causes() -> dict[str, list[str]]:
+    return yaml.safe_load((Path(__file__).parent / "knowledge" / "causes.yaml").read_text())
+
+
+def related(a: str, b: str) -> bool:
+    """Two labels one incident can honestly carry: the same, or one explains or causes the other
+    (knowledge/explains.yaml, knowledge/causes.yaml)."""
+    if a == b:
+        return True
+    for table in (_explains(), _causes()):
+        if b in (table.get(a) or []) or a in (table.get(b) or []):
+            return True
+    return False

@@ -1,81 +1,357 @@
-"""Rules that hold whatever the brain says. They are code, not prompt text.
+"""Proof rules: what a conclusion must show before it may stand, whatever brain proposed it.
 
-- A cited line must occur verbatim in the observation it names.
-- "Crashed" needs the server gone or a fatal signature in the evidence, never a bare grep hit.
-- "Still starting" needs the server alive and its log advancing between two reads.
-- An OOM is blamed on a stale process only if another pid holds GPU memory now.
+The gate checks proof, not membership in our signature list:
+- every citation is verbatim: the named observation exists and the text is a whole line of it,
+  or a substring of at least 16 characters of one line;
+- a crash is proven by a line fatal *by structure* (agent/proof.py) or a fatal/strong signature,
+  and by the crash itself: the server gone, or no progress after that line. An error line from a
+  process that keeps running and logging is noise;
+- labels that rest on host facts are checked against those facts;
+- "killed from outside" rests on absence, so it needs the process gone, no fatal line of its own
+  since the launch, and no OOM kill in a readable kernel log; without a positive sign it stands
+  only as inferred (see `qualify`).
+Each rule is a small function returning problems; `check_conclusion` runs the ones for the label.
 """
 
 from __future__ import annotations
 
-from agent.evidence import signature_hits
+import re
+from collections.abc import Callable
+
+from agent import proof
+from agent.board import related
+from agent.evidence import LOG_TOOLS, last_launch, signature_hits, text_lines
 from agent.facts import Facts
-from agent.rules import stale_gpu_possible
+from agent.rules import HW_ERROR, stale_gpu_possible
+from agent.signatures import Match
 from agent.state import Action, Observation
 from tools.taxonomy import LABELS
+
+Hits = list[tuple[Observation, Match]]
+#: Inferred-from-absence conclusions are capped here: the check that would confirm them is named.
+INFERRED_CONFIDENCE = 0.6
+
+ENOSPC = re.compile(
+    r"(?i)No space left on device|ENOSPC|Errno 28|Disk quota exceeded|EDQUOT|not enough free (?:disk )?space"
+)
+SHM_LINE = re.compile(
+    r"(?i)/dev/shm|\bshm\b|shared memory|posix_fallocate|Bus error|shm_open|--shm-size|--ipc"
+)
+OOM_KILL = re.compile(
+    r"(?i)Out of memory: Kill|oom-kill|invoked oom-killer|OOMKilled|Memory cgroup out of memory|"
+    r"running low on memory|oom_reaper"
+)
+XID = re.compile(r"(?i)\bXid\b|ECC error|fallen off the bus|GPU is lost|uncorrectable")
+#: Labels a fact on the host proves (the rule checks the fact); the others need a crash line.
+FACT_LABELS = {
+    "still_starting",
+    "stale_gpu_process",
+    "killed_externally",
+    "disk_full",
+    "shm_too_small",
+    "host_oom_killed",
+    "gpu_hardware_fault",
+    "cuda_driver_mismatch",
+}
+
+
+# -- citations ------------------------------------------------------------------------------------
+def citation_problems(
+    label: str, evidence: list[dict[str, str]], by_id: dict[str, Observation]
+) -> list[str]:
+    """Every citation names an observation that exists and quotes one of its lines verbatim."""
+    if not evidence:
+        return [f"[{label}] cites no evidence line"]
+    out = []
+    for ev in evidence:
+        oid, line = str(ev.get("observation", "")), str(ev.get("line", ""))
+        obs = by_id.get(oid)
+        if obs is None:
+            where = [o for o in by_id.values() if proof.quote_problem(line, o["lines"]) is None]
+            hint = f" (it occurs in {where[0]['id']})" if where and line.strip() else ""
+            out.append(f"[{label}] cites observation {oid!r}, which does not exist{hint}")
+            continue
+        why = proof.quote_problem(line, obs["lines"])
+        if why is not None:
+            out.append(f"[{label}] {why} in observation {oid}: {line[:80]!r}")
+    return out
+
+
+# -- what a cited line is -------------------------------------------------------------------------
+def _sig_on(line: str, hits: Hits) -> list[Match]:
+    t = line.strip()
+    return [m for _, m in hits if t and (m.line.strip() == t or (len(t) >= 16 and t in m.line))]
+
+
+def _is_phase(m: Match) -> bool:
+    return m.signature.startswith("phase-") or m.strength in ("progress", "ready")
+
+
+def crash_lines(
+    evidence: list[dict[str, str]], by_id: dict[str, Observation], hits: Hits
+) -> list[tuple[Observation, int, str]]:
+    """Cited lines that may report a crash: fatal by structure, or a fatal/strong signature.
+    Phase markers ("Load weight begin") never do: every healthy start prints them."""
+    out = []
+    for ev in evidence:
+        obs = by_id.get(str(ev.get("observation", "")))
+        if obs is None:
+            continue
+        lines = obs["lines"]
+        i = proof.locate(str(ev.get("line", "")), lines)
+        if i is None:
+            continue
+        sigs = [m for m in _sig_on(lines[i], hits) if not _is_phase(m)]
+        kind = proof.kind_in_context(lines, i)
+        if kind is None and any(m.strength in ("fatal", "strong") for m in sigs):
+            kind = "signature"
+        if kind is not None:
+            out.append((obs, i, kind))
+    return out
+
+
+def _progress_after(obs: Observation, index: int, hits: Hits) -> str | None:
+    """A progress or ready line printed after lines[index] in the same read, if any."""
+    later = [
+        m
+        for o, m in hits
+        if o["id"] == obs["id"] and m.strength in ("progress", "ready") and m.line_no > index
+    ]
+    return later[-1].line if later else None
+
+
+def crash_shown(obs: Observation, index: int, kind: str, facts: Facts, hits: Hits) -> str | None:
+    """None when the crash is shown: the server gone (or not known to live), a traceback that
+    ended a component (a scheduler may die while the HTTP front-end answers on), or nothing but
+    more errors after the fatal line. Otherwise why the line is noise."""
+    if facts.server_alive is not True or kind == "traceback":
+        return None
+    after = _progress_after(obs, index, hits)
+    path = str(obs["args"].get("path", ""))
+    if after:
+        return f"the server is alive and kept working after that line: {after[:80]!r}"
+    if facts.log_growth.get(path):
+        return "the server is alive and its log still advances after that line"
+    return None
+
+
+# -- per-label proof rules ------------------------------------------------------------------------
+Rule = Callable[[Action, dict[str, Observation], Facts, Hits], list[str]]
+
+
+def _cited(action: Action) -> list[str]:
+    return [str(e.get("line", "")) for e in action.get("evidence") or []]
+
+
+def _crash_rule(
+    action: Action, by_id: dict[str, Observation], facts: Facts, hits: Hits
+) -> list[str]:
+    """A failure label needs a cited line that reports a crash, and the crash."""
+    label = action.get("label") or ""
+    lines = crash_lines(action.get("evidence") or [], by_id, hits)
+    if not lines:
+        return [
+            f"[{label}] cites no fatal line: quote the error line that ended the process "
+            "(a traceback's last line, an ERROR/FATAL line, an NCCL/CUDA error, a signal); "
+            "a grep hit or a phase marker is not a crash"
+        ]
+    reasons = [crash_shown(o, i, k, facts, hits) for o, i, k in lines]
+    if all(r is not None for r in reasons):
+        return [f"[{label}] is not a crash: {reasons[0]}"]
+    contra = _contradiction(label, action, hits)
+    return [contra] if contra else []
+
+
+def _contradiction(label: str, action: Action, hits: Hits) -> str | None:
+    """Every cited line is a known sign of some other, unrelated label: the facts say otherwise."""
+    named: set[str] = set()
+    for line in _cited(action):
+        sigs = [m for m in _sig_on(line, hits) if not _is_phase(m) and m.label]
+        if not sigs or any(related(label, m.label) for m in sigs if m.label):
+            return None
+        named |= {m.label for m in sigs if m.label}
+    if not named:
+        return None
+    return f"[{label}] the cited lines are known signs of {', '.join(sorted(named))}, not {label}"
+
+
+def _still_starting(action: Action, by_id, facts: Facts, hits: Hits) -> list[str]:  # type: ignore[no-untyped-def]
+    out = []
+    if facts.server_alive is not True:
+        out.append("[still_starting] needs the server process alive (ps shows none)")
+    if not any(facts.log_growth.values()):
+        out.append("[still_starting] needs the log to advance between two reads")
+    return out
+
+
+def _stale(action: Action, by_id, facts: Facts, hits: Hits) -> list[str]:  # type: ignore[no-untyped-def]
+    if not stale_gpu_possible(facts, hits):
+        return ["[stale_gpu_process] needs GPU memory held by another pid now"]
+    return []
+
+
+def _line_or_fact(label: str, rx: re.Pattern[str], fact: bool, what: str) -> Rule:
+    def rule(action: Action, by_id, facts: Facts, hits: Hits) -> list[str]:  # type: ignore[no-untyped-def]
+        if fact or any(rx.search(c) for c in _cited(action)):
+            return []
+        sig = any(
+            m.label == label and m.strength in ("fatal", "strong")
+            for c in _cited(action)
+            for m in _sig_on(c, hits)
+        )
+        return [] if sig else [f"[{label}] needs {what}"]
+
+    return rule
+
+
+def _disk(action: Action, by_id, facts: Facts, hits: Hits) -> list[str]:  # type: ignore[no-untyped-def]
+    return _line_or_fact(
+        "disk_full", ENOSPC, bool(facts.full_mounts), "a full mount or a 'No space left' line"
+    )(action, by_id, facts, hits)
+
+
+def _shm(action: Action, by_id, facts: Facts, hits: Hits) -> list[str]:  # type: ignore[no-untyped-def]
+    small = facts.shm_mib is not None and (facts.shm_mib < 1024 or (facts.shm_use_pct or 0) >= 95)
+    if (
+        facts.shm_mib is not None
+        and facts.shm_mib >= 16384
+        and not any(SHM_LINE.search(c) for c in _cited(action))
+    ):
+        return [
+            f"[shm_too_small] /dev/shm has {facts.shm_mib / 1024:.0f} GiB and no shm error is cited"
+        ]
+    return _line_or_fact("shm_too_small", SHM_LINE, small, "a small /dev/shm or an shm error line")(
+        action, by_id, facts, hits
+    )
+
+
+def _host_oom(action: Action, by_id, facts: Facts, hits: Hits) -> list[str]:  # type: ignore[no-untyped-def]
+    return _line_or_fact(
+        "host_oom_killed",
+        OOM_KILL,
+        False,
+        "an OOM-kill line (kernel log, OOMKilled, low-memory kill)",
+    )(action, by_id, facts, hits)
+
+
+def _hardware(action: Action, by_id, facts: Facts, hits: Hits) -> list[str]:  # type: ignore[no-untyped-def]
+    hw = bool(facts.gpu_error and HW_ERROR.search(facts.gpu_error))
+    return _line_or_fact(
+        "gpu_hardware_fault", XID, hw, "an Xid/ECC/lost-GPU line or nvidia-smi failing"
+    )(action, by_id, facts, hits)
+
+
+def _driver(action: Action, by_id, facts: Facts, hits: Hits) -> list[str]:  # type: ignore[no-untyped-def]
+    if facts.gpu_error and "driver" in facts.gpu_error.lower():
+        return []
+    if crash_lines(action.get("evidence") or [], by_id, hits):
+        return []
+    return [
+        "[cuda_driver_mismatch] needs a driver/CUDA error line or nvidia-smi failing to reach the driver"
+    ]
+
+
+def own_fatal_since_launch(observations: list[Observation]) -> tuple[str, str] | None:
+    """(observation id, line) of a fatal line by structure the server printed itself since its
+    last launch, in any log read; signal and exit lines from outside do not count."""
+    newest: dict[str, Observation] = {}
+    for o in observations:
+        if o["ok"] and o["tool"] in LOG_TOOLS | {"log_search"}:
+            newest[f"{o['tool']}:{o['args'].get('path')}:{o['args'].get('pattern')}"] = o
+    for o in newest.values():
+        lines = text_lines(o)
+        start = last_launch(lines) if o["tool"] in LOG_TOOLS else 0
+        for i, kind in proof.fatal_lines(lines[start:]):
+            ln = lines[start + i]
+            if kind == "exit_signal" or proof.external_end(ln) or OOM_KILL.search(ln):
+                continue
+            return o["id"], ln
+    return None
+
+
+def positive_external_sign(
+    observations: list[Observation], hits: Hits | None = None
+) -> tuple[str, str] | None:
+    """A line showing the process was ended from outside: a signal, a probe, a timeout kill
+    (by structure, or a killed_externally signature)."""
+    for o, m in hits if hits is not None else signature_hits(observations):
+        if m.label == "killed_externally" and m.strength in ("fatal", "strong"):
+            return o["id"], m.line
+    for o in observations:
+        if not o["ok"]:
+            continue
+        for ln in text_lines(o):
+            if proof.external_end(ln) and not OOM_KILL.search(ln):
+                return o["id"], ln
+    return None
+
+
+def _killed(action: Action, by_id: dict[str, Observation], facts: Facts, hits: Hits) -> list[str]:
+    out = []
+    gone = facts.server_alive is not True or getattr(facts, "ranks_gone", None)
+    if not gone and positive_external_sign(list(by_id.values()), hits) is None:
+        out.append(
+            "[killed_externally] needs the server process (or one of its ranks) gone, "
+            "or a line showing it was stopped from outside"
+        )
+    own = own_fatal_since_launch(list(by_id.values()))
+    if own is not None:
+        out.append(
+            f"[killed_externally] the log holds an error of the process's own ({own[0]}): "
+            f"{own[1][:100]!r}; conclude what that error says"
+        )
+    if facts.dmesg_available and any(OOM_KILL.search(ln) for ln in facts.dmesg_lines):
+        out.append("[killed_externally] the kernel log shows an OOM kill: that is host_oom_killed")
+    return out
+
+
+RULES: dict[str, Rule] = {
+    "still_starting": _still_starting,
+    "stale_gpu_process": _stale,
+    "killed_externally": _killed,
+    "disk_full": _disk,
+    "shm_too_small": _shm,
+    "host_oom_killed": _host_oom,
+    "gpu_hardware_fault": _hardware,
+    "cuda_driver_mismatch": _driver,
+}
 
 
 def check_conclusion(action: Action, observations: list[Observation], facts: Facts) -> list[str]:
     """Every problem with a proposed conclusion; empty means it may stand."""
     label = action.get("label") or ""
-    problems: list[str] = []
     if label not in LABELS:
         return [f"[{label}] is not a taxonomy label"]
     by_id = {o["id"]: o for o in observations}
     evidence = action.get("evidence") or []
-    if not evidence:
-        problems.append(f"[{label}] cites no evidence line")
-    for ev in evidence:
-        obs = by_id.get(ev.get("observation", ""))
-        line = ev.get("line", "")
-        if not line.strip():
-            problems.append(f"[{label}] cites an empty line")
-        elif obs is None:
-            if not any(
-                line in o["lines"] or any(line in ln for ln in o["lines"]) for o in observations
-            ):
-                problems.append(
-                    f"[{label}] cites a line that occurs in no observation: {line[:80]!r}"
-                )
-        elif not any(line in ln for ln in obs["lines"]):
-            problems.append(f"[{label}] cites a line not in observation {obs['id']}: {line[:80]!r}")
-    cited = {ev.get("line", "") for ev in evidence}
-    strong_hits = {
-        m.line for _, m in signature_hits(observations) if m.strength in ("fatal", "strong")
-    }
-    fact_backed = label in {
-        "stale_gpu_process",
-        "killed_externally",
-        "still_starting",
-        "disk_full",
-        "shm_too_small",
-        "host_oom_killed",
-        "gpu_hardware_fault",
-        "cuda_driver_mismatch",
-    }
-    if label == "still_starting":
-        if facts.server_alive is not True:
-            problems.append("[still_starting] needs the server process alive (ps shows none)")
-        if not any(facts.log_growth.values()):
-            problems.append("[still_starting] needs the log to advance between two reads")
-    elif label == "stale_gpu_process":
-        if not stale_gpu_possible(facts, signature_hits(observations)):
-            problems.append("[stale_gpu_process] needs GPU memory held by another pid now")
-    elif label == "killed_externally":
-        signalled = any(
-            m.label == "killed_externally" and m.strength in ("fatal", "strong")
-            for _, m in signature_hits(observations)
-        )
-        if facts.server_alive is not False and not signalled:
-            problems.append(
-                "[killed_externally] needs the server process gone or a line showing the signal"
-            )
-    elif (
-        not fact_backed
-        and not (cited & strong_hits)
-        and not any(any(c in h for h in strong_hits) for c in cited)
-    ):
-        problems.append(
-            f"[{label}] cites no fatal or strong signature line: a grep hit is not a crash"
-        )
-    return problems
+    problems = citation_problems(label, evidence, by_id)
+    if problems:
+        return problems
+    hits = signature_hits(observations)
+    rule = RULES.get(label, _crash_rule)
+    return rule(action, by_id, facts, hits)
+
+
+def qualify(action: Action, observations: list[Observation], facts: Facts) -> Action:
+    """A conclusion that passed the gate but rests on absence says so: lower confidence, the
+    reason in the summary, and the check that would confirm it in the next step."""
+    if action.get("label") != "killed_externally":
+        return action
+    if positive_external_sign(observations) is not None:
+        return action
+    unread = [] if facts.dmesg_available else ["the kernel log could not be read"]
+    why = "inferred from absence: the process is gone and printed no error of its own"
+    if unread:
+        why += f"; {unread[0]}"
+    confirm = (
+        " To confirm: look for who stopped it (`journalctl -k` / `sudo dmesg -T` for kills, the "
+        "supervisor's or Kubernetes events, a launcher timeout, shell history)."
+    )
+    return Action(
+        **{
+            **action,
+            "confidence": min(float(action.get("confidence") or 0.0), INFERRED_CONFIDENCE),
+            "summary": f"{action.get('summary') or 'killed_externally'} ({why})",
+            "next_step": (action.get("next_step") or "") + confirm,
+        }
+    )

@@ -23,7 +23,7 @@ from agent.checks import (
 )
 from agent.context import RunContext
 from agent.findings import compute
-from agent.guardrails import check_conclusion
+from agent.guardrails import check_conclusion, qualify
 from agent.observe import run_many
 from agent.state import Action, Observation, State
 from tools.registry import TOOLS
@@ -310,6 +310,8 @@ def conclude(state: State, runtime: Runtime[RunContext]) -> dict[str, Any]:
                 why="guardrails refused every conclusion: " + "; ".join(problems),
             )
             kind = "insufficient"
+        else:
+            a = qualify(a, obs, facts)
     board = state.get("hypotheses", {})
     status = {"conclude": "concluded", "budget": "budget_exhausted"}.get(
         kind or "", "insufficient_evidence"

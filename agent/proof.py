@@ -1,0 +1,138 @@
+"""What a log line proves by its shape, and what a cited line is.
+
+The guardrails used to accept a crash only when the cited line was in our signature list, which
+capped every brain at the size of a hand-written list. A line is fatal by *structure* instead:
+the final exception line of a Python traceback, an ERROR/FATAL/CRITICAL-level line, an NCCL or
+CUDA error string, a kernel kill or Xid line, an exit-status or signal line. The patterns are data
+(`knowledge/structure.yaml`); these functions are small and pure, each tested on its own table.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+from pathlib import Path
+
+import yaml
+from pydantic import BaseModel
+
+#: A cited fragment shorter than this is not a quote ("E", "error"): it proves nothing.
+MIN_FRAGMENT = 16
+#: Kinds checked without the not-fatal filter: an NCCL WARN or a kernel line is never "just a warning".
+_UNFILTERED = ("kernel", "nccl")
+_FILTERED = ("cuda", "exit_signal", "error_level", "exception")
+
+
+class _Structure(BaseModel):
+    exception: list[str]
+    exception_after_traceback: list[str]
+    error_level: list[str]
+    nccl: list[str]
+    cuda: list[str]
+    kernel: list[str]
+    exit_signal: list[str]
+    not_fatal: list[str]
+    traceback_start: str
+    external_end: list[str]
+
+
+def _any(patterns: list[str]) -> re.Pattern[str]:
+    """One regex for a list; a leading (?i) stays scoped to its own pattern."""
+    parts = [f"(?i:{p[4:]})" if p.startswith("(?i)") else f"(?:{p})" for p in patterns]
+    return re.compile("|".join(parts))
+
+
+@lru_cache(maxsize=1)
+def _rx() -> dict[str, re.Pattern[str]]:
+    raw = yaml.safe_load(
+        (Path(__file__).parent / "knowledge" / "structure.yaml").read_text(encoding="utf-8")
+    )
+    s = _Structure.model_validate(raw)
+    return {
+        "exception": _any(s.exception),
+        "exception_after_traceback": _any(s.exception_after_traceback),
+        "error_level": _any(s.error_level),
+        "nccl": _any(s.nccl),
+        "cuda": _any(s.cuda),
+        "kernel": _any(s.kernel),
+        "exit_signal": _any(s.exit_signal),
+        "not_fatal": _any(s.not_fatal),
+        "traceback_start": re.compile(s.traceback_start),
+        "external_end": _any(s.external_end),
+    }
+
+
+def fatal_kind(line: str, after_traceback: bool = False) -> str | None:
+    """The kind of fatal line this is by its shape, or None. `after_traceback`: a Python
+    traceback's frames came before it in the same read, so an exception name anywhere counts."""
+    rx = _rx()
+    for kind in _UNFILTERED:
+        if rx[kind].search(line):
+            return kind
+    if rx["not_fatal"].search(line):
+        return None
+    for kind in _FILTERED:
+        if rx[kind].search(line):
+            return kind
+    if after_traceback and rx["exception_after_traceback"].search(line):
+        return "exception"
+    return None
+
+
+def fatal_lines(lines: list[str]) -> list[tuple[int, str]]:
+    """(index, kind) of every line fatal by structure, reading tracebacks in order."""
+    rx = _rx()
+    out: list[tuple[int, str]] = []
+    in_tb = False
+    for i, ln in enumerate(lines):
+        if rx["traceback_start"].search(ln):
+            in_tb = True
+            continue
+        kind = fatal_kind(ln, after_traceback=in_tb)
+        if kind is not None:
+            out.append((i, kind))
+            if kind == "exception":
+                in_tb = False
+    return out
+
+
+def kind_in_context(lines: list[str], index: int) -> str | None:
+    """The fatal kind of lines[index], knowing whether a traceback is open above it."""
+    rx = _rx()
+    start = max(0, index - 400)
+    in_tb = any(rx["traceback_start"].search(ln) for ln in lines[start:index])
+    kind = fatal_kind(lines[index], after_traceback=in_tb)
+    if kind is not None and in_tb and rx["exception_after_traceback"].search(lines[index]):
+        return "traceback"  # the last line of a traceback: that component died of it
+    return kind
+
+
+def external_end(line: str) -> bool:
+    """A positive sign that something outside ended the process (a signal, a probe, a timeout)."""
+    return bool(_rx()["external_end"].search(line))
+
+
+def quote_problem(cited: str, lines: list[str]) -> str | None:
+    """None when `cited` is a verbatim quote of one of `lines`: a whole (stripped) line, or a
+    substring of at least MIN_FRAGMENT characters of one line. Otherwise why it is not."""
+    text = cited.strip()
+    if not text:
+        return "cites an empty line"
+    for ln in lines:
+        if ln.strip() == text:
+            return None
+    if len(text) < MIN_FRAGMENT:
+        return f"cites a fragment of {len(text)} characters ({text!r}); quote the whole line"
+    if any(text in ln for ln in lines):
+        return None
+    return None if any(text in ln.strip() for ln in lines) else "not found verbatim"
+
+
+def locate(cited: str, lines: list[str]) -> int | None:
+    """Index of the line a verbatim quote comes from (the last such line: the newest event)."""
+    text = cited.strip()
+    hit = None
+    for i, ln in enumerate(lines):
+        if ln.strip() == text or (len(text) >= MIN_FRAGMENT and text in ln):
+            hit = i
+    return hit
