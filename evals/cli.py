@@ -176,6 +176,8 @@ def _print_summary(console: Console, run) -> None:  # type: ignore[no-untyped-de
             why = r.error or _why(r)
             t.add_row(r.id, r.outcome, r.expected or "-", r.got or "-", why)
         console.print(t)
+    from evals.scoring import counts_line
+
     s = run.summary
     line = (
         f"{s.passed}/{s.cards} passed (accuracy {s.accuracy:.3f}), {s.wrong} wrong, "
@@ -183,6 +185,7 @@ def _print_summary(console: Console, run) -> None:  # type: ignore[no-untyped-de
         f"median {s.median_rounds} rounds, {s.median_tool_calls} tool calls; "
         f"{s.cards_per_second} cards/s"
     )
+    console.print(counts_line(s), highlight=False)
     if s.repeat > 1:
         line += f"; pass@{s.repeat} {s.pass_at_k:.3f}, passes all {s.repeat}: {s.pass_all_k:.3f}"
     console.print(line, highlight=False)
@@ -193,6 +196,8 @@ def _why(r) -> str:  # type: ignore[no-untyped-def]
         return f"{r.status}: {r.summary}"[:200] if r.summary else r.status
     if r.wrong:
         return "a label the card calls wrong" if r.got == r.expected else "label wrong"
+    if getattr(r, "also_right", False):
+        return "a label the card calls defensible (also_right), not the root cause"
     if not r.evidence_ok:
         return "no expected evidence line cited"
     return f"not ruled out: {', '.join(r.missing_ruled_out)}"

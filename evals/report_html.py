@@ -36,6 +36,9 @@ details { margin: .3rem 0; } summary { cursor: pointer; }
 .err { color: #9b1c1c; }
 </style></head><body>
 <h1>Pivot eval &mdash; brain <code>{{ run.brain }}</code></h1>
+<p class="counts"><b>{{ s.passed }}</b> pass / <b>{{ s.unproven }}</b> unproven{% if s.also_right %}
+ ({{ s.also_right }} also-right label{{ "s" if s.also_right != 1 }}){% endif %} / <b>{{ s.wrong }}</b> wrong /
+<b>{{ s.insufficient }}</b> insufficient{% if s.errors %} / <b>{{ s.errors }}</b> errors{% endif %}</p>
 <table>
 <tr><th>cards</th><th>passed</th><th>accuracy</th><th>wrong</th><th>insufficient</th>
 <th>unproven</th><th>errors</th><th>median rounds</th><th>median tool calls</th>
@@ -55,7 +58,7 @@ details { margin: .3rem 0; } summary { cursor: pointer; }
 <th>ruled out</th><th>rounds</th><th>tool calls</th><th>original steps</th><th>s</th></tr>
 {% for r in firsts %}
 <tr class="{{ r.outcome }}"><td><a href="#card-{{ r.id }}">{{ r.id }}</a></td>
-<td>{{ r.expected or "-" }}</td><td>{{ r.got or "-" }}</td><td class="outcome">{{ r.outcome }}</td>
+<td>{{ r.expected or "-" }}</td><td>{{ r.got or "-" }}</td><td class="outcome">{{ r.outcome }}{% if r.also_right %} (also right){% endif %}</td>
 <td>{{ r.status }}</td><td>{{ "yes" if r.evidence_ok else "no" }}</td>
 <td>{{ "yes" if r.ruled_out_ok else "no: " ~ r.missing_ruled_out|join(", ") }}</td>
 <td class="num">{{ r.rounds }}</td><td class="num">{{ r.tool_calls }}</td>
@@ -82,7 +85,7 @@ details { margin: .3rem 0; } summary { cursor: pointer; }
 <h2>Hypothesis trails</h2>
 {% for r in firsts %}
 <details id="card-{{ r.id }}"{% if r.outcome != "passed" %} open{% endif %}>
-<summary><b>{{ r.id }}</b> &mdash; {{ r.outcome }}: expected {{ r.expected or "-" }}, got {{ r.got or r.status }}</summary>
+<summary><b>{{ r.id }}</b> &mdash; {{ r.outcome }}{% if r.also_right %} (an also-right label){% endif %}: expected {{ r.expected or "-" }}, got {{ r.got or r.status }}</summary>
 {% if r.error %}<p class="err">{{ r.error }}</p>{% endif %}
 {% if r.summary %}<p>{{ r.summary }}</p>{% endif %}
 {% if r.evidence %}<p>Cited evidence:</p>

@@ -5,7 +5,8 @@ evidence string, having refuted every expected rival, and the label is not one t
 wrong outright. Outcomes are kept apart because they mean different things to an operator:
 `wrong` (a confident wrong answer) is worse than `insufficient` (an honest "cannot decide"),
 and `unproven` (right label, but the cited lines or the ruled-out rivals do not show it) is a
-lucky guess, not a pass.
+lucky guess, not a pass. A label the card lists in `expected.also_right` (the taxonomy overlaps
+and a careful engineer could defend it) is not wrong either: it scores `unproven`, never a pass.
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ class CardResult(BaseModel):
     evidence_ok: bool = False
     ruled_out_ok: bool = False
     wrong: bool = False
+    #: concluded a label the card calls defensible (expected.also_right): unproven, not wrong
+    also_right: bool = False
     rounds: int = 0
     tool_calls: int = 0
     transcript_steps: int = 0
@@ -78,8 +81,9 @@ def score(card: IncidentCard, report: Report, path: str = "", seconds: float = 0
     missing = [lbl for lbl in exp.ruled_out if lbl not in report.ruled_out]
     concluded = report.status == "concluded"
     label = report.root_cause if concluded else None
-    wrong = concluded and (label != exp.root_cause or label in exp.wrong)
-    passed = concluded and not wrong and evidence_ok and not missing
+    also_right = concluded and label != exp.root_cause and label in exp.also_right
+    wrong = concluded and not also_right and (label != exp.root_cause or label in exp.wrong)
+    passed = concluded and label == exp.root_cause and not wrong and evidence_ok and not missing
     outcome: Outcome = (
         "passed" if passed else "wrong" if wrong else "unproven" if concluded else "insufficient"
     )
@@ -90,6 +94,7 @@ def score(card: IncidentCard, report: Report, path: str = "", seconds: float = 0
         evidence_ok=evidence_ok,
         ruled_out_ok=not missing,
         wrong=wrong,
+        also_right=also_right,
         outcome=outcome,
         missing_ruled_out=missing,
     )
@@ -117,6 +122,8 @@ class Summary(BaseModel):
     insufficient: int
     errors: int
     unproven: int = 0
+    #: of the unproven, how many concluded an expected.also_right label
+    also_right: int = 0
     median_rounds: float = 0.0
     median_tool_calls: float = 0.0
     cards_per_second: float = 0.0
@@ -142,6 +149,7 @@ def summarize(results: list[CardResult], seconds: float, repeat: int = 1) -> Sum
         insufficient=counts["insufficient"],
         errors=counts["error"],
         unproven=counts["unproven"],
+        also_right=sum(1 for r in first if r.also_right and r.outcome == "unproven"),
         median_rounds=statistics.median([r.rounds for r in ran]) if ran else 0.0,
         median_tool_calls=statistics.median([r.tool_calls for r in ran]) if ran else 0.0,
         cards_per_second=round(runs_done / seconds, 2) if seconds > 0 else 0.0,
@@ -178,6 +186,19 @@ def pass_at_k(results: list[CardResult]) -> list[CardPassAtK]:
             )
         )
     return out
+
+
+def counts_line(s: Summary) -> str:
+    """The four outcomes an operator reads first, in one fixed order."""
+    also = (
+        f" ({s.also_right} also-right label{'s' if s.also_right != 1 else ''})"
+        if s.also_right
+        else ""
+    )
+    return (
+        f"{s.passed} pass / {s.unproven} unproven{also} / {s.wrong} wrong / "
+        f"{s.insufficient} insufficient" + (f" / {s.errors} errors" if s.errors else "")
+    )
 
 
 def confusion(results: list[CardResult]) -> dict[str, dict[str, int]]:

@@ -99,6 +99,50 @@ def test_scores_follow_what_the_agent_really_concluded(tmp_path: Path) -> None:
     assert run.summary.passed == sum(r.passed for r in run.results)
 
 
+def test_an_also_right_conclusion_scores_unproven_in_json_html_and_cli(tmp_path: Path) -> None:
+    """A card that calls the agent's own label defensible (expected.also_right) but names another
+    root cause: the run is unproven, not wrong, in every report."""
+    import json
+
+    from rich.console import Console
+
+    from evals.cli import _print_summary
+
+    first = evaluate([CARDS / "fixture-sglang-port-in-use.yaml"]).results[0]
+    assert first.status == "concluded" and first.got
+    label, line = first.got, first.evidence[0].line
+    other = next(lbl for lbl in ("stale_gpu_process", "disk_full") if lbl != label)
+    src = Path(first.path)
+    _variant(
+        src, tmp_path, "v-also", {"root_cause": other, "evidence": [line], "also_right": [label]}
+    )
+    _variant(src, tmp_path, "v-not-also", {"root_cause": other, "evidence": [line]})
+    run = evaluate([tmp_path])
+    by = {r.id: r for r in run.results}
+    assert (by["v-also"].outcome, by["v-also"].also_right, by["v-also"].wrong) == (
+        "unproven",
+        True,
+        False,
+    )
+    assert by["v-not-also"].outcome == "wrong" and not by["v-not-also"].also_right
+    s = run.summary
+    assert (s.passed, s.unproven, s.also_right, s.wrong, s.insufficient) == (0, 1, 1, 1, 0)
+    data = json.loads(run.model_dump_json())
+    assert data["summary"]["also_right"] == 1 and data["summary"]["unproven"] == 1
+    assert {r["id"]: r["also_right"] for r in data["results"]} == {
+        "v-also": True,
+        "v-not-also": False,
+    }
+    html = render(run)
+    assert "0</b> pass / <b>1</b> unproven" in html and "(1 also-right label)" in html
+    assert "unproven (also right)" in html
+    console = Console(record=True, width=200)
+    _print_summary(console, run)
+    text = console.export_text()
+    assert "0 pass / 1 unproven (1 also-right label) / 1 wrong / 0 insufficient" in text
+    assert "also_right" in text  # the card's row says why it is not a pass
+
+
 def test_worker_processes_give_the_same_scores_as_one_process(tmp_path: Path) -> None:
     src = CARDS / "fixture-vllm-weights-oom.yaml"
     for i in range(4):  # enough cards that both workers get some

@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from agent.models import Evidence, HypothesisView, Report
-from evals.scoring import CardResult, confusion, pass_at_k, score, summarize
+from evals.scoring import CardResult, confusion, counts_line, pass_at_k, score, summarize
 from tools.cards import IncidentCard
 from tools.taxonomy import LABELS
 
@@ -130,11 +130,13 @@ def test_a_card_without_expected_is_an_error_naming_the_file() -> None:
     cite=st.booleans(),
     refuted=st.booleans(),
     in_wrong=st.booleans(),
+    in_also=st.booleans(),
 )
 def test_exactly_one_outcome_and_passed_iff_every_rule_holds(
-    status: str, got: str, cite: bool, refuted: bool, in_wrong: bool
+    status: str, got: str, cite: bool, refuted: bool, in_wrong: bool, in_also: bool
 ) -> None:
-    c = card(wrong=[got] if in_wrong else [])
+    also = in_also and not in_wrong and got != "gpu_oom_weights"
+    c = card(wrong=[got] if in_wrong else [], also_right=[got] if also else [])
     rep = report(
         status=status,
         root_cause=got,
@@ -145,8 +147,52 @@ def test_exactly_one_outcome_and_passed_iff_every_rule_holds(
     rules = status == "concluded" and got == "gpu_oom_weights" and cite and refuted and not in_wrong
     assert r.passed == rules
     assert (r.outcome == "passed") == r.passed
-    assert r.wrong == (status == "concluded" and (got != "gpu_oom_weights" or in_wrong))
+    assert r.wrong == (
+        status == "concluded" and not also and (got != "gpu_oom_weights" or in_wrong)
+    )
+    assert r.also_right == (status == "concluded" and also)
+    if r.also_right:
+        assert r.outcome == "unproven"
     assert (r.outcome == "insufficient") == (status != "concluded")
+
+
+def test_an_also_right_label_is_unproven_never_wrong_never_a_pass() -> None:
+    c = card(also_right=["cuda_oom_runtime"])
+    r = score(c, report(root_cause="cuda_oom_runtime"))
+    assert (r.passed, r.wrong, r.also_right, r.outcome) == (False, False, True, "unproven")
+    # even with the expected evidence cited and every rival refuted: a pass needs root_cause
+    assert r.evidence_ok and r.ruled_out_ok
+    # a label outside also_right is still wrong, and the root cause still passes
+    assert score(c, report(root_cause="disk_full")).outcome == "wrong"
+    ok = score(c, report())
+    assert (ok.outcome, ok.also_right) == ("passed", False)
+    # no conclusion stays insufficient whatever also_right says
+    assert score(c, report(status="insufficient_evidence")).outcome == "insufficient"
+
+
+def test_also_right_must_not_overlap_the_root_cause_or_wrong() -> None:
+    import pytest
+
+    for bad in ({"also_right": ["gpu_oom_weights"]}, {"also_right": ["still_starting"]}):
+        with pytest.raises(ValueError, match="also_right"):
+            card(**bad)
+    with pytest.raises(ValueError, match="unknown labels"):
+        card(also_right=["oom_maybe"])
+
+
+def test_summary_counts_also_right_among_the_unproven() -> None:
+    results = [
+        _res("a", "passed", True),
+        _res("b", "unproven", also_right=True),
+        _res("c", "unproven"),
+        _res("d", "wrong", wrong=True),
+        _res("e", "insufficient"),
+        _res("f", "insufficient"),
+    ]
+    s = summarize(results, seconds=1.0)
+    assert (s.passed, s.unproven, s.also_right, s.wrong, s.insufficient) == (1, 2, 1, 1, 2)
+    assert counts_line(s) == "1 pass / 2 unproven (1 also-right label) / 1 wrong / 2 insufficient"
+    assert s.model_dump()["also_right"] == 1  # in the JSON summary
 
 
 def _res(i: str, outcome: str, passed: bool = False, **kw: Any) -> CardResult:
