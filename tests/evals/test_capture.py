@@ -221,3 +221,34 @@ def test_capture_cli(tmp_path: Path) -> None:
     other = str(tmp_path / "other.yaml")
     both = runner.invoke(app, ["capture", "--local", "--host", "x", "--log", str(log), "-o", other])
     assert both.exit_code == 2 and "exactly one" in " ".join(both.output.split())
+
+
+def test_big_log_keeps_launch_region_fatal_lines_and_tail(tmp_path: Path) -> None:
+    """The OOM 12 MB before the end and the launch lines survive capture; gaps are marked."""
+    from evals.capture import log_text
+
+    log = tmp_path / "server.log"
+    noise = b"".join(
+        b"[TP0] Decode batch. #token: %d, gen throughput: 41.2\n" % i for i in range(5000)
+    )
+    with open(log, "wb") as fh:
+        fh.write(b"$ python -m sglang.launch_server --port 1\nRuntimeError: earlier run\n")
+        fh.write(b"$ python -m sglang.launch_server --model-path /m --port 30000\n")
+        fh.write(b"server_args=ServerArgs(model_path='/m')\n")
+        while fh.tell() < 30_000_000:
+            fh.write(noise)
+        fh.write(b"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n")
+        dead = b"[TP0] Scheduler hit an exception; engine dead\n" * 1000
+        while fh.tell() < 42_000_000:
+            fh.write(dead)
+    text, note = log_text(LocalHost(), str(log), 256_000)
+    assert text is not None and note
+    lines = text.splitlines()
+    assert lines[0].startswith("# \u2026 ") and "bytes not captured" in lines[0]
+    assert lines[1] == "server_args=ServerArgs(model_path='/m')"  # the last launch marker
+    assert "RuntimeError: earlier run" not in text  # an earlier launch is not this one
+    assert "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB" in lines
+    gaps = [ln for ln in lines if ln.startswith("# \u2026")]
+    assert len(gaps) >= 3 and all(ln.endswith("bytes not captured \u2026") for ln in gaps)
+    assert lines[-1] == "[TP0] Scheduler hit an exception; engine dead"
+    assert len(text) < 1_000_000

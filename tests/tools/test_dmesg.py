@@ -86,3 +86,25 @@ def test_local_real_dmesg_never_raises(local_host: LocalHost) -> None:
     assert len(r.lines()) <= 200
     if r.ok:
         assert r.total_lines <= 50 and os.path.exists("/bin/sh")
+
+
+def test_real_unprivileged_refusal_says_unknown_and_how_to_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The exact text dmesg prints for a non-root user under kernel.dmesg_restrict=1, with a
+    journalctl that only has "-- No entries --" for this user."""
+    (tmp_path / "dmesg").write_text(
+        "#!/bin/sh\necho 'dmesg: read kernel buffer failed: Operation not permitted' >&2\nexit 1\n"
+    )
+    (tmp_path / "journalctl").write_text("#!/bin/sh\necho '-- No entries --'\n")
+    for f in ("dmesg", "journalctl"):
+        (tmp_path / f).chmod(0o755)
+    (tmp_path / "tail").symlink_to("/usr/bin/tail")
+    monkeypatch.setenv("PATH", str(tmp_path))
+    r = SPEC.call(LocalHost("box"))
+    assert not r.ok and r.denied and not r.readable
+    text = "\n".join(r.lines())
+    assert "UNKNOWN" in text and "unknown because" in (r.error or "")
+    assert "sudo dmesg -T" in (r.fix or "") and "adm" in (r.fix or "")
+    assert "journalctl -k" in (r.fix or "") and "/var/log/kern.log" in (r.fix or "")
+    assert all(ln.startswith("# ") for ln in r.lines())

@@ -152,3 +152,71 @@ def test_over_real_ssh(ssh_host) -> None:  # type: ignore[no-untyped-def]
     assert res.ok, res.error
     assert res.tail[-1] == "RuntimeError: boom"
     assert res.tail[0].startswith("Loading safetensors checkpoint shards: 100%")
+
+
+# -- liveness window, progress, bad input -------------------------------------------------------
+def _card(files: dict) -> "ReplayHost":  # noqa: UP037
+    from tools.cards import IncidentCard
+
+    return ReplayHost(
+        IncidentCard(
+            id="t", title="t", source="test", engine="sglang", symptom="s", host={"files": files}
+        )
+    )
+
+
+def test_progress_bar_parsed_with_rate_and_eta() -> None:
+    from tools.log_window import parse_progress
+
+    p = parse_progress(
+        "Loading safetensors checkpoint shards:   2% Completed | 3/200 [00:12<13:00,  4.00s/it]"
+    )
+    assert p and (p.done, p.total, p.s_per_item, p.eta_s) == (3, 200, 4.0, 788.0)
+    assert p.describe().endswith("shard 3/200 at 4.0 s each: about 13 minutes left")
+    fast = parse_progress("Capturing batches (bs=8): 45%|####  | 23/52 [00:05<00:06,  4.00it/s]")
+    assert fast and fast.s_per_item == 0.25 and fast.eta_s == pytest.approx(7.25)
+    assert parse_progress("INFO Loading weights took 3.2 s") is None
+    assert parse_progress("Capture cuda graph begin. This can take up to several minutes.")
+
+
+def test_replayed_window_waits_on_the_virtual_clock() -> None:
+    import time
+
+    host = _card({"/l.log": "INFO up\nLoading checkpoint shards: 3/200 [00:12<13:00, 4.00s/it]\n"})
+    t = time.monotonic()
+    res = SPEC.call(host, {"path": "/l.log", "watch_s": 6})
+    assert time.monotonic() - t < 2  # an eval never sleeps
+    assert res.grew is False and res.window_s == 7.0 and host.clock() >= 7.0
+
+
+def test_replayed_snapshots_grow_within_the_window() -> None:
+    host = _card({"/l.log": ["INFO a\n", "INFO a\nINFO b\n"]})
+    first = SPEC.call(host, {"path": "/l.log"})
+    res = SPEC.call(host, {"path": "/l.log", "watch_s": 6})
+    assert first.size < res.size and res.grew is True and res.tail[-1] == "INFO b"
+
+
+def test_user_limit_caps_the_window(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PIVOT_LIVENESS_MAX_S", "3")
+    host = _card({"/l.log": "Compiling the model graph\n"})
+    res = SPEC.call(host, {"path": "/l.log", "watch_s": 1})
+    assert res.window_s == 3.0 and res.waited_s >= 3.0
+
+
+def test_missing_and_directory_paths_are_named_with_the_fix(tmp_path: Path) -> None:
+    miss = run(LocalHost(), Args(path=str(tmp_path / "no.log")))
+    assert not miss.ok and miss.problem == "missing" and str(tmp_path / "no.log") in miss.error
+    (tmp_path / "a.log").write_text("x\n")
+    d = run(LocalHost(), Args(path=str(tmp_path)))
+    assert d.problem == "directory" and "a.log" in d.error and "--log" in d.fix
+
+
+def test_binary_log_is_flagged_and_never_shown(tmp_path: Path) -> None:
+    blob = tmp_path / "model.safetensors"
+    blob.write_bytes(b"\x00\x01\x02garbage\x00" * 5000)
+    res = run(LocalHost(), Args(path=str(blob)))
+    assert not res.ok and res.binary and res.tail == []
+    assert all(ln.startswith("# ") for ln in res.lines())
+    text = tmp_path / "hostile.log"
+    text.write_bytes(b"INFO ok\x00\x00\x00 NUL tail\n" + b"INFO line\n" * 50)
+    assert run(LocalHost(), Args(path=str(text))).ok  # a few NULs are still text
