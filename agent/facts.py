@@ -7,20 +7,23 @@ from tool results only, never from the operator's words or from log text telling
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, PrivateAttr
 
 from agent.state import Observation
+from tools import engines
 
-#: Command lines of inference servers and their launchers.
-SERVER_CMD = re.compile(
-    r"(?i)(sglang|vllm|tensorrt_llm|trtllm|tritonserver|text-generation-launcher|"
-    r"text_generation_server|torchrun|lmdeploy|\bray\b.*(serve|worker)|"
-    r"python[\d.]*\s+(-u\s+)?-m\s+\S+|launch_server|api_server|serve\b|handler\.py|server\.py)"
-)
-#: Things that are never the server even if they match above.
-NOT_SERVER = re.compile(r"(?i)^\[|\bps\s+aux\b|\bgrep\b|sshd|-bash|/sbin/init|tail\s+-f")
+
+#: Which command lines are inference servers (entry points, launchers, worker titles) and which
+#: never are (pivot itself, compilers, editors, shells, pip, pytest, Jupyter) is the engine
+#: registry's answer (tools/engines.yaml), the same one the processes tool gives.
+def server_match(command: str) -> engines.Match:
+    return engines.classify(command)
+
+
+#: A process that is running now, not a leftover: R, or S/D using the CPU.
+_RUNNING_CPU = 1.0
 
 
 #: Display servers and desktop shells: type G in nvidia-smi, never a stale compute process.
@@ -37,6 +40,15 @@ class GpuFact(BaseModel):
     line: str = ""
 
 
+class RankFact(BaseModel):
+    """One rank of the server: its worker process and whether it is alive."""
+
+    rank: int
+    pid: int | None = None
+    state: Literal["alive", "defunct", "gone"] = "gone"
+    line: str = Field("", description="the ps line of its worker, verbatim (empty when gone)")
+
+
 class Facts(BaseModel):
     gpu_available: bool = False
     gpus: list[GpuFact] = Field(default_factory=list)
@@ -50,7 +62,46 @@ class Facts(BaseModel):
     ps_obs: str | None = None
     ps_header: str = ""
     procs: dict[int, str] = Field(default_factory=dict)  # pid -> verbatim ps line
+    #: live processes of the server under investigation: its main process, launchers, ranks
+    #: and workers (never a zombie, never another launch the log/port/pid file told apart)
     server_pids: list[int] = Field(default_factory=list)
+    server_engine: str | None = Field(None, description="the registry's engine of the server")
+    server_main_pids: list[int] = Field(
+        default_factory=list, description="live entry points / launchers of the server"
+    )
+    server_worker_pids: list[int] = Field(
+        default_factory=list, description="live ranks, schedulers, engine cores, children"
+    )
+    server_defunct_pids: list[int] = Field(
+        default_factory=list, description="server processes that are zombies (<defunct>)"
+    )
+    server_user: str | None = Field(None, description="the user the server runs as")
+    ranks: list[RankFact] = Field(
+        default_factory=list,
+        description="each rank the worker titles or the log name, with its liveness",
+    )
+    ranks_gone: list[int] = Field(
+        default_factory=list,
+        description="ranks the log names with no worker alive while the server still runs",
+    )
+    log_ranks: list[int] = Field(default_factory=list, description="ranks the log lines name")
+    log_writers: dict[str, list[int]] = Field(
+        default_factory=dict, description="log path -> pids writing it (stdout/stderr)"
+    )
+    other_launch_pids: list[int] = Field(
+        default_factory=list,
+        description="live engine processes of another launch (told apart by log/port/pid file)",
+    )
+    co_tenant_pids: dict[int, str] = Field(
+        default_factory=dict,
+        description="pid -> why: another user's or another launch's live, running job holding "
+        "the GPU or running an engine; never advise killing it",
+    )
+    leftover_pids: dict[int, str] = Field(
+        default_factory=dict,
+        description="pid -> why: a defunct, orphaned or idle process of an earlier launch",
+    )
+    _ps_recs: dict[int, dict[str, Any]] = PrivateAttr(default_factory=dict)
     dmesg_available: bool = False
     dmesg_obs: str | None = None
     dmesg_lines: list[str] = Field(default_factory=list)
@@ -143,6 +194,8 @@ def derive(observations: list[Observation]) -> Facts:
             size = int(d.get("size") or 0)
             text = [ln for ln in o["lines"] if ln and not ln.startswith("# ")]
             log_reads.setdefault(path, []).append((o["id"], size, text))
+    _ranks(f, [ln for reads in log_reads.values() for ln in reads[-1][2]])
+    _tenancy(f)
     for path, reads in log_reads.items():
         if len(reads) >= 2:
             (_, s0, t0), (oid, s1, t1) = reads[-2], reads[-1]
@@ -219,6 +272,10 @@ def _ps(f: Facts, o: Observation) -> None:
         (ln for ln in o["lines"] if ln.startswith("# no inference-server")),
         next((ln for ln in o["lines"] if "PID" in ln), ""),
     )
+    f.procs, f.server_pids, f.server_main_pids, f.server_worker_pids = {}, [], [], []
+    f.server_defunct_pids, f.other_launch_pids = [], []
+    f.log_writers = {k: list(v) for k, v in (_get(d, "log_writers", default={}) or {}).items()}
+    f._ps_recs = {}
     for r in recs:
         pid = r.get("pid")
         if not isinstance(pid, int):
@@ -228,11 +285,98 @@ def _ps(f: Facts, o: Observation) -> None:
         f.procs[pid] = line or cmd
         stat = str(r.get("stat", ""))
         zombie = stat.startswith("Z") or "<defunct>" in cmd
-        # the processes tool classifies servers (and says None for a Jupyter kernel); only a
-        # result without that field falls back to our own pattern
-        is_server = bool(r["server"]) if "server" in r else bool(SERVER_CMD.search(cmd))
-        if is_server and not zombie and not NOT_SERVER.search(cmd):
-            f.server_pids.append(pid)
+        # the processes tool classifies servers from the engine registry; a record without that
+        # field (an older dump) is classified here by the same registry
+        if "server" in r:
+            engine, role, rank = r["server"], r.get("role"), r.get("rank")
+        else:
+            m = server_match(cmd)
+            engine, role, rank = m.engine, m.role, m.rank
+        rec = {**r, "server": engine, "role": role, "rank": rank, "zombie": zombie}
+        f._ps_recs[pid] = rec
+        if not engine:
+            continue
+        if r.get("ours") is False:
+            if not zombie:
+                f.other_launch_pids.append(pid)
+            continue
+        if zombie:
+            f.server_defunct_pids.append(pid)
+            continue
+        f.server_pids.append(pid)
+        (f.server_main_pids if role in ("main", "launcher") else f.server_worker_pids).append(pid)
+    mains = [f._ps_recs[p] for p in f.server_main_pids] or [f._ps_recs[p] for p in f.server_pids]
+    known = [r["server"] for r in mains if r["server"] not in (None, "unknown")]
+    f.server_engine = known[0] if known else (mains[0]["server"] if mains else None)
+    users = [str(r.get("user") or "") for r in mains if r.get("user")]
+    f.server_user = users[0] if users else None
+
+
+def _ranks(f: Facts, log_lines: list[str]) -> None:
+    """Per-rank liveness: ranks from worker titles (sglang::scheduler_TP1, VLLM::Worker_TP1) and
+    from the log (`TP1`, `[rank1]`); a rank the log names whose worker is not alive, while the
+    server still runs, is gone."""
+    recs = f._ps_recs
+    engine = f.server_engine if f.server_engine not in (None, "unknown") else None
+    f.log_ranks = sorted(engines.log_ranks(log_lines, engine))
+    alive: dict[int, int] = {}
+    defunct: dict[int, int] = {}
+    for pid in [*f.server_worker_pids, *f.server_defunct_pids]:
+        rank = recs.get(pid, {}).get("rank")
+        if isinstance(rank, int):
+            (defunct if pid in f.server_defunct_pids else alive).setdefault(rank, pid)
+    if not alive and not defunct:
+        f.ranks = []
+        f.ranks_gone = []
+        return
+    ranks = sorted(set(alive) | set(defunct) | set(f.log_ranks))
+    f.ranks = []
+    for r in ranks:
+        pid = alive.get(r, defunct.get(r))
+        state = "alive" if r in alive else "defunct" if r in defunct else "gone"
+        f.ranks.append(
+            RankFact(rank=r, pid=pid, state=state, line=f.procs.get(pid, "") if pid else "")
+        )
+    f.ranks_gone = [x.rank for x in f.ranks if x.state != "alive"] if f.server_pids else []
+
+
+def _tenancy(f: Facts) -> None:
+    """Other holders of the GPU (and other launches' engine processes): a co-tenant is someone's
+    live, running job (another user, or another launch whose main process runs); a leftover is a
+    defunct, orphaned or idle process of an earlier launch."""
+    recs = f._ps_recs
+    ours = set(f.server_pids)
+    f.co_tenant_pids, f.leftover_pids = {}, {}
+    for pid in dict.fromkeys([*f.gpu_pids, *f.other_launch_pids, *f.server_defunct_pids]):
+        if pid in ours:
+            continue
+        r = recs.get(pid)
+        if r is None:
+            continue  # not in this ps (another container): unknown
+        stat = str(r.get("stat") or "")
+        cpu = r.get("cpu_pct")
+        running = stat[:1] == "R" or (isinstance(cpu, int | float) and cpu >= _RUNNING_CPU)
+        user = str(r.get("user") or "")
+        engine, role = r.get("server"), r.get("role")
+        if r["zombie"]:
+            f.leftover_pids[pid] = "defunct (a zombie of an earlier launch)"
+        elif f.server_user and user and user != f.server_user and stat[:1] in ("R", "S", "D"):
+            f.co_tenant_pids[pid] = f"another user's job ({user})"
+        elif engine and role == "worker":
+            # a worker with no server process above it (its parent gone, or re-parented to
+            # init) outlived its launch
+            orphan = r.get("ppid") == 1 or r.get("launch") in (None, pid)
+            if orphan:
+                f.leftover_pids[pid] = "a worker whose launch is gone (orphan of an earlier launch)"
+            elif running:
+                f.co_tenant_pids[pid] = "a worker of another launch that is running"
+        elif engine and role in ("main", "launcher"):
+            if running or stat[:1] in ("S", "R"):
+                f.co_tenant_pids[pid] = "another launch of an inference server, running"
+        elif running:
+            f.co_tenant_pids[pid] = "a running job (state R or busy CPU)"
+        elif stat[:1] in ("S", "T", "t") and isinstance(cpu, int | float) and cpu < _RUNNING_CPU:
+            f.leftover_pids[pid] = "idle (sleeping, no CPU) while holding the GPU"
 
 
 def _disk(f: Facts, o: Observation) -> None:

@@ -1,51 +1,35 @@
-"""`processes`: which processes run, which of them are inference servers, zombies or stuck.
+"""`processes`: which processes run, which of them are the inference server, zombies or stuck.
 
 "Is the server still alive?", "is an old one still holding the GPU or the port?" and "is it
 stuck in D state on NFS?" are answered from `ps`. The parser reads columns by the header line
-it actually gets, so it takes `ps -eo pid,ppid,user,stat,etimes,rss,args` from a live host and
-the raw `ps aux` an incident card holds. GPU pids (from `gpu_status`) are linked to their
-command lines, which is how a stale process holding memory is named.
-"""
+it actually gets, so it takes `ps -eo pid,ppid,user,stat,etimes,pcpu,rss,args` from a live host
+and the raw `ps aux` an incident card holds (no ppid there, so no process tree).
+
+A process is the server only when the engine registry (`tools/engines.yaml`) knows its command
+as an entry point, launcher or worker title, when it writes the log under investigation
+(`/proc/PID/fd/1` or `/2`), when a pid file names it or it listens on the server's port, or when
+it descends from one of those. A command line that merely mentions an engine, any `python -m`,
+a compiler, an editor, a shell and pivot itself never are. GPU pids (from `gpu_status`) are
+linked to their command lines, which is how a stale process holding memory is named."""
 
 from __future__ import annotations
 
+import posixpath
 import re
+import shlex
+from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from tools import gpu_status
+from tools import engines, gpu_status
 from tools.base import ToolResult, ToolSpec, bound_lines
 from tools.host import Host
 
-PS_COMMAND = "ps -ww -eo pid,ppid,user,stat,etimes,rss,args"  # -ww: never cut at $COLUMNS
+PS_COMMAND = "ps -ww -eo pid,ppid,user,stat,etimes,pcpu,rss,args"  # -ww: never cut at $COLUMNS
 PS_FALLBACK = "ps auxww"
-
-#: Inference-server kinds, tried in order against the command line.
-SERVER_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
-    ("sglang", re.compile(r"sglang", re.I)),
-    ("vllm", re.compile(r"\bvllm\b|vllm[._-]|VLLM::", re.I)),
-    ("trtllm", re.compile(r"trtllm|tensorrt_llm|tensorrt-llm", re.I)),
-    ("triton", re.compile(r"tritonserver")),
-    ("tgi", re.compile(r"text-generation-(?:launcher|server|router)")),
-    ("torchrun", re.compile(r"\btorchrun\b|torch\.distributed\.(?:run|launch)")),
-    ("ray", re.compile(r"\bray::|\braylet\b|\bgcs_server\b|\bray start\b")),
-    ("lmdeploy", re.compile(r"\blmdeploy\b")),
-    ("ollama", re.compile(r"\bollama (?:serve|runner)\b|ollama_llama_server")),
-    ("llama.cpp", re.compile(r"\bllama-server\b|\bllama\.cpp\b|/server\s+-m\s")),
-    ("aphrodite", re.compile(r"\baphrodite\b")),
-    ("deepspeed-mii", re.compile(r"\bmii\b|deepspeed\.launcher|\bdeepspeed\s")),
-    ("lightllm", re.compile(r"\blightllm\b")),
-    # a script that says it serves: server.py, serve.py, api_server, launch_server
-    (
-        "server-script",
-        re.compile(r"\b(?:api_|launch_)?serv(?:e|er|ing)[\w-]*\.py\b|\bapi_server\b"),
-    ),
-    # `python -m <module>`, except tooling that is never a server.
-    (
-        "python-module",
-        re.compile(r"^\S*python[0-9.]*\s+(?:-\S+\s+)*-m\s+(?!(?:pytest|pip|venv|ensurepip|ipykernel_launcher|ipykernel|jupyter\w*|notebook|IPython|json\.tool)\b)\S+"),
-    ),
-]
+#: Which process writes which file on its stdout/stderr (the log under investigation).
+FD_COMMAND = "ls -l /proc/[0-9]*/fd/1 /proc/[0-9]*/fd/2"
+LISTEN_COMMAND = "ss -ltnpH"
 
 _COLUMN = {
     "PID": "pid",
@@ -73,6 +57,20 @@ class Args(BaseModel):
     gpu_pids: list[int] = Field(
         default_factory=list, description="pids known to hold GPU memory (skips gpu_status)"
     )
+    logs: list[str] = Field(
+        default_factory=list,
+        description="log files under investigation: the pid whose stdout/stderr is one of them "
+        "is the server (read from /proc/PID/fd/1 and /2)",
+        max_length=16,
+    )
+    pid_files: list[str] = Field(
+        default_factory=list, description="pid files of the server", max_length=8
+    )
+    ports: list[int] = Field(
+        default_factory=list,
+        description="the server's ports: the process listening on one is the server",
+        max_length=8,
+    )
 
 
 class Proc(BaseModel):
@@ -81,9 +79,27 @@ class Proc(BaseModel):
     user: str = ""
     stat: str = ""
     elapsed_s: int | None = None
+    cpu_pct: float | None = None
     rss_kb: int | None = None
     command: str = ""
-    server: str | None = Field(None, description="sglang | vllm | trtllm | ... when a server")
+    server: str | None = Field(
+        None,
+        description="the engine (sglang | vllm | trtllm | ...) when part of an inference server; "
+        "'unknown' for a server known only by its log, pid file or port",
+    )
+    role: Literal["main", "launcher", "worker"] | None = Field(
+        None, description="main: the entry point; launcher: starts ranks; worker: rank/scheduler"
+    )
+    rank: int | None = Field(None, description="the rank its title names (TP1, ...)")
+    why: str = Field("", description="how it was identified as the server")
+    launch: int | None = Field(
+        None, description="the top server process of its process tree (its launch)"
+    )
+    ours: bool | None = Field(
+        None,
+        description="True: in the tree of the process writing the given log (or pid file, "
+        "port); False: that was found and this is another launch; None: not known",
+    )
     zombie: bool = False
     d_state: bool = False
     on_gpu: bool = Field(False, description="nvidia-smi lists this pid as a compute process")
@@ -104,10 +120,19 @@ class Result(ToolResult):
     )
     total: int = 0
     servers: list[int] = Field(default_factory=list)
+    mains: list[int] = Field(
+        default_factory=list, description="servers' main processes (entry points, launchers)"
+    )
     zombies: list[int] = Field(default_factory=list)
     d_state: list[int] = Field(default_factory=list)
     gpu_pids_missing: list[int] = Field(
         default_factory=list, description="GPU pids with no process here (other namespace)"
+    )
+    log_writers: dict[str, list[int]] = Field(
+        default_factory=dict, description="log path -> pids whose stdout/stderr is that file"
+    )
+    fd_unreadable: int = Field(
+        0, description="processes whose stdout/stderr could not be read (another user's)"
     )
 
     def lines(self) -> list[str]:
@@ -116,7 +141,15 @@ class Result(ToolResult):
         out.append(f"# {self.total} processes; {len(self.processes)} shown")
         for p in self.processes:
             tags = [
-                f"server={p.server}" if p.server else "",
+                (
+                    f"server={p.server}"
+                    + (f" {p.role}" if p.role else "")
+                    + (f" rank {p.rank}" if p.rank is not None else "")
+                    + (f" ({p.why})" if p.why else "")
+                )
+                if p.server
+                else "",
+                "another launch" if p.server and p.ours is False else "",
                 "ZOMBIE" if p.zombie else "",
                 "D-state (uninterruptible, often I/O or driver)" if p.d_state else "",
                 ("holds GPU memory" + (f" ({p.gpu_mib} MiB)" if p.gpu_mib is not None else ""))
@@ -125,7 +158,15 @@ class Result(ToolResult):
             ]
             if any(tags):
                 out.append(f"# pid {p.pid}: " + ", ".join(t for t in tags if t))
-        if not self.servers and self.ok:
+        for path, pids in self.log_writers.items():
+            who = ", ".join(map(str, pids)) if pids else "no running process"
+            out.append(f"# {path} is written by: {who}")
+        if self.fd_unreadable and any(not v for v in self.log_writers.values()):
+            out.append(
+                f"# could not read stdout/stderr of {self.fd_unreadable} processes of other "
+                "users (run as root or as the server's user to tie the log to its process)"
+            )
+        if not [p for p in self.servers if p not in self.zombies] and self.ok:
             out.append("# no inference-server process is running")
         if self.gpu_pids_missing:
             out.append(f"# GPU pids not in this ps (container/namespace?): {self.gpu_pids_missing}")
@@ -136,13 +177,17 @@ def _int(v: str | None) -> int | None:
     return int(v) if v is not None and re.fullmatch(r"\d+", v) else None
 
 
+def _float(v: str | None) -> float | None:
+    try:
+        return float(v) if v is not None else None
+    except ValueError:
+        return None
+
+
 def server_kind(command: str) -> str | None:
-    if command.startswith("[") and command.endswith("]"):
-        return None  # a kernel thread
-    for kind, pat in SERVER_PATTERNS:
-        if pat.search(command):
-            return kind
-    return None
+    """The engine a command line is part of, from the registry (tools/engines.yaml): its entry
+    point, launcher or worker title, never a mere mention (`grep vllm`, a compile, pivot)."""
+    return engines.classify(command).engine
 
 
 def parse_ps(text: str) -> PsParse:
@@ -165,6 +210,8 @@ def parse_ps(text: str) -> PsParse:
             continue
         cmd = row.get("command", "").rstrip()
         stat = row.get("stat", "")
+        zombie = stat.startswith("Z") or cmd.endswith("<defunct>")
+        m = engines.classify(cmd)
         out.procs.append(
             Proc(
                 pid=pid,
@@ -172,15 +219,106 @@ def parse_ps(text: str) -> PsParse:
                 user=row.get("user", ""),
                 stat=stat,
                 elapsed_s=_int(row.get("etimes")),
+                cpu_pct=_float(row.get("cpu")),
                 rss_kb=_int(row.get("rss")),
                 command=cmd,
-                server=server_kind(cmd),
-                zombie=stat.startswith("Z") or cmd.endswith("<defunct>"),
+                server=m.engine,
+                role=m.role,
+                rank=m.rank,
+                why=("worker title" if m.role == "worker" else "entry point") if m.engine else "",
+                zombie=zombie,
                 d_state=stat.startswith("D"),
                 raw=line,
             )
         )
     return out
+
+
+_FD_LINE = re.compile(r"/proc/(\d+)/fd/([12]) -> (.+?)(?: \(deleted\))?$")
+_LISTEN = re.compile(r":(\d+)\s+\S+\s+users:\(\((.*)\)\)")
+_LISTEN_PID = re.compile(r"pid=(\d+)")
+
+
+def parse_fd_links(text: str) -> dict[int, set[str]]:
+    """pid -> files its stdout/stderr point at, from `ls -l /proc/*/fd/1 /proc/*/fd/2`."""
+    out: dict[int, set[str]] = {}
+    for line in text.splitlines():
+        m = _FD_LINE.search(line)
+        if m and m.group(3).startswith("/"):
+            out.setdefault(int(m.group(1)), set()).add(m.group(3))
+    return out
+
+
+def parse_listeners(text: str) -> dict[int, set[int]]:
+    """port -> pids listening on it, from `ss -ltnp` (pids only for processes we may see)."""
+    out: dict[int, set[int]] = {}
+    for line in text.splitlines():
+        m = _LISTEN.search(line)
+        if m:
+            out.setdefault(int(m.group(1)), set()).update(
+                int(p) for p in _LISTEN_PID.findall(m.group(2))
+            )
+    return out
+
+
+def _never(p: Proc) -> bool:
+    return engines.classify(p.command).never
+
+
+def identify(
+    procs: list[Proc],
+    writers: dict[int, str] | None = None,
+    pid_file_pids: set[int] | None = None,
+    port_pids: dict[int, int] | None = None,
+) -> None:
+    """Mark the server's processes in place: the registry's entry points and worker titles
+    (already on each Proc), the writers of the log under investigation, the pid-file pid, the
+    listener on the server's port, and every descendant of those (ranks, workers) that is not a
+    compiler, an editor, a shell, pivot itself. Each server process gets its launch (top server
+    ancestor) and, when the log/pid file/port named one launch, whether it is that one."""
+    by_pid = {p.pid: p for p in procs}
+    anchors: set[int] = set()
+    for pid, why in [
+        *((p, f"writes {f}") for p, f in (writers or {}).items()),
+        *((p, "pid file") for p in pid_file_pids or set()),
+        *((p, f"listens on :{port}") for p, port in (port_pids or {}).items()),
+    ]:
+        p = by_pid.get(pid)
+        if p is None or _never(p):
+            continue
+        anchors.add(pid)
+        if not p.server:
+            p.server, p.role = "unknown", "main"
+        p.why = why if not p.why else f"{p.why}; {why}"
+    kids: dict[int, list[Proc]] = {}
+    for p in procs:
+        if p.ppid is not None:
+            kids.setdefault(p.ppid, []).append(p)
+    # descendants of a server process belong to it (a g++ its JIT runs does not)
+    frontier = [p for p in procs if p.server]
+    while frontier:
+        parent = frontier.pop()
+        for c in kids.get(parent.pid, []):
+            if c.server or _never(c):
+                continue
+            c.server, c.role, c.why = parent.server, "worker", f"child of {parent.pid}"
+            frontier.append(c)
+
+    def top(p: Proc) -> int:
+        seen = {p.pid}
+        while p.ppid in by_pid and by_pid[p.ppid].server and p.ppid not in seen:
+            p = by_pid[p.ppid]
+            seen.add(p.pid)
+        return p.pid
+
+    for p in procs:
+        if p.server:
+            p.launch = top(p)
+    if anchors:
+        ours = {by_pid[a].launch for a in anchors}
+        for p in procs:
+            if p.server:
+                p.ours = p.launch in ours if p.ppid is not None else p.pid in anchors
 
 
 def _matcher(pattern: str | None) -> re.Pattern[str] | None:
@@ -190,6 +328,46 @@ def _matcher(pattern: str | None) -> re.Pattern[str] | None:
         return re.compile(pattern, re.I)
     except re.error:
         return re.compile(re.escape(pattern), re.I)
+
+
+def _writers(host: Host, logs: list[str]) -> tuple[dict[str, list[int]], dict[int, str], int]:
+    if not logs:
+        return {}, {}, 0
+    res = host.run(FD_COMMAND, timeout=15)
+    links = parse_fd_links(res.stdout)  # rc 2 when some links could not be read: keep the rest
+    denied = (
+        len({m for m in re.findall(r"/proc/(\d+)/fd", res.stderr or "")})
+        if ("denied" in (res.stderr or ""))
+        else 0
+    )
+    wanted = {posixpath.normpath(p): p for p in logs}
+    by_log: dict[str, list[int]] = {p: [] for p in logs}
+    pid_log: dict[int, str] = {}
+    for pid, files in sorted(links.items()):
+        for f in files:
+            name = wanted.get(posixpath.normpath(f))
+            if name is not None:
+                by_log[name].append(pid)
+                pid_log[pid] = name
+    return by_log, pid_log, denied
+
+
+def _pid_files(host: Host, paths: list[str]) -> set[int]:
+    out: set[int] = set()
+    for path in paths:
+        res = host.run(f"cat {shlex.quote(path)}", timeout=5)
+        m = re.match(r"\s*(\d+)\s*$", res.stdout or "") if res.ok else None
+        if m:
+            out.add(int(m.group(1)))
+    return out
+
+
+def _port_pids(host: Host, ports: list[int]) -> dict[int, int]:
+    if not ports:
+        return {}
+    res = host.run(LISTEN_COMMAND, timeout=10)
+    listeners = parse_listeners(res.stdout or "")
+    return {pid: port for port in ports for pid in sorted(listeners.get(port, ()))}
 
 
 def run(host: Host, args: Args) -> Result:
@@ -211,11 +389,12 @@ def run(host: Host, args: Args) -> Result:
         gs = gpu_status.run(host, gpu_status.Args())
         gpu_mib = {p.pid: p.used_mib for p in gs.processes}
     match = _matcher(args.pattern)
-    own = {p.pid for p in parsed.procs if re.match(r"^ps\s", p.command)}
+    own = {p.pid for p in parsed.procs if re.match(r"^(?:ps|ls|ss)\s", p.command)}
+    procs = [p for p in parsed.procs if p.pid not in own]
+    by_log, pid_log, denied = _writers(host, args.logs)
+    identify(procs, pid_log, _pid_files(host, args.pid_files), _port_pids(host, args.ports))
     shown: list[Proc] = []
-    for p in parsed.procs:
-        if p.pid in own:
-            continue
+    for p in procs:
         if p.pid in gpu_mib:
             p.on_gpu, p.gpu_mib = True, gpu_mib[p.pid]
         hit = match is not None and (match.search(p.command) or args.pattern == str(p.pid))
@@ -226,21 +405,27 @@ def run(host: Host, args: Args) -> Result:
         host=host.name,
         header=parsed.header,
         processes=shown,
-        total=len(parsed.procs) - len(own),
+        total=len(procs),
         servers=[p.pid for p in shown if p.server],
+        mains=[p.pid for p in shown if p.server and p.role in ("main", "launcher")],
         zombies=[p.pid for p in shown if p.zombie],
         d_state=[p.pid for p in shown if p.d_state],
         gpu_pids_missing=sorted(p for p in gpu_mib if p not in present),
+        log_writers=by_log,
+        fd_unreadable=denied,
     )
 
 
 SPEC = ToolSpec(
     name="processes",
     description=(
-        "The host's processes (ps) with inference servers (sglang, vllm, trtllm, triton, "
-        "torchrun, ray, python -m ...), zombies and D-state processes marked, and each pid "
-        "holding GPU memory linked to its command line. pattern= narrows to matching commands "
-        "or one pid. Use it to see whether a server is alive or a stale one holds the GPU."
+        "The host's processes (ps) with inference servers marked by the engine registry "
+        "(entry points such as `python -m sglang.launch_server`, `vllm serve`, `trtllm-serve`; "
+        "worker titles such as sglang::scheduler_TP0, VLLM::EngineCore) and their children; "
+        "logs= ties the log under investigation to the process writing it. Zombies and D-state "
+        "processes are marked, and each pid holding GPU memory is linked to its command line. "
+        "pattern= narrows to matching commands or one pid. Use it to see whether a server is "
+        "alive, which ranks are, or whether a stale process holds the GPU."
     ),
     args=Args,
     result=Result,

@@ -44,15 +44,17 @@ def test_ps_eo_real_device_capture() -> None:
     by_pid = {x.pid: x for x in p.procs}
     assert by_pid[702].ppid == 609 and by_pid[702].rss_kb == 632540
     assert by_pid[702].command.startswith("python3 -c import torch")
-    assert by_pid[701].server == "python-module"  # python3 -m http.server
+    assert by_pid[701].server is None  # python3 -m http.server is nobody's inference server
     assert by_pid[702].elapsed_s == 4
 
 
 def test_marks_servers_zombies_dstate() -> None:
     p = {x.pid: x for x in parse_ps(SYNTH_PS).procs}
     assert p[2001].server == "sglang" and p[2003].server == "vllm"
-    assert p[2004].server == "torchrun" and p[2005].server == "ray"
-    assert p[2006].server == "triton" and p[2007].server == "trtllm"
+    assert p[2004].server == "torch" and p[2004].role == "launcher"
+    assert p[2005].server == "vllm" and p[2005].role == "worker"  # vLLM's Ray worker
+    assert p[2006].server == "trtllm" and p[2007].server == "trtllm"
+    assert p[2001].role == "main" and p[2001].ppid is None  # ps aux: no tree
     assert p[2002].zombie and not p[2001].zombie
     assert p[2003].d_state
     assert server_kind("/usr/bin/python3 -m pytest -q") is None
@@ -106,7 +108,7 @@ def test_replay_without_ps_is_clear_error(replay_host_factory) -> None:  # type:
     assert not r.ok and "replay:t" in (r.error or "") and r.fix
 
 
-def test_local_finds_a_real_python_module_server(
+def test_local_python_module_is_not_a_server_but_its_log_writer_is(
     fake_gpu_path: Path, local_host: LocalHost, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("PIVOT_FAKE_GPU_STATE", "busy")
@@ -119,7 +121,8 @@ def test_local_finds_a_real_python_module_server(
         time.sleep(0.2)
         r = SPEC.call(local_host, {"pattern": "http.server"})
         mine = [p for p in r.processes if p.pid == proc.pid]
-        assert mine and mine[0].server == "python-module" and mine[0].ppid is not None
+        assert mine and mine[0].server is None and mine[0].ppid is not None
+        assert proc.pid not in r.servers
         # the fake GPU says pid 471 holds memory; no such process here
         assert 471 in r.gpu_pids_missing or any(p.pid == 471 for p in r.processes)
     finally:
