@@ -117,8 +117,9 @@ class LLMBrain:
         self._tokens = 0
         #: which tool_choice this endpoint takes for a forced call: None until one answered;
         #: "auto" once it refused "required" (llama-cpp-python's server answers 500), so later
-        #: turns do not retry the failing mode
-        self.choice_mode: str | None = None
+        #: turns (and later brains in this process, e.g. the next card) skip the failing mode
+        self._endpoint = f"{settings.llm_base_url}|{self.model}"
+        self.choice_mode: str | None = _CHOICE_MODE.get(self._endpoint)
         #: how each model turn was answered: live, hash, sequence (replay), missing
         self.turns: Counter[str] = Counter()
         self._seq: str = "session"
@@ -201,7 +202,7 @@ class LLMBrain:
                     continue  # this server does not take tool_choice="required"
                 raise
             if choice == "required":
-                self.choice_mode = mode
+                self.choice_mode = _CHOICE_MODE[self._endpoint] = mode
             return dict(resp.model_dump(mode="json"))
         raise AssertionError("unreachable")  # pragma: no cover
 
@@ -218,6 +219,8 @@ class LLMBrain:
             "changes": ctx.changes_possible,
             "rejections": state.get("rejections", [])[-5:],
             "budget": {k: round(v, 1) for k, v in ctx.budget_left.items()},
+            "decided": state.get("changes", [])[-5:],
+            "concluded": (state.get("report") or {}).get("root_cause"),
         }
         # Everything but the observations is fixed; the observations get what is left of one
         # decision's token budget (tools' schemas count: they are sent every turn).
@@ -376,6 +379,10 @@ def _turn_key(model: str, messages: list[dict[str, Any]], tools: Any, choice: st
 
 def _content(data: dict[str, Any]) -> str:
     return str((((data.get("choices") or [{}])[0]).get("message") or {}).get("content") or "")
+
+
+#: endpoint -> the tool_choice that worked there for a forced call
+_CHOICE_MODE: dict[str, str] = {}
 
 
 # -- turn keys, sequence keys and the replay tally -------------------------------------------------

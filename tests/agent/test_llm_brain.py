@@ -22,6 +22,7 @@ from tools.registry import TOOLS
 from tools.replay_host import ReplayHost
 
 SEED = "seed-sglang-fewchan-kv-oom"
+SITECUSTOMIZE = "/usr/lib/python3.12/sitecustomize.py"
 
 
 def _llm_settings(tmp_settings: Settings, url: str) -> Settings:
@@ -315,3 +316,25 @@ def test_an_investigation_survives_a_crashing_tool(settings: Settings, monkeypat
     failed = [o for o in obs if o["tool"] == "dmesg"]
     assert failed and not failed[0]["ok"]
     assert "RuntimeError: parser bug" in failed[0]["lines"][0]
+
+
+def test_asked_again_after_a_denied_fix_the_model_is_told_why(settings: Settings) -> None:
+    """A conclusion offers the known-good config back behind approval; when that is denied the
+    graph asks again, and the prompt says what was concluded and what the operator decided."""
+    prompts: list[str] = []
+
+    def script(body: dict[str, Any]) -> dict[str, Any]:
+        prompts.append(body["messages"][1]["content"])
+        if len(prompts) == 1:  # the known-good copy: what makes the revert possible
+            return tool_call("config_read", {"path": f"{SITECUSTOMIZE}.known-good"})
+        return _conclude_from_board(body)
+
+    card = load_card(card_path(SEED))
+    with serve(script) as (url, _):
+        r = investigate(
+            ReplayHost(card), card.symptom, brain="llm", settings=_llm_settings(settings, url)
+        )
+    assert r.status == "concluded" and len(prompts) >= 3
+    assert not any("You already concluded" in p for p in prompts[:2])
+    assert "You already concluded `kv_cache_no_room`" in prompts[2]
+    assert f"- config_apply on {SITECUSTOMIZE}: denied" in prompts[2]
