@@ -154,6 +154,8 @@ def options(
         need = c["needs"]
         if need == "primary_log":
             args = {"path": log_path} if log_path else None
+            if args:
+                args.update(c.get("args") or {})  # e.g. the liveness window of log_growth
             if args and c.get("pattern"):
                 args["pattern"] = c["pattern"]
         elif need == "big_log":

@@ -116,6 +116,7 @@ class Facts(BaseModel):
     ports_obs: str | None = None
     log_growth: dict[str, bool] = Field(default_factory=dict)  # path -> grew between reads
     log_growth_obs: dict[str, str] = Field(default_factory=dict)
+    log_watch: dict[str, bool] = Field(default_factory=dict)  # path -> grew within the window
 
     @property
     def server_alive(self) -> bool | None:
@@ -194,12 +195,15 @@ def derive(observations: list[Observation]) -> Facts:
             size = int(d.get("size") or 0)
             text = [ln for ln in o["lines"] if ln and not ln.startswith("# ")]
             log_reads.setdefault(path, []).append((o["id"], size, text))
+            if d.get("grew") is not None:  # a watched read: the window itself says
+                f.log_watch[path] = bool(d["grew"])
     _ranks(f, [ln for reads in log_reads.values() for ln in reads[-1][2]])
     _tenancy(f)
     for path, reads in log_reads.items():
         if len(reads) >= 2:
             (_, s0, t0), (oid, s1, t1) = reads[-2], reads[-1]
-            changed = s1 > s0 or (t1[-1:] != t0[-1:])
+            # grown since the earlier read, or within the watched window: either is progress
+            changed = f.log_watch.get(path, False) or s1 > s0 or (t1[-1:] != t0[-1:])
             f.log_growth[path] = changed and advancing(t0, t1)
             f.log_growth_obs[path] = oid
     return f

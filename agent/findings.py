@@ -21,6 +21,7 @@ from agent.rules import (
     stale_gpu_possible,
     stale_rules,
 )
+from agent.rules_structure import structure_rules
 from agent.state import Finding, Observation
 
 __all__ = ["compute", "signature_hits"]
@@ -85,4 +86,5 @@ def compute(observations: list[Observation]) -> tuple[list[Finding], Facts]:
     stale_rules(facts, observations, hits, add)
     liveness_rules(facts, observations, hits, add)
     host_rules(facts, hits, add, observations)
+    structure_rules(facts, observations, hits, add)
     return findings, facts

@@ -23,6 +23,11 @@ _UNFILTERED = ("kernel", "nccl")
 _FILTERED = ("cuda", "exit_signal", "error_level", "exception")
 
 
+class LabelHint(BaseModel):
+    label: str
+    pattern: str
+
+
 class _Structure(BaseModel):
     exception: list[str]
     exception_after_traceback: list[str]
@@ -34,6 +39,7 @@ class _Structure(BaseModel):
     not_fatal: list[str]
     traceback_start: str
     external_end: list[str]
+    label_hints: list[LabelHint] = []
 
 
 def _any(patterns: list[str]) -> re.Pattern[str]:
@@ -105,6 +111,24 @@ def kind_in_context(lines: list[str], index: int) -> str | None:
     if kind is not None and in_tb and rx["exception_after_traceback"].search(lines[index]):
         return "traceback"  # the last line of a traceback: that component died of it
     return kind
+
+
+@lru_cache(maxsize=1)
+def _hints() -> tuple[tuple[str, re.Pattern[str]], ...]:
+    raw = yaml.safe_load(
+        (Path(__file__).parent / "knowledge" / "structure.yaml").read_text(encoding="utf-8")
+    )
+    return tuple(
+        (h.label, re.compile(h.pattern)) for h in _Structure.model_validate(raw).label_hints
+    )
+
+
+def label_hint(line: str) -> str | None:
+    """The label a fatal line no signature knows points at, by its words, or None."""
+    for label, rx in _hints():
+        if rx.search(line):
+            return label
+    return None
 
 
 def external_end(line: str) -> bool:

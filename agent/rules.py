@@ -108,6 +108,8 @@ def search_rules(observations: list[Observation], hits, add) -> None:  # type: i
             continue
         if "memory" not in str(o["args"].get("pattern", "")).lower():
             continue
+        if o["data"].get("whole_since_launch") is False:
+            continue  # part of the log since the launch was not read: absence refutes nothing
         if int(o["data"].get("total_matches") or 0) == 0 and o["lines"]:
             for label in sorted(OOM_LABELS):
                 add(
