@@ -78,7 +78,9 @@ def test_replay_card_sections(replay_host_factory) -> None:  # type: ignore[no-u
     by = {s.name: s for s in r.sections}
     assert r.driver_version == "580.159.04"
     assert r.ecc is not None and r.ecc.aggregate_uncorrectable == 4
-    assert by["docker"].available is False and by["docker"].lines == []
+    # docker was not recorded in this card: unknown, not "docker is not installed"
+    assert not by["docker"].ok and by["docker"].lines == []
+    assert "not recorded" in by["docker"].note
     assert (
         "1m43s       Normal    Killing     pod/x      Container vllm failed startup probe, will be restarted"
         in by["kubectl"].lines
