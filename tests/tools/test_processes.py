@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 from tests.cardkit import minimal_card as _card
+from tools import engines
 from tools.local_host import LocalHost
-from tools.processes import SPEC, parse_ps, server_kind
+from tools.processes import SPEC, Result, identify, parse_ps, server_kind
 
 FIX = Path(__file__).resolve().parent.parent / "fixtures"
 
@@ -128,3 +129,141 @@ def test_local_python_module_is_not_a_server_but_its_log_writer_is(
     finally:
         proc.kill()
         proc.wait()
+
+
+@pytest.mark.parametrize(
+    ("command", "engine", "role"),
+    [
+        ("python3 -m sglang.launch_server --model-path /m --port 30000", "sglang", "main"),
+        ("sglang::scheduler_DP0_TP3_EP3", "sglang", "worker"),
+        ("sglang::detokenizer", "sglang", "worker"),
+        ("/usr/bin/tini -- vllm serve /m --port 8000", "vllm", "main"),
+        ("python -m vllm.entrypoints.openai.api_server --model m", "vllm", "main"),
+        ("VLLM::EngineCore", "vllm", "worker"),
+        ("ray::RayWorkerWrapper", "vllm", "worker"),
+        (
+            "/bin/sh -c python3 -m vllm.entrypoints.openai.api_server --port 8080",
+            "vllm",
+            "launcher",
+        ),
+        ("numactl --cpunodebind=0 python -m sglang.launch_server --port 1", "sglang", "main"),
+        ("env CUDA_VISIBLE_DEVICES=0 vllm serve m", "vllm", "main"),
+        ("/usr/bin/python3 /usr/local/bin/trtllm-serve /engines/x", "trtllm", "main"),
+        ("tritonserver --model-repository=/m", "trtllm", "main"),
+        (
+            "/usr/bin/python /usr/local/bin/torchrun --nproc_per_node 2 serve.py",
+            "torch",
+            "launcher",
+        ),
+        ("text-generation-launcher --model-id x", "tgi", "main"),
+        ("/usr/local/bin/ollama serve", "ollama", "main"),
+        ("llama-server -m /m.gguf --port 8080", "llama.cpp", "main"),
+        ("python3 -m myserve.launch --model /models/llama-8b --port 30000", "custom", "main"),
+        ("python3 serve_llama33.py", "custom", "main"),
+        # mentions are not servers; nor are pivot, compilers, editors, shells, tooling
+        ("bash -c sleep 600 # vllm", None, None),
+        ("python3 -m http.server 8000", None, None),
+        ("python3 -m mytool.report --input vllm.log", None, None),
+        ("/usr/lib/gcc/x86_64-linux-gnu/12/cc1plus -quiet sglang/srt/x.cpp", None, None),
+        ("g++ -c vllm/csrc/attention.cu -o x.o", None, None),
+        ("ninja -C build sglang_kernels", None, None),
+        ("python -m agent.cli investigate --log /l 'vllm serve died'", None, None),
+        ("/opt/venv/bin/python /opt/venv/bin/pivot investigate --host h", None, None),
+        ("vim vllm.yaml", None, None),
+        ("tail -f /logs/sglang.launch_server.log", None, None),
+        ("/usr/bin/python3 -m pytest -q tests/vllm", None, None),
+        ("pip install vllm", None, None),
+        ("sshd: root@pts/0", None, None),
+    ],
+)
+def test_registry_classifies_command_lines(
+    command: str, engine: str | None, role: str | None
+) -> None:
+    m = engines.classify(command)
+    assert (m.engine, m.role) == (engine, role)
+    assert server_kind(command) == engine
+
+
+def test_registry_loads_every_engine_with_its_patterns() -> None:
+    reg = engines.registry()
+    for name in ("sglang", "vllm", "trtllm", "torch", "tgi", "lmdeploy", "ollama", "llama.cpp"):
+        assert name in reg.engines
+    assert reg.engines["sglang"].config_prefixes == ["SGLANG_", "SGL_"]
+    assert engines.log_ranks(["[2025 TP0] Load weight begin", "[2025 TP1] x"], "sglang") == {0, 1}
+    assert engines.log_ranks(["[rank1]: NCCL error"], "torch") == {1}
+
+
+EO_TREE = """\
+    PID    PPID USER     STAT  ELAPSED %CPU   RSS COMMAND
+      1       0 root     Ss       9000  0.0  1000 /sbin/init
+    100       1 alice    Sl        300 50.0  9000 python3 run_model.py --port 30000
+    101     100 alice    Rl        299 99.0  9000 python3 -c from multiprocessing.spawn import spawn_main
+    102     100 alice    S         100  0.0  2000 /usr/bin/ninja -v
+    200       1 bob      Sl       5000 80.0  9000 python3 -m vllm.entrypoints.openai.api_server --model m
+    201     200 bob      Rl       5000 99.0  9000 VLLM::EngineCore
+    300       1 alice    Sl      90000  0.0  9000 sglang::scheduler_TP0
+    400       1 carol    Sl        100  0.0  1000 python3 -m http.server 8000
+"""
+
+
+def test_log_writer_and_its_children_are_the_server_other_launches_are_not() -> None:
+    procs = parse_ps(EO_TREE).procs
+    identify(procs, writers={100: "/logs/run.log"})
+    by = {p.pid: p for p in procs}
+    assert by[100].server == "unknown" and by[100].role == "main" and "writes" in by[100].why
+    assert by[101].server == "unknown" and by[101].role == "worker" and by[101].launch == 100
+    assert by[102].server is None  # the JIT's ninja is not a rank
+    assert by[200].ours is False and by[201].ours is False and by[201].launch == 200
+    assert by[300].ours is False and by[400].server is None
+    assert by[100].ours is True and by[101].ours is True
+
+
+def _ps_obs(text: str, **identify_kw) -> dict:  # type: ignore[no-untyped-def]
+    procs = parse_ps(text).procs
+    identify(procs, **identify_kw)
+    res = Result(host="h", header="PID", processes=procs, total=len(procs))
+    return {
+        "id": "o1",
+        "tool": "processes",
+        "args": {},
+        "ok": True,
+        "lines": res.lines(),
+        "data": res.model_dump(),
+        "round": 0,
+    }
+
+
+def _gpu_obs(pids: list[int]) -> dict:  # type: ignore[type-arg]
+    data = {
+        "gpus": [{"index": 0, "memory_used_mib": 60000, "memory_total_mib": 81559}],
+        "processes": [{"pid": p, "used_mib": 20000, "name": "python3"} for p in pids],
+    }
+    return {
+        "id": "o2",
+        "tool": "gpu_status",
+        "args": {},
+        "ok": True,
+        "lines": [],
+        "data": data,
+        "round": 0,
+    }
+
+
+def test_facts_server_ranks_co_tenant_and_leftover() -> None:
+    from agent.facts import derive
+
+    f = derive([_ps_obs(EO_TREE, writers={100: "/logs/run.log"}), _gpu_obs([101, 201, 300])])
+    assert f.server_alive and sorted(f.server_pids) == [100, 101]
+    assert f.server_main_pids == [100] and f.server_user == "alice"
+    assert sorted(f.other_launch_pids) == [200, 201, 300]
+    assert 201 in f.co_tenant_pids and "bob" in f.co_tenant_pids[201]  # another user's job
+    assert 300 in f.leftover_pids  # an orphaned scheduler of an earlier launch (ppid 1)
+    assert 400 not in f.co_tenant_pids and 400 not in f.leftover_pids  # holds no GPU
+
+
+def test_facts_from_a_card_ps_aux_without_tree() -> None:
+    from agent.facts import derive
+
+    f = derive([_ps_obs(SYNTH_PS)])
+    assert sorted(f.server_pids) == [2001, 2003, 2004, 2005, 2006, 2007]
+    assert f.server_engine == "sglang" and 2005 in f.server_worker_pids
