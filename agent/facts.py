@@ -189,7 +189,9 @@ def derive(observations: list[Observation]) -> Facts:
             for lst in _get(d, "listeners", default=[]) or []:
                 port = lst.get("port")
                 if isinstance(port, int):
-                    f.listeners[port] = _find_line(o["lines"], f":{port}") or str(port)
+                    line = _find_line(o["lines"], f":{port}")
+                    if line:  # only a line the tool printed can be cited
+                        f.listeners[port] = line
         elif o["tool"] == "log_tail":
             path = str(o["args"].get("path") or d.get("path"))
             size = int(d.get("size") or 0)

@@ -63,7 +63,7 @@ def sweep(state: State, runtime: Runtime[RunContext]) -> dict[str, Any]:
         },
     )
     wave1: list[tuple[str, dict[str, Any]]] = [
-        (t, {})
+        (t, {"logs": list(ctx.extra_logs)} if t == "processes" and ctx.extra_logs else {})
         for t in ("gpu_status", "processes", "dmesg", "disk", "ports", "host_facts")
         if t in TOOLS
     ]
@@ -96,6 +96,9 @@ def sweep(state: State, runtime: Runtime[RunContext]) -> dict[str, Any]:
         )
     )
     wave2 = [("log_tail", {"path": p}) for p in logs[:MAX_LOGS]]
+    if logs and not ctx.extra_logs and "processes" in TOOLS:
+        # now that the logs are known, tie each to the process writing it (/proc/PID/fd)
+        wave2.append(("processes", {"logs": logs[:MAX_LOGS]}))
     if not logs and "service_logs" in TOOLS:
         wave2.append(("service_logs", {}))  # no log file: the server may log to docker/k8s/journald
     done: list[str] = []

@@ -64,7 +64,10 @@ def structure_rules(facts: Facts, observations: list[Observation], hits, add) ->
         line,
         "the process printed a fatal error of its own: it was not silently stopped",
     )
-    if any(m.label and m.strength in ("fatal", "strong") for _, m in hits):
+    if any(
+        m.label and m.strength in ("fatal", "strong") and not m.signature.startswith("phase-")
+        for _, m in hits
+    ):
         return  # a signature names the failure more precisely than a line's words can
     for o, _, ln, _ in ([final[-1]] if final else []) + own[:3]:
         label = proof.label_hint(ln)

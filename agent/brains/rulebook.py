@@ -115,7 +115,7 @@ class RulebookBrain:
 
     def _conclude(self, state: State, top, confidence: float) -> Action:  # type: ignore[no-untyped-def]
         board = state.get("hypotheses", {})
-        evidence = _diverse(top["evidence"])
+        evidence = _diverse(_quotable(state, top["evidence"]))
         ruled_out = [h["label"] for h in board.values() if h["status"] == "refuted"]
         return Action(
             kind="conclude",
@@ -210,6 +210,20 @@ def _diverse(evidence: list[dict[str, str]], most: int = 5) -> list[dict[str, st
                 if all(e["line"] != x["line"] for x in out):
                     out.append({"observation": e["observation"], "line": e["line"]})
     return out
+
+
+def _quotable(state: State, evidence: list[dict[str, str]]) -> list[dict[str, str]]:
+    """Only findings whose line is a verbatim quote of their observation (the proof gate's
+    citation rule); a finding built from a tool's summary is reasoning, not a quote."""
+    from agent.proof import quote_problem
+
+    by_id = {o["id"]: o for o in state.get("observations", [])}
+    return [
+        e
+        for e in evidence
+        if e["observation"] in by_id
+        and quote_problem(e["line"], by_id[e["observation"]]["lines"]) is None
+    ] or evidence
 
 
 def _rejected_labels(state: State) -> list[str]:
