@@ -37,6 +37,7 @@ class GpuFact(BaseModel):
     index: int | None = None
     used_mib: float | None = None
     total_mib: float | None = None
+    util_pct: float | None = None
     line: str = ""
 
 
@@ -96,6 +97,9 @@ class Facts(BaseModel):
         default_factory=dict,
         description="pid -> why: another user's or another launch's live, running job holding "
         "the GPU or running an engine; never advise killing it",
+    )
+    building_pids: dict[int, str] = Field(
+        default_factory=dict, description="pid -> ps line of a compiler the server is running"
     )
     leftover_pids: dict[int, str] = Field(
         default_factory=dict,
@@ -254,7 +258,16 @@ def _gpu(f: Facts, o: Observation) -> None:
             if idx is not None and re.match(rf"\s*\|?\s*{idx}\b", ln) and "MiB" in ln:
                 line = ln
                 break
-        f.gpus.append(GpuFact(index=idx, used_mib=used, total_mib=total, line=line))
+        util = _get(g, "utilization_pct", "util_pct")
+        f.gpus.append(
+            GpuFact(
+                index=idx,
+                used_mib=used,
+                total_mib=total,
+                util_pct=float(util) if isinstance(util, int | float) else None,
+                line=line,
+            )
+        )
     for p in _get(d, "processes", "apps", default=[]) or []:
         pid = p.get("pid")
         line = _find_line(o["lines"], str(pid)) if isinstance(pid, int) else ""
@@ -280,6 +293,7 @@ def _ps(f: Facts, o: Observation) -> None:
     )
     f.procs, f.server_pids, f.server_main_pids, f.server_worker_pids = {}, [], [], []
     f.server_defunct_pids, f.other_launch_pids = [], []
+    f.building_pids = {}
     f.log_writers = {k: list(v) for k, v in (_get(d, "log_writers", default={}) or {}).items()}
     f._ps_recs = {}
     for r in recs:
@@ -289,6 +303,8 @@ def _ps(f: Facts, o: Observation) -> None:
         cmd = str(_get(r, "command", "args", "cmd", default=""))
         line = _find_line(o["lines"], f" {pid} ", cmd[:40]) or _find_line(o["lines"], cmd[:60])
         f.procs[pid] = line or cmd
+        if r.get("building"):
+            f.building_pids[pid] = f.procs[pid]
         stat = str(r.get("stat", ""))
         zombie = stat.startswith("Z") or "<defunct>" in cmd
         # the processes tool classifies servers from the engine registry; a record without that

@@ -6,6 +6,7 @@ Both brains read the same findings; neither may invent evidence outside them.
 
 from __future__ import annotations
 
+from agent import proof
 from agent.evidence import signature_hits
 from agent.facts import Facts, derive
 from agent.rules import (
@@ -21,6 +22,7 @@ from agent.rules import (
     stale_gpu_possible,
     stale_rules,
 )
+from agent.rules_hang import hang_rules
 from agent.rules_structure import structure_rules
 from agent.state import Finding, Observation
 
@@ -74,6 +76,8 @@ def compute(observations: list[Observation]) -> tuple[list[Finding], Facts]:
                             "gpu_oom_weights": "the OOM came while weights were still loading",
                         }.get(label, "the OOM came while the KV-cache pool was being sized"),
                     )
+        if proof.is_wrapper(m.line):
+            w = min(w, WEIGHT["weak"])  # "see root cause above": the cause is another line
         if label == "stale_gpu_process" and not stale_possible:
             w = min(w, WEIGHT["weak"])  # torch names "Process N" even when N is the server itself
         if m.strength == "strong":
@@ -87,4 +91,5 @@ def compute(observations: list[Observation]) -> tuple[list[Finding], Facts]:
     liveness_rules(facts, observations, hits, add)
     host_rules(facts, hits, add, observations)
     structure_rules(facts, observations, hits, add)
+    hang_rules(facts, observations, hits, add)
     return findings, facts

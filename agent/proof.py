@@ -39,6 +39,7 @@ class _Structure(BaseModel):
     not_fatal: list[str]
     traceback_start: str
     external_end: list[str]
+    wrapper: list[str] = []
     label_hints: list[LabelHint] = []
 
 
@@ -65,6 +66,7 @@ def _rx() -> dict[str, re.Pattern[str]]:
         "not_fatal": _any(s.not_fatal),
         "traceback_start": re.compile(s.traceback_start),
         "external_end": _any(s.external_end),
+        "wrapper": _any(s.wrapper or ["(?!x)x"]),
     }
 
 
@@ -129,6 +131,11 @@ def label_hint(line: str) -> str | None:
         if rx.search(line):
             return label
     return None
+
+
+def is_wrapper(line: str) -> bool:
+    """A line reporting that another part failed: it proves the end, never the cause."""
+    return bool(_rx()["wrapper"].search(line))
 
 
 def external_end(line: str) -> bool:

@@ -312,12 +312,17 @@ def liveness_rules(facts: Facts, observations: list[Observation], hits, add) -> 
                 facts.procs.get(pid, ""),
                 f"server pid {pid} is alive: nothing killed it",
             )
-        if stalled and not growing:
+        if stalled and not growing and not facts.building_pids:
             obs_id = facts.log_growth_obs[stalled[0]]
             o = next(o for o in observations if o["id"] == obs_id)
             line = next((ln for ln in reversed(text_lines(o)) if ln.strip()), "")
             # alive, silent, and an error on record: hung on that error, not loading
-            blocked = any(m.strength in ("fatal", "strong") and m.label for _, m in hits)
+            blocked = any(
+                m.strength in ("fatal", "strong")
+                and m.label
+                and not m.signature.startswith(PHASE_PREFIX)
+                for _, m in hits
+            )
             add(
                 "still_starting",
                 "fact",

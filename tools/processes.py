@@ -91,6 +91,11 @@ class Proc(BaseModel):
         None, description="main: the entry point; launcher: starts ranks; worker: rank/scheduler"
     )
     rank: int | None = Field(None, description="the rank its title names (TP1, ...)")
+    building: bool = Field(
+        False,
+        description="a compiler/JIT builder (nvcc, ptxas, ninja, cc1plus) the server runs: "
+        "work in progress, not a hang (any running compiler when ps shows no tree)",
+    )
     why: str = Field("", description="how it was identified as the server")
     launch: int | None = Field(
         None, description="the top server process of its process tree (its launch)"
@@ -261,6 +266,30 @@ def parse_listeners(text: str) -> dict[int, set[int]]:
     return out
 
 
+_COMPILER = re.compile(r"(?:^|/)(?:nvcc|cicc|ptxas|cc1plus|cc1|ninja|g\+\+|gcc|c\+\+|ld)(?:\s|$)")
+
+
+def _mark_builders(procs: list[Proc]) -> None:
+    """Compilers under a server process (or anywhere, beside a server, when ps has no tree)."""
+    by_pid = {p.pid: p for p in procs}
+    servers = {p.pid for p in procs if p.server}
+    if not servers:
+        return
+    for p in procs:
+        if not _COMPILER.search(p.command.split()[0] if p.command.split() else ""):
+            continue
+        if p.ppid is None:
+            p.building = True
+            continue
+        seen, up = set(), p.ppid
+        while up is not None and up not in seen and up in by_pid:
+            if up in servers:
+                p.building = True
+                break
+            seen.add(up)
+            up = by_pid[up].ppid
+
+
 def _never(p: Proc) -> bool:
     return engines.classify(p.command).never
 
@@ -393,12 +422,13 @@ def run(host: Host, args: Args) -> Result:
     procs = [p for p in parsed.procs if p.pid not in own]
     by_log, pid_log, denied = _writers(host, args.logs)
     identify(procs, pid_log, _pid_files(host, args.pid_files), _port_pids(host, args.ports))
+    _mark_builders(procs)
     shown: list[Proc] = []
     for p in procs:
         if p.pid in gpu_mib:
             p.on_gpu, p.gpu_mib = True, gpu_mib[p.pid]
         hit = match is not None and (match.search(p.command) or args.pattern == str(p.pid))
-        if hit or p.server or p.zombie or p.d_state or p.pid in gpu_mib:
+        if hit or p.server or p.building or p.zombie or p.d_state or p.pid in gpu_mib:
             shown.append(p)
     present = {p.pid for p in parsed.procs}
     return Result(

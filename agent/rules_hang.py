@@ -1,0 +1,110 @@
+"""Hangs: a live server whose log stopped is either busy (compiling, a slow phase) or stuck.
+
+An engineer tells them apart with three reads: is anything still working (a compiler child, a
+log that moves), are the GPUs pinned while nothing is printed (NCCL kernels spin at 100% while
+they wait for a peer), and where the Python stacks sit (py-spy). A stall whose stacks wait in a
+collective proves a stuck collective; pinned GPUs with a silent log only point at one.
+"""
+
+from __future__ import annotations
+
+from agent.facts import Facts
+from agent.state import Observation
+
+PINNED_PCT, IDLE_PCT = 90.0, 5.0
+BUSY_MIB = 1024.0
+#: Weights of the hang findings (see docs/signatures.md for how they meet the thresholds).
+STACKS_IN_COLLECTIVE = 4.0
+PINNED_SILENT = 2.0
+COMPILING = 3.0
+
+
+def silent(facts: Facts) -> bool:
+    """The server runs and its log did not advance over the read window."""
+    return (
+        bool(facts.server_alive) and bool(facts.log_growth) and not any(facts.log_growth.values())
+    )
+
+
+def compiler_child(facts: Facts) -> tuple[int, str] | None:
+    """A compiler the server runs (the processes tool marks it `building`)."""
+    return next(iter(facts.building_pids.items()), None)
+
+
+def pinned_gpus(facts: Facts) -> tuple[list, list]:
+    """(pinned, idle) GPUs among those holding memory: a collective waits with its GPU pinned
+    while a peer that never arrived (or already died) sits idle."""
+    busy = [g for g in facts.gpus if (g.used_mib or 0) >= BUSY_MIB and g.util_pct is not None]
+    return (
+        [g for g in busy if (g.util_pct or 0) >= PINNED_PCT],
+        [g for g in busy if (g.util_pct or 0) <= IDLE_PCT],
+    )
+
+
+def hang_rules(facts: Facts, observations: list[Observation], hits, add) -> None:  # type: ignore[no-untyped-def]
+    stacks = [o for o in observations if o["tool"] == "py_stacks" and o["ok"]]
+    for o in stacks[-1:]:
+        d = o["data"]
+        frame = d.get("collective_frame") or ""
+        if d.get("waiting_in") == "collective" and frame:
+            add(
+                "nccl_failure",
+                "fact",
+                STACKS_IN_COLLECTIVE,
+                o["id"],
+                frame,
+                "the server's Python stacks wait inside a collective: a stuck all_reduce/barrier/init",
+            )
+            add(
+                "still_starting",
+                "fact",
+                -3.0,
+                o["id"],
+                frame,
+                "the stacks wait for a peer, not on loading or compiling",
+            )
+        elif d.get("waiting_in") in ("compile", "load") and frame:
+            add(
+                "still_starting",
+                "fact",
+                2.0,
+                o["id"],
+                frame,
+                f"the stacks are {d['waiting_in']}ing: still working",
+            )
+    if not silent(facts):
+        return
+    if any(
+        m.strength == "fatal" and m.label and not m.signature.startswith("phase-") for _, m in hits
+    ):
+        return  # the launch printed why it ended: a crash, not a hang
+    comp = compiler_child(facts)
+    if comp is not None:
+        pid, line = comp
+        add(
+            "still_starting",
+            "fact",
+            COMPILING,
+            facts.ps_obs or "",
+            line,
+            f"pid {pid} is a compiler the launch is running: it is building kernels, not hung",
+        )
+        return
+    pinned, idle = pinned_gpus(facts)
+    if pinned and facts.gpu_obs:
+        g = pinned[0]
+        note = (
+            f"GPU {g.index} is pinned at {g.util_pct:.0f}% while a peer sits idle and the log is "
+            "silent: one rank waits in a collective for another"
+            if idle
+            else f"GPU {g.index} is pinned at {g.util_pct:.0f}% while the log is silent: a spin-wait "
+            "(an NCCL collective waiting for a peer) rather than progress"
+        )
+        add(
+            "nccl_failure",
+            "fact",
+            PINNED_SILENT + (0.5 if idle else 0.0),
+            facts.gpu_obs,
+            g.line,
+            note,
+        )
