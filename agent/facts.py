@@ -98,6 +98,10 @@ class Facts(BaseModel):
         description="pid -> why: another user's or another launch's live, running job holding "
         "the GPU or running an engine; never advise killing it",
     )
+    busy_unknown_pids: dict[int, str] = Field(
+        default_factory=dict,
+        description="pid -> ps line: runs hard, matches no engine; may be the workload",
+    )
     building_pids: dict[int, str] = Field(
         default_factory=dict, description="pid -> ps line of a compiler the server is running"
     )
@@ -126,7 +130,10 @@ class Facts(BaseModel):
     def server_alive(self) -> bool | None:
         if not self.ps_available:
             return None
-        return bool(self.server_pids)
+        if self.server_pids:
+            return True
+        # a busy process no engine pattern knows may be the workload: gone is not proven
+        return None if self.busy_unknown_pids else False
 
     @property
     def gpu_clean(self) -> bool | None:
@@ -205,6 +212,7 @@ def derive(observations: list[Observation]) -> Facts:
                 f.log_watch[path] = bool(d["grew"])
     _ranks(f, [ln for reads in log_reads.values() for ln in reads[-1][2]])
     _tenancy(f)
+    _keep_plausible_workloads(f, log_reads)
     for path, reads in log_reads.items():
         if len(reads) >= 2:
             (_, s0, t0), (oid, s1, t1) = reads[-2], reads[-1]
@@ -213,6 +221,36 @@ def derive(observations: list[Observation]) -> Facts:
             f.log_growth[path] = changed and advancing(t0, t1)
             f.log_growth_obs[path] = oid
     return f
+
+
+_LAUNCHER = re.compile(
+    r"(?i)(?:^|/|\s)(?:python[\d.]*|mpirun|mpiexec|srun|torchrun|deepspeed|accelerate|\S*_perf|\S*nccl\S*)(?:\s|$)"
+)
+_HOME = re.compile(r"^/home/([^/]+)/")
+
+
+def _keep_plausible_workloads(
+    f: Facts, log_reads: dict[str, list[tuple[str, int, list[str]]]]
+) -> None:
+    """A busy process no engine pattern knows counts as a possible workload only when it is a
+    Python/MPI/launcher process tied to the log under investigation: its program or script is
+    named in the log, or the log lives in its user's home. Unrelated jobs on a busy box never
+    make a dead server look alive."""
+    if not f.busy_unknown_pids:
+        return
+    text = "\n".join(ln for reads in log_reads.values() for _, _, t in reads for ln in t[:400])
+    homes = {m.group(1) for p in log_reads if (m := _HOME.match(p))}
+    keep: dict[int, str] = {}
+    for pid, line in f.busy_unknown_pids.items():
+        rec = f._ps_recs.get(pid, {})
+        cmd = str(rec.get("command") or line)
+        user = str(rec.get("user") or "")
+        if not _LAUNCHER.search(cmd):
+            continue
+        words = {w.rsplit("/", 1)[-1] for w in cmd.split()[:3] if len(w.rsplit("/", 1)[-1]) >= 5}
+        if user in homes or any(w in text for w in words if not w.startswith("python")):
+            keep[pid] = line
+    f.busy_unknown_pids = keep
 
 
 _DIGITS = re.compile(r"\d+")
@@ -293,7 +331,7 @@ def _ps(f: Facts, o: Observation) -> None:
     )
     f.procs, f.server_pids, f.server_main_pids, f.server_worker_pids = {}, [], [], []
     f.server_defunct_pids, f.other_launch_pids = [], []
-    f.building_pids = {}
+    f.building_pids, f.busy_unknown_pids = {}, {}
     f.log_writers = {k: list(v) for k, v in (_get(d, "log_writers", default={}) or {}).items()}
     f._ps_recs = {}
     for r in recs:
@@ -305,6 +343,8 @@ def _ps(f: Facts, o: Observation) -> None:
         f.procs[pid] = line or cmd
         if r.get("building"):
             f.building_pids[pid] = f.procs[pid]
+        if r.get("busy_unknown"):
+            f.busy_unknown_pids[pid] = f.procs[pid]
         stat = str(r.get("stat", ""))
         zombie = stat.startswith("Z") or "<defunct>" in cmd
         # the processes tool classifies servers from the engine registry; a record without that

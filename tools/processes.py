@@ -91,6 +91,12 @@ class Proc(BaseModel):
         None, description="main: the entry point; launcher: starts ranks; worker: rank/scheduler"
     )
     rank: int | None = Field(None, description="the rank its title names (TP1, ...)")
+    busy_unknown: bool = Field(
+        False,
+        description="no engine matches it, yet it runs hard (state R or >= 50% CPU) and is not a "
+        "shell, compiler, editor or pivot: it may be the workload (a user's script, a test "
+        "binary), so the server cannot be called gone while it runs",
+    )
     building: bool = Field(
         False,
         description="a compiler/JIT builder (nvcc, ptxas, ninja, cc1plus) the server runs: "
@@ -290,6 +296,15 @@ def _mark_builders(procs: list[Proc]) -> None:
             up = by_pid[up].ppid
 
 
+def _mark_busy_unknown(procs: list[Proc]) -> None:
+    if any(p.server for p in procs):
+        return  # the server is known; other busy jobs are co-tenants, not candidates
+    for p in procs:
+        busy = p.stat.startswith("R") or (p.cpu_pct or 0.0) >= 50.0
+        if busy and not p.zombie and not p.building and not _never(p) and p.command[:1] != "[":
+            p.busy_unknown = True
+
+
 def _never(p: Proc) -> bool:
     return engines.classify(p.command).never
 
@@ -423,12 +438,13 @@ def run(host: Host, args: Args) -> Result:
     by_log, pid_log, denied = _writers(host, args.logs)
     identify(procs, pid_log, _pid_files(host, args.pid_files), _port_pids(host, args.ports))
     _mark_builders(procs)
+    _mark_busy_unknown(procs)
     shown: list[Proc] = []
     for p in procs:
         if p.pid in gpu_mib:
             p.on_gpu, p.gpu_mib = True, gpu_mib[p.pid]
         hit = match is not None and (match.search(p.command) or args.pattern == str(p.pid))
-        if hit or p.server or p.building or p.zombie or p.d_state or p.pid in gpu_mib:
+        if hit or p.server or p.building or p.busy_unknown or p.zombie or p.d_state or p.pid in gpu_mib:
             shown.append(p)
     present = {p.pid for p in parsed.procs}
     return Result(
