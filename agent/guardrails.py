@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-from agent import proof
+from agent import proof, rules_hang
 from agent.board import related
 from agent.evidence import LOG_TOOLS, last_launch, signature_hits, text_lines
 from agent.facts import Facts
@@ -141,6 +141,25 @@ Rule = Callable[[Action, dict[str, Observation], Facts, Hits], list[str]]
 
 def _cited(action: Action) -> list[str]:
     return [str(e.get("line", "")) for e in action.get("evidence") or []]
+
+
+def stall_proof(observations: list[Observation], facts: Facts) -> str | None:
+    """Why a live, silent server is stuck rather than busy, or None: its stacks wait in a
+    collective, or its GPUs spin while the log stays silent over the watched window."""
+    stacks = [o for o in observations if o["tool"] == "py_stacks" and o["ok"]]
+    if stacks and stacks[-1]["data"].get("waiting_in") == "collective":
+        return "stacks"
+    if rules_hang.silent(facts) and not facts.building_pids and rules_hang.pinned_gpus(facts)[0]:
+        return "pinned"
+    return None
+
+
+def _nccl(action: Action, by_id: dict[str, Observation], facts: Facts, hits: Hits) -> list[str]:
+    """A collective that failed prints it; a collective that hangs prints nothing, and a stall
+    (alive, silent, GPUs spinning, or stacks in a collective) is its proof."""
+    if stall_proof(list(by_id.values()), facts) is not None:
+        return []
+    return _crash_rule(action, by_id, facts, hits)
 
 
 def _crash_rule(
@@ -306,6 +325,7 @@ def _killed(action: Action, by_id: dict[str, Observation], facts: Facts, hits: H
 
 
 RULES: dict[str, Rule] = {
+    "nccl_failure": _nccl,
     "still_starting": _still_starting,
     "stale_gpu_process": _stale,
     "killed_externally": _killed,
@@ -335,6 +355,8 @@ def check_conclusion(action: Action, observations: list[Observation], facts: Fac
 def qualify(action: Action, observations: list[Observation], facts: Facts) -> Action:
     """A conclusion that passed the gate but rests on absence says so: lower confidence, the
     reason in the summary, and the check that would confirm it in the next step."""
+    if action.get("label") == "nccl_failure":
+        return _qualify_hang(action, observations, facts)
     if action.get("label") != "killed_externally":
         return action
     if positive_external_sign(observations) is not None:
@@ -352,6 +374,32 @@ def qualify(action: Action, observations: list[Observation], facts: Facts) -> Ac
             **action,
             "confidence": min(float(action.get("confidence") or 0.0), INFERRED_CONFIDENCE),
             "summary": f"{action.get('summary') or 'killed_externally'} ({why})",
+            "next_step": (action.get("next_step") or "") + confirm,
+        }
+    )
+
+
+def _qualify_hang(action: Action, observations: list[Observation], facts: Facts) -> Action:
+    """A hang inferred from spinning GPUs (no stacks read) is said to be inferred, with the
+    reads that would prove it."""
+    by_id = {o["id"]: o for o in observations}
+    if stall_proof(observations, facts) != "pinned" or crash_lines(
+        action.get("evidence") or [], by_id, signature_hits(observations)
+    ):
+        return action
+    pid = (facts.server_main_pids or facts.server_pids or [None])[0]
+    dump = f"py-spy dump --pid {pid}" if pid else "py-spy dump --pid <server pid>"
+    confirm = (
+        f" To confirm the hang: `{dump}` (stacks in all_reduce/barrier/ncclCommInit prove a stuck "
+        "collective); relaunch with NCCL_DEBUG=INFO to see which rank stops; try NCCL_P2P_DISABLE=1 "
+        "once as a test (a broken P2P path: ACS/IOMMU); check `nvidia-smi topo -m`."
+    )
+    return Action(
+        **{
+            **action,
+            "confidence": min(float(action.get("confidence") or 0.0), INFERRED_CONFIDENCE),
+            "summary": f"{action.get('summary') or 'nccl_failure'} (inferred from a stall: alive, "
+            "silent over the watched window, GPUs spinning; stacks not read)",
             "next_step": (action.get("next_step") or "") + confirm,
         }
     )

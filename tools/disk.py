@@ -140,6 +140,21 @@ def parse_free(text: str) -> Memory:
         mem.raw_lines.append(line)
     if mem.raw_lines and header_line:
         mem.raw_lines.insert(0, header_line)
+    if mem.total_mib is not None and 0 < mem.total_mib < 512:
+        # no host that runs a GPU server has under 512 MiB of RAM: these numbers are GiB (a
+        # `free -g` answered for `free -m`), so they are scaled, never shown as MiB
+        g = 1024
+        for k in (
+            "total_mib",
+            "used_mib",
+            "free_mib",
+            "available_mib",
+            "swap_total_mib",
+            "swap_used_mib",
+        ):
+            v = getattr(mem, k)
+            if v is not None:
+                setattr(mem, k, v * g)
     return mem
 
 
