@@ -39,6 +39,7 @@ _MODULES: list[str] = [
     "service_logs",
     "launch",
     "benchmark",
+    "py_stacks",
 ]
 
 _load()
