@@ -139,6 +139,19 @@ def _gpu_busy(observations: list[Observation]) -> bool:
     return False
 
 
+def _silent_server_pid(observations: list[Observation]) -> int | None:
+    """The server's main pid when it runs but its log stopped (or a busy process that may be
+    the workload): where its stacks wait tells a hang from slow work."""
+    from agent.facts import derive
+
+    f = derive(observations)
+    if f.server_alive and f.log_growth and not any(f.log_growth.values()):
+        return (f.server_main_pids or f.server_pids or [None])[0]
+    if f.server_alive is None and f.busy_unknown_pids:
+        return next(iter(f.busy_unknown_pids))
+    return None
+
+
 def options(
     observations: list[Observation], board: dict[str, Hypothesis], done: list[str]
 ) -> list[CheckOption]:
@@ -175,6 +188,9 @@ def options(
         elif need == "systemd_unit":
             unit = next((p.rsplit("/", 1)[-1] for p in all_paths if p.endswith(".service")), None)
             args = {"kind": "journalctl", "name": unit} if unit else None
+        elif need == "server_pid":
+            pid = _silent_server_pid(observations)
+            args = {"pid": pid} if pid else None
         elif need == "gpu_busy":
             args = {} if _gpu_busy(observations) else None
         elif need == "known_good_config":

@@ -149,7 +149,12 @@ def stall_proof(observations: list[Observation], facts: Facts) -> str | None:
     stacks = [o for o in observations if o["tool"] == "py_stacks" and o["ok"]]
     if stacks and stacks[-1]["data"].get("waiting_in") == "collective":
         return "stacks"
-    if rules_hang.silent(facts) and not facts.building_pids and rules_hang.pinned_gpus(facts)[0]:
+    if (
+        rules_hang.silent(facts)
+        and not facts.building_pids
+        and rules_hang.pinned_gpus(facts)[0]
+        and rules_hang.multi_rank(facts, observations)
+    ):
         return "pinned"
     return None
 

@@ -8,6 +8,8 @@ collective proves a stuck collective; pinned GPUs with a silent log only point a
 
 from __future__ import annotations
 
+import re
+
 from agent.facts import Facts
 from agent.state import Observation
 
@@ -29,6 +31,27 @@ def silent(facts: Facts) -> bool:
 def compiler_child(facts: Facts) -> tuple[int, str] | None:
     """A compiler the server runs (the processes tool marks it `building`)."""
     return next(iter(facts.building_pids.items()), None)
+
+
+#: A launch spread over ranks, said by its log: only such a launch can wait in a collective.
+MULTI_RANK = re.compile(
+    r"(?i)\bNCCL\b|tp_size[=:' ]+[2-9]|tensor_parallel_size[=:' ]+[2-9]|world_size[=:' ]+[2-9]"
+    r"|--tp(?:-size)?[ =][2-9]|\bTP[1-9]\b|\[rank[1-9]\]|nRanks [2-9]|pipeline_parallel_size[=:' ]+[2-9]"
+)
+
+
+def multi_rank(facts: Facts, observations: list[Observation]) -> bool:
+    """Several ranks: two GPUs in use, two ranks named, or the log says so (NCCL, tp_size=2)."""
+    if len([g for g in facts.gpus if (g.used_mib or 0) >= BUSY_MIB]) >= 2:
+        return True
+    if len(set(facts.log_ranks)) >= 2 or len(facts.server_worker_pids) >= 2:
+        return True
+    return any(
+        MULTI_RANK.search(ln)
+        for o in observations
+        if o["tool"] in ("log_tail", "log_search", "service_logs", "processes") and o["ok"]
+        for ln in o["lines"]
+    )
 
 
 def pinned_gpus(facts: Facts) -> tuple[list, list]:
@@ -91,7 +114,7 @@ def hang_rules(facts: Facts, observations: list[Observation], hits, add) -> None
         )
         return
     pinned, idle = pinned_gpus(facts)
-    if pinned and facts.gpu_obs:
+    if pinned and facts.gpu_obs and multi_rank(facts, observations):
         g = pinned[0]
         note = (
             f"GPU {g.index} is pinned at {g.util_pct:.0f}% while a peer sits idle and the log is "
