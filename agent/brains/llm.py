@@ -22,6 +22,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from agent.board import ranked
 from agent.brains.base import Context
+from agent.proof import fatal_lines
 from agent.signatures import scan
 from agent.state import Action, State
 from prompts import render
@@ -498,6 +499,7 @@ CHARS_PER_TOKEN = 4  # ~4 characters per token for English and log text
 RESERVE_CHARS = 2000
 MIN_OBS_CHARS = 4000
 MAX_LINE = 240
+MAX_FATAL_LINE = 1000
 #: lines kept from the end of each Python traceback (the frames nearest the error, its last line)
 TRACEBACK_TAIL = 8
 #: an elision marker's cost, counted high so the budget holds before the numbers are known
@@ -578,11 +580,15 @@ class _View:
 
     def __init__(self, o: Any, cited: set[str]) -> None:
         self.o = o
-        self.lines = [ln[:MAX_LINE] for ln in o["lines"]]
+        self.tiers = _must_keep(o["lines"], cited)
+        must = set(self.tiers[0]) if self.tiers else set()
+        # a fatal or cited line is shown whole (up to MAX_FATAL_LINE): its end names the cause
+        self.lines = [
+            ln[: MAX_FATAL_LINE if i in must else MAX_LINE] for i, ln in enumerate(o["lines"])
+        ]
         self.kept: set[int] = set()
         header = f"## {o['id']} {o['tool']} {json.dumps(o['args'])} {'ok' if o['ok'] else 'FAILED'}"
         self.fixed = len(header) + 1 + (_MARK_COST if self.lines else 0)
-        self.tiers = _must_keep(o["lines"], cited)
 
     def cost(self, i: int) -> int:
         n = len(self.lines)
@@ -643,6 +649,7 @@ def _must_keep(lines: list[str], cited: set[str]) -> list[list[int]]:
     for i, ln in enumerate(lines):
         if _FATAL.search(ln) or (cited and ln.strip() in cited):
             fatal.add(i)
+    fatal.update(i for i, _ in fatal_lines(lines))  # the proof gate's own notion of fatal
     for start, end, complete in _tracebacks(lines):
         if complete:
             fatal.add(end)
