@@ -351,16 +351,15 @@ def liveness_rules(facts: Facts, observations: list[Observation], hits, add) -> 
             own_error = any(OWN_ERROR.search(ln) for ln in text) or any(
                 ERROR_WORD.search(ln) for ln in text[-30:]
             )
-            add(
-                "killed_externally",
-                "fact",
-                0.5 if own_error else 2.0,
-                o["id"],
-                last,
-                "the server is gone; its log shows an error no signature knows"
-                if own_error
-                else "the server is gone and its log ends without an error of its own",
-            )
+            if not own_error:  # an error of its own is weighed by the structure rules
+                add(
+                    "killed_externally",
+                    "fact",
+                    2.0,
+                    o["id"],
+                    last,
+                    "the server is gone and its log ends without an error of its own",
+                )
 
 
 PORT_IN_LINE = re.compile(r"(?<![\d.])(\d{2,5})(?!\d)")
