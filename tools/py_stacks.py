@@ -141,6 +141,11 @@ class Result(StacksParse, ToolResult):
                 out.append(f"# innermost {self.waiting_in} frame: {self.waiting_frame.strip()}")
             if self.collective_frame:
                 out.append(f"# collective frame: {self.collective_frame.strip()}")
+            m = _PROCESS.match(self.process)
+            if m and int(m.group(1)) != self.pid:
+                out.append(
+                    f"# note: these stacks are of pid {m.group(1)}, not of the pid asked ({self.pid})"
+                )
             return bound_lines(out)
         if self.method == "proc":
             out.append(

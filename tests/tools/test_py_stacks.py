@@ -409,3 +409,11 @@ def test_fixture_is_real_py_spy_text() -> None:
     text = _fx("collective_hang.txt")
     assert text == textwrap.dedent(text)  # starts at column 0 like py-spy prints it
     assert text.splitlines()[3] == 'Thread 25829 (idle): "MainThread"'
+
+
+def test_a_dump_of_another_pid_is_flagged(replay_host_factory) -> None:  # type: ignore[no-untyped-def]
+    host = replay_host_factory(
+        minimal_card({"commands": {"py-spy dump --pid 25829": _fx("collective_hang.txt")}})
+    )
+    r = SPEC.call(host, {"pid": 777})
+    assert "# note: these stacks are of pid 25829, not of the pid asked (777)" in r.lines()
