@@ -166,13 +166,18 @@ def _changes_possible(state: State) -> list[Action]:
         if good_obs is None:
             continue
         good_text = _whole_text(good_obs["data"])
-        if good_text is None or good_text == _whole_text(o["data"]):
+        if good_text is not None and good_text == _whole_text(o["data"]):
+            continue
+        if good_obs["data"].get("sha256") and good_obs["data"].get("sha256") == o["data"].get(
+            "sha256"
+        ):
             continue
         out.append(
             Action(
                 kind="change",
                 tool="config_apply",
-                args={"path": path, "content": good_text, "reason": f"restore {good}"},
+                # the known-good file's exact bytes (CRs, final newline), verified by sha256
+                args={"path": path, "copy_from": good, "reason": f"restore {good}"},
                 why=f"{path} differs from its known-good copy {good}; restoring it undoes the one change (reversible: the current file is snapshotted first)",
             )
         )

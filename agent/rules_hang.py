@@ -86,7 +86,7 @@ def hang_rules(facts: Facts, observations: list[Observation], hits, add) -> None
                 frame,
                 "the stacks wait for a peer, not on loading or compiling",
             )
-        elif d.get("waiting_in") in ("compile", "load") and frame:
+        elif d.get("waiting_in") in ("compile", "load") and (frame := d.get("waiting_frame") or ""):
             add(
                 "still_starting",
                 "fact",

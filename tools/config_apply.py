@@ -25,6 +25,11 @@ class Args(BaseModel):
     set: dict[str, str] | None = Field(
         None, description="keys to set in place: env vars as-is, engine flags as --flag"
     )
+    copy_from: str | None = Field(
+        None,
+        description="restore: make the file byte-for-byte equal to this file (e.g. its "
+        "known-good copy); CRs, encoding and the final newline are kept exactly",
+    )
     reason: str = Field("", description="why; kept with the snapshot")
     store_dir: str | None = Field(
         None, description="snapshot store dir; default ~/.pivot/snapshots"
@@ -32,8 +37,10 @@ class Args(BaseModel):
 
     @model_validator(mode="after")
     def _one_change(self) -> Args:
-        if (self.content is None) == (self.set is None):
-            raise ValueError("give exactly one of `content` (whole file) or `set` (keys)")
+        if sum(x is not None for x in (self.content, self.set, self.copy_from)) != 1:
+            raise ValueError(
+                "give exactly one of `content` (whole file), `set` (keys) or `copy_from` (a file)"
+            )
         if not self.path.startswith("/"):
             raise ValueError("path must be absolute")
         return self
@@ -181,7 +188,18 @@ def run(host: Host, args: Args) -> Result:
     try:
         store = ConfigStore(host, args.store_dir)
         current = store.read(args.path)
-        if args.content is not None:
+        if args.copy_from is not None:
+            source = store.read(args.copy_from)
+            if source is None:
+                return Result(
+                    host=host.name,
+                    ok=False,
+                    path=args.path,
+                    error=f"{args.copy_from} does not exist on {host.name}: nothing to restore from",
+                    fix="check the known-good copy's path",
+                )
+            new = source  # the exact bytes: verified below by sha256 against the source
+        elif args.content is not None:
             new = args.content.encode()
         else:
             try:
