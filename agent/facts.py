@@ -409,6 +409,8 @@ def _tenancy(f: Facts) -> None:
     recs = f._ps_recs
     ours = set(f.server_pids)
     f.co_tenant_pids, f.leftover_pids = {}, {}
+    utils = [g.util_pct for g in f.gpus if g.util_pct is not None]
+    gpus_idle = bool(utils) and max(utils) < 5
     for pid in dict.fromkeys([*f.gpu_pids, *f.other_launch_pids, *f.server_defunct_pids]):
         if pid in ours:
             continue
@@ -435,8 +437,11 @@ def _tenancy(f: Facts) -> None:
         elif engine and role in ("main", "launcher"):
             if running or stat[:1] in ("S", "R"):
                 f.co_tenant_pids[pid] = "another launch of an inference server, running"
-        elif running:
+        elif running and not (gpus_idle and stat[:1] != "R"):
             f.co_tenant_pids[pid] = "a running job (state R or busy CPU)"
+        elif gpus_idle and stat[:1] in ("S", "T", "t"):
+            # ps's %CPU is a lifetime average; a sleeping holder with every GPU at 0% runs nothing
+            f.leftover_pids[pid] = "holding GPU memory while sleeping, with the GPUs idle (0% util)"
         elif stat[:1] in ("S", "T", "t") and isinstance(cpu, int | float) and cpu < _RUNNING_CPU:
             f.leftover_pids[pid] = "idle (sleeping, no CPU) while holding the GPU"
 

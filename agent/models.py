@@ -63,6 +63,14 @@ class Report(BaseModel):
     rounds: int = 0
     next_step: str = ""
     seen_before: list[str] = Field(default_factory=list)
+    notes: list[str] = Field(
+        default_factory=list, description="open todos and the last handoff for this host"
+    )
+    unknowns: list[str] = Field(
+        default_factory=list,
+        description="reads that could not be made (permissions, missing tools, bad paths): "
+        "unknown, never absent, each with how to read it",
+    )
     pending_approval: ApprovalRequest | None = None
 
 

@@ -373,6 +373,7 @@ def conclude(state: State, runtime: Runtime[RunContext]) -> dict[str, Any]:
         "tool_calls": state.get("tool_calls", 0),
         "rounds": state.get("rounds", 0),
         "next_step": next_step.strip(),
+        "unknowns": unknowns(obs),
     }
     _emit("conclusion", report)
     # The diagnosis stands on its own; a reversible fix it makes obvious (restore the known-good
@@ -393,6 +394,29 @@ def conclude(state: State, runtime: Runtime[RunContext]) -> dict[str, Any]:
         "hypotheses": board,
         "action": fix[0] if fix else None,
     }
+
+
+#: Reads whose failure leaves a hypothesis unknown (not refuted): say so, with the fix.
+_UNKNOWN_MATTERS = ("dmesg", "processes", "ports", "gpu_status", "disk", "log_tail", "log_search")
+
+
+def unknowns(observations: list[Observation]) -> list[str]:
+    """What could not be read, once per tool (the newest failure), with how to read it. A replayed
+    card's missing keys say "not recorded"; a live host's refusals say why and how."""
+    out: dict[str, str] = {}
+    ok_tools = {(o["tool"], str(o["args"].get("path", ""))) for o in observations if o["ok"]}
+    for o in observations:
+        key = (o["tool"], str(o["args"].get("path", "")))
+        if o["ok"] or o["tool"] not in _UNKNOWN_MATTERS or key in ok_tools:
+            continue
+        d = o["data"]
+        err = str(d.get("error") or "").strip()
+        if not err:
+            continue
+        fix = str(d.get("fix") or "").strip()
+        what = o["tool"] + (f" {key[1]}" if key[1] else "")
+        out[what] = f"{what}: {err}" + (f" (to read it: {fix})" if fix else "")
+    return list(out.values())[:6]
 
 
 def _explained_away(board: dict[str, Any], winner: str, line: dict[str, str]) -> dict[str, Any]:

@@ -68,8 +68,12 @@ def print_report(console: Console, r: Report) -> None:
         body.append(f"[bold]Ruled out[/]: {', '.join(r.ruled_out)}")
     if r.next_step:
         body.append(f"[bold]Next step[/]: {esc(r.next_step)}")
+    for u in r.unknowns:
+        body.append(f"[bold]Unknown[/]: {esc(u)}")
     for s in r.seen_before:
         body.append(f"[bold]Memory[/]: {esc(s)}")
+    for n in r.notes:
+        body.append(f"[bold]Notes[/]: {esc(n)}")
     if r.pending_approval:
         p = r.pending_approval
         body.append(

@@ -199,6 +199,8 @@ class Runner:
             tool_calls=values.get("tool_calls", 0),
             rounds=values.get("rounds", 0),
             next_step=base.get("next_step", ""),
+            notes=list(dict.fromkeys(values.get("notes") or [])),
+            unknowns=base.get("unknowns", []),
             pending_approval=pending,
         )
         if report.status == "concluded":
@@ -216,7 +218,7 @@ class Runner:
                 out.append(
                     f"seen before on host {c.host} on {c.created[:10]}: root cause {c.root_cause} ({c.summary[:120]})"
                 )
-        return out[:3]
+        return list(dict.fromkeys(out))[:3]
 
     def close(self) -> None:
         self._conn.close()

@@ -29,18 +29,29 @@ def _followups() -> dict[str, str]:
 
 
 def next_step_for(state: State) -> str:
-    """The next step that the strongest evidence's signature recommends, plus any config change."""
+    """What the facts say to do (the real port, pid, arch, ETA), else the next step that the
+    strongest evidence's signature recommends, with its placeholders filled in."""
+    from agent.facts import derive
+    from agent.next_steps import fill, from_facts
+
     sigs = {s.id: s for s in load_signatures()}
     board = state.get("hypotheses", {})
     top = ranked(board)[0] if board else None
     parts: list[str] = []
+    obs = state.get("observations", [])
+    facts = derive(obs) if top else None
+    if top and facts is not None:
+        specific = from_facts(top["label"], facts, obs, top["evidence"])
+        if specific:
+            return specific
     if top:
         for ev in top["evidence"]:
             note = ev.get("note", "")
             if note.startswith("signature "):
                 sig = sigs.get(note.split(" ", 1)[1])
                 if sig and sig.next_step:
-                    parts.append(sig.next_step.strip())
+                    assert facts is not None
+                    parts.append(fill(sig.next_step.strip(), facts, obs, top["evidence"]))
                     break
         if not parts:
             parts.append(_fact_next_step(top["label"], top["evidence"]))

@@ -1,0 +1,161 @@
+"""Next steps from facts: the real port, pid, arch and paths, and advice chosen by what the host
+shows. A signature's next step is kept for what the facts do not say; its placeholders (PORT,
+PID) are filled in when the facts know them, and dropped from the text when they do not.
+
+Why: a canned "`ss -ltnp | grep :PORT`" when the port and its holder are known, or "stop the
+process" when the holder is another team's live job, costs the engineer the time Pivot exists
+to save.
+"""
+
+from __future__ import annotations
+
+import re
+
+from agent.checks import server_port
+from agent.evidence import text_lines
+from agent.facts import Facts
+from agent.state import Observation
+
+PORT_IN_LINE = re.compile(r"(?:port[ =:]+|:|', )(\d{2,5})\b")
+PID_IN_LINE = re.compile(r"pid=(\d+)")
+ARCH_LINE = re.compile(r"(?i)CUDA architectures|ARCH_LIST|major versions|no kernel image|sm_\d+")
+ARCH_ENV = ("FLASHINFER_CUDA_ARCH_LIST", "TORCH_CUDA_ARCH_LIST", "CUDA_ARCH_LIST")
+
+
+def _env(observations: list[Observation]) -> dict[str, str]:
+    env: dict[str, str] = {}
+    for o in observations:
+        if not o["ok"]:
+            continue
+        for ln in text_lines(o):
+            m = re.match(r"^\s*(?:export\s+)?([A-Z][A-Z0-9_]+)=(\S*)", ln)
+            if m:
+                env[m.group(1)] = m.group(2)
+    return env
+
+
+def _port(evidence: list[dict[str, str]], observations: list[Observation]) -> int | None:
+    for e in evidence:
+        m = PORT_IN_LINE.search(e.get("line", ""))
+        if m and 1 <= int(m.group(1)) <= 65535:
+            return int(m.group(1))
+    return server_port(observations)
+
+
+def port_in_use(facts: Facts, observations: list[Observation], evidence) -> str | None:  # type: ignore[no-untyped-def]
+    port = _port(evidence, observations)
+    if port is None:
+        return None
+    holder = facts.listeners.get(port, "")
+    pid_m = PID_IN_LINE.search(holder)
+    if pid_m:
+        pid = int(pid_m.group(1))
+        who = facts.procs.get(pid, holder)
+        if pid in facts.co_tenant_pids:
+            return (
+                f"Port {port} is held by pid {pid} ({facts.co_tenant_pids[pid]}): someone's live "
+                f"job, do not stop it; launch on a free port (--port {port + 1}) instead."
+            )
+        return (
+            f"Port {port} is held by pid {pid} ({who[:80]}). If it is a leftover of an earlier "
+            f"launch, stop it (`kill {pid}`; check `ss -ltnp 'sport = :{port}'` shows it gone) and "
+            f"relaunch; if it is a live server, launch on a free port (--port {port + 1})."
+        )
+    return (
+        f"Find who holds port {port}: `sudo ss -ltnp 'sport = :{port}'` (sudo names other users' "
+        f"processes); stop it if it is a leftover, or launch on a free port (--port {port + 1})."
+    )
+
+
+def stale_gpu_process(facts: Facts, observations: list[Observation], evidence) -> str | None:  # type: ignore[no-untyped-def]
+    holders = {p: m for p, m in facts.gpu_pids.items() if p not in facts.server_pids and m >= 1}
+    if not holders:
+        return None
+    parts = []
+    for pid, mib in sorted(holders.items(), key=lambda x: -x[1])[:3]:
+        if pid in facts.co_tenant_pids:
+            parts.append(
+                f"pid {pid} holds {mib / 1024:.1f} GiB and is {facts.co_tenant_pids[pid]}: a "
+                "co-tenant, do not stop it; run on other GPUs (CUDA_VISIBLE_DEVICES) or size the "
+                "launch to fit beside it (--mem-fraction-static / --gpu-memory-utilization)"
+            )
+        else:
+            why = facts.leftover_pids.get(pid, "not part of this launch")
+            parts.append(
+                f"pid {pid} holds {mib / 1024:.1f} GiB ({why}): stop it (`kill {pid}`, "
+                f"`kill -9 {pid}` if it ignores SIGTERM)"
+            )
+    return "; ".join(parts) + "; check `nvidia-smi` shows the memory free, then relaunch."
+
+
+def unsupported_gpu_arch(facts: Facts, observations: list[Observation], evidence) -> str | None:  # type: ignore[no-untyped-def]
+    if not any(ARCH_LINE.search(e.get("line", "")) for e in evidence):
+        return None
+    env = _env(observations)
+    caps = sorted(
+        {
+            str(g.get("compute_cap"))
+            for o in observations
+            if o["tool"] == "gpu_status" and o["ok"]
+            for g in o["data"].get("gpus") or []
+            if g.get("compute_cap")
+        }
+    )
+    set_vars = [f"{k}={env[k]}" for k in ARCH_ENV if k in env]
+    gpu = (
+        f"this GPU is compute capability {', '.join(caps)}"
+        if caps
+        else "nvidia-smi --query-gpu=compute_cap"
+    )
+    have = (
+        f" (set now: {', '.join(set_vars)})"
+        if set_vars
+        else " (none is set in the recorded environment)"
+    )
+    return (
+        f"Check the arch list the JIT/kernels are built for: FLASHINFER_CUDA_ARCH_LIST and "
+        f"TORCH_CUDA_ARCH_LIST{have} must include {gpu}; a list that misses it (or a wheel built "
+        "for other archs) gives this error. Set it (e.g. FLASHINFER_CUDA_ARCH_LIST=9.0a), clear "
+        "the JIT cache, and relaunch."
+    )
+
+
+def still_starting(facts: Facts, observations: list[Observation], evidence) -> str | None:  # type: ignore[no-untyped-def]
+    for o in reversed(observations):
+        p = o["data"].get("last_progress") if o["tool"] == "log_tail" and o["ok"] else None
+        if p and p.get("eta_s"):
+            mins = max(1, round(float(p["eta_s"]) / 60))
+            each = f" at {float(p['s_per_item']):.1f} s each" if p.get("s_per_item") else ""
+            return (
+                f"Nothing failed: {p.get('label') or 'loading'} is at {p.get('done')}/{p.get('total')}"
+                f"{each}: about "
+                f"{mins} minute(s) left. Wait, and give the readiness probe a budget that covers it."
+            )
+    return None
+
+
+BY_LABEL = {
+    "port_in_use": port_in_use,
+    "stale_gpu_process": stale_gpu_process,
+    "unsupported_gpu_arch": unsupported_gpu_arch,
+    "still_starting": still_starting,
+}
+
+
+def from_facts(
+    label: str, facts: Facts, observations: list[Observation], evidence: list[dict[str, str]]
+) -> str | None:
+    fn = BY_LABEL.get(label)
+    return fn(facts, observations, evidence) if fn else None
+
+
+def fill(text: str, facts: Facts, observations: list[Observation], evidence) -> str:  # type: ignore[no-untyped-def]
+    """Put the known port/pid into a signature's generic text; never leave a bare placeholder."""
+    port = _port(evidence, observations)
+    if port is not None:
+        text = re.sub(r"\bPORT\b", str(port), text)
+    else:
+        text = (
+            re.sub(r"\s*\|\s*grep :PORT", "", text).replace(":PORT", "").replace("PORT", "the port")
+        )
+    return text
