@@ -24,6 +24,7 @@ from agent.rules import (
 )
 from agent.rules_hang import hang_rules
 from agent.rules_structure import structure_rules
+from agent.signatures import Match
 from agent.state import Finding, Observation
 
 __all__ = ["compute", "signature_hits"]
@@ -33,6 +34,43 @@ def _finding(n: int, label: str, kind: str, w: float, obs: str, line: str, note:
     return Finding(
         id=f"f{n}", label=label, kind=kind, strength=w, observation=obs, line=line, note=note
     )
+
+
+#: Engines every launch runs on: their signatures apply to any engine's launch.
+UNDERLYING = {"any", "torch", "nccl", "cuda", "python", "ray"}
+#: The weight factor for a signature written for another engine than the launch's.
+OTHER_ENGINE = 0.5
+
+
+def launch_engine(facts: Facts, observations: list[Observation]) -> str | None:
+    """The engine of the launch under investigation, as its process shows (ps names it
+    reliably; a log's markers can be another engine's library printing inside it)."""
+    engine = getattr(facts, "server_engine", None)
+    if engine in (None, "unknown", "custom", "emulator"):
+        return None
+    # the signatures speak the card taxonomy's engines; every other engine is "other"
+    return engine if engine in ("sglang", "vllm", "trtllm", "torch") else "other"
+
+
+def _for_engine(m: Match, engine: str | None) -> bool:
+    """Does a signature apply to this launch? Unknown engine or an underlying one: yes."""
+
+    if engine is None:
+        return True
+    sig = _sig_engines().get(m.signature)
+    return sig is None or bool(set(sig) & (UNDERLYING | {engine}))
+
+
+def _sig_engines() -> dict[str, list[str]]:
+    global _ENGINES_CACHE
+    if _ENGINES_CACHE is None:
+        from agent.signatures import load_signatures
+
+        _ENGINES_CACHE = {s.id: s.engines for s in load_signatures()}
+    return _ENGINES_CACHE
+
+
+_ENGINES_CACHE: dict[str, list[str]] | None = None
 
 
 def compute(observations: list[Observation]) -> tuple[list[Finding], Facts]:
@@ -47,6 +85,7 @@ def compute(observations: list[Observation]) -> tuple[list[Finding], Facts]:
         seen.add((label, line))
         findings.append(_finding(len(findings) + 1, label, kind, w, obs, line, note))
 
+    engine = launch_engine(facts, observations)
     fatal_lines = [(o, m) for o, m in hits if m.strength == "fatal"]
     first_fatal = fatal_lines[0][1].line if fatal_lines else None
     strong_sum: dict[str, float] = {}
@@ -76,6 +115,8 @@ def compute(observations: list[Observation]) -> tuple[list[Finding], Facts]:
                             "gpu_oom_weights": "the OOM came while weights were still loading",
                         }.get(label, "the OOM came while the KV-cache pool was being sized"),
                     )
+        if not _for_engine(m, engine):
+            w *= OTHER_ENGINE  # a line made for another engine's code path is weaker evidence
         if proof.is_wrapper(m.line):
             w = min(w, WEIGHT["weak"])  # "see root cause above": the cause is another line
         if label == "stale_gpu_process" and not stale_possible:
