@@ -65,7 +65,7 @@ def main() -> int:
     ap.add_argument("--sessions", type=int, default=30)
     ap.add_argument("--host", default="replay:seed-sglang-fewchan-kv-oom")
     args = ap.parse_args()
-    cards = SHIPPED_CARDS if any(SHIPPED_CARDS.glob("*.yaml")) else Path("/work/shared/incidents")
+    cards = SHIPPED_CARDS
     with tempfile.TemporaryDirectory() as tmp:
         home = Path(tmp)
         settings = Settings(home=home)

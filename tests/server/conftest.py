@@ -28,9 +28,7 @@ SEED_ID = "seed-sglang-fewchan-kv-oom"
 
 
 def card_dir() -> Path:
-    if (SHIPPED_CARDS / f"{SEED_ID}.yaml").is_file():
-        return SHIPPED_CARDS
-    return Path("/work/shared/incidents")
+    return SHIPPED_CARDS
 
 
 SEED = f"replay:{SEED_ID}"

@@ -120,7 +120,7 @@ def test_new_file_reverts_to_absent(tmp_path: Path) -> None:
 
 def test_apply_through_replay_host() -> None:
     card = None
-    for base in (ROOT / "evals" / "incidents", Path("/work/shared/incidents")):
+    for base in (ROOT / "evals" / "incidents",):
         p = base / "seed-sglang-fusion-sm120-jit.yaml"
         if p.exists():
             card = load_card(p)

@@ -39,7 +39,9 @@ def test_replay_card_with_df_of_one_path(replay_host_factory) -> None:  # type: 
     r = SPEC.call(h)
     assert r.ok and r.shm_too_small is True
     assert set(r.full) == {"/", "/data/hf cache"}
-    assert r.memory is not None and r.memory.total_mib == 125 * 1024  # free -g numbers, scaled to MiB
+    assert (
+        r.memory is not None and r.memory.total_mib == 125 * 1024
+    )  # free -g numbers, scaled to MiB
     lines = r.lines()
     assert "/dev/nvme1n1    3.5T  3.5T     0 100% /data/hf cache" in lines
     assert any("too small for NCCL" in ln for ln in lines)

@@ -13,7 +13,7 @@ from tools.dmesg import SPEC, parse_dmesg
 from tools.local_host import LocalHost
 
 FIX = Path(__file__).resolve().parent.parent / "fixtures"
-INCIDENTS = Path("/work/shared/incidents")
+INCIDENTS = Path(__file__).resolve().parents[2] / "evals" / "incidents"
 
 
 def test_oom_xid_bus_segfault() -> None:
@@ -54,7 +54,6 @@ def test_replay_dmesg_key(replay_host_factory) -> None:  # type: ignore[no-untyp
     assert "# OOM killer killed pid 48213 (python)" in lines
 
 
-@pytest.mark.skipif(not INCIDENTS.is_dir(), reason="shared incident cards not present")
 def test_replay_card_with_dmesg_only_in_commands(replay_host_factory) -> None:  # type: ignore[no-untyped-def]
     r = SPEC.call(replay_host_factory(INCIDENTS / "torch-deepseek-vl2-load-host-oom.yaml"))
     assert [(k.pid, k.name) for k in r.oom_kills] == [(576419, "python")]

@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _card(card_id: str) -> Path:
-    for base in (ROOT / "evals" / "incidents", Path("/work/shared/incidents")):
+    for base in (ROOT / "evals" / "incidents",):
         if (base / f"{card_id}.yaml").exists():
             return base / f"{card_id}.yaml"
     raise AssertionError(f"card {card_id} not found")

@@ -19,7 +19,7 @@ FUSION_LOG = "/data/eagle3/synth_100k/logs/nccl_exp_1b_fewchan_fusion.log"
 
 def card_path(card_id: str) -> Path:
     """Cards live in evals/incidents/ once the eval area lands; the shared seeds until then."""
-    for base in (ROOT / "evals" / "incidents", Path("/work/shared/incidents")):
+    for base in (ROOT / "evals" / "incidents",):
         if (base / f"{card_id}.yaml").exists():
             return base / f"{card_id}.yaml"
     pytest.skip(f"card {card_id} not found")

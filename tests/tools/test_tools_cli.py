@@ -18,7 +18,7 @@ runner = CliRunner()
 
 
 def _card() -> str:
-    for base in (ROOT / "evals" / "incidents", Path("/work/shared/incidents")):
+    for base in (ROOT / "evals" / "incidents",):
         p = base / "seed-sglang-fusion-sm120-jit.yaml"
         if p.exists():
             return str(p)
