@@ -97,8 +97,10 @@ def compute(observations: list[Observation]) -> tuple[list[Finding], Facts]:
         label = m.label
         if m.strength == "fatal" and m.line == first_fatal:
             w += 0.5  # the first fatal line is usually the cause; later ones are fallout
-        if m.strength == "strong" and EXCEPTION_LINE.search(m.line):
-            w = WEIGHT["fatal"]  # the exception that ended the process carries this message
+        if m.strength == "strong" and (
+            EXCEPTION_LINE.search(m.line) or proof.fatal_kind(m.line) in ("exception", "error_level")
+        ):
+            w = WEIGHT["fatal"]  # the line that ended the process (by its shape) carries this message
         if m.strength == "fatal" and label in OOM_LABELS:
             label, phase = oom_phase(o, m, hits)
             if phase is not None:
