@@ -131,3 +131,13 @@ def hang_rules(facts: Facts, observations: list[Observation], hits, add) -> None
             g.line,
             note,
         )
+        # where it stopped: the last line the silent log printed (what an engineer quotes)
+        for path, grew in facts.log_growth.items():
+            o = next((x for x in observations if x["id"] == facts.log_growth_obs.get(path)), None)
+            if o is None or grew:
+                continue
+            last = next(
+                (ln for ln in reversed(o["lines"]) if ln.strip() and not ln.startswith("# ")), ""
+            )
+            if last:
+                add("nccl_failure", "fact", 0.25, o["id"], last, "the silent log stops here")
