@@ -22,10 +22,10 @@ COMPILING = 3.0
 
 
 def silent(facts: Facts) -> bool:
-    """The server runs and its log did not advance over the read window."""
-    return (
-        bool(facts.server_alive) and bool(facts.log_growth) and not any(facts.log_growth.values())
-    )
+    """The server (or a busy process tied to its log that may be the workload) runs, and its
+    log did not advance over the read window."""
+    alive = facts.server_alive or (facts.server_alive is None and bool(facts.busy_unknown_pids))
+    return bool(alive) and bool(facts.log_growth) and not any(facts.log_growth.values())
 
 
 def compiler_child(facts: Facts) -> tuple[int, str] | None:
