@@ -1,0 +1,38 @@
+"""The LLM brain's realistic regression test: a capable model's real turns on 40 public cards.
+
+The turns in evals/recordings/capable-public/ were answered by a capable model through
+scripts/llm_relay.py (it saw only the brain's requests, never the cards; docs/llm-brain.md says
+how). CI replays them offline: by the request's hash where the prompt is unchanged, else by each
+card's turn sequence. The gate: the recorded outcome, 37 of 40 passing, still holds.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from evals.harness import EvalOptions, evaluate
+from tests.agent.conftest import CARDS
+
+REC = Path(__file__).resolve().parents[2] / "evals" / "recordings" / "capable-public"
+RECORDED_PASS = 37
+
+
+def test_replayed_capable_model_turns_still_pass(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PIVOT_LLM_MODEL", "relay")  # the model name the turns were recorded under
+    monkeypatch.setenv("PIVOT_HOME", str(tmp_path / "home"))
+    ids = (REC / "CARDS.txt").read_text().split()
+    assert len(ids) == 40
+    cards = tmp_path / "cards"
+    cards.mkdir()
+    for i in ids:
+        shutil.copy(CARDS / f"{i}.yaml", cards / f"{i}.yaml")
+    run = evaluate([str(cards)], EvalOptions(brain="llm", jobs=1, replay_dir=REC))
+    assert not [r for r in run.results if r.error], [r.error for r in run.results if r.error]
+    passed = [r.id for r in run.results if r.passed]
+    failed = [f"{r.id}: got {r.got} ({r.status})" for r in run.results if not r.passed]
+    assert len(passed) >= RECORDED_PASS, "\n".join(failed)
