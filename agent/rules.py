@@ -294,7 +294,7 @@ def liveness_rules(facts: Facts, observations: list[Observation], hits, add) -> 
                 f"server pid {pid} is alive",
             )
         killed_sig = any(m.label == "killed_externally" for _, m in hits)
-        if not any(m.label == "host_oom_killed" for _, m in hits):
+        if not any(m.label == "host_oom_killed" for _, m in hits) and not facts.ranks_gone:
             add(
                 "host_oom_killed",
                 "fact",
@@ -303,7 +303,7 @@ def liveness_rules(facts: Facts, observations: list[Observation], hits, add) -> 
                 facts.procs.get(pid, ""),
                 f"server pid {pid} is alive: the OOM killer did not end it",
             )
-        if not fatal and not killed_sig:
+        if not fatal and not killed_sig and not facts.ranks_gone:
             add(
                 "killed_externally",
                 "fact",

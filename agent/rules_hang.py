@@ -95,6 +95,7 @@ def hang_rules(facts: Facts, observations: list[Observation], hits, add) -> None
                 frame,
                 f"the stacks are {d['waiting_in']}ing: still working",
             )
+    _rank_gone(facts, add)
     if not silent(facts):
         return
     if any(
@@ -141,3 +142,23 @@ def hang_rules(facts: Facts, observations: list[Observation], hits, add) -> None
             )
             if last:
                 add("nccl_failure", "fact", 0.25, o["id"], last, "the silent log stops here")
+
+
+def _rank_gone(facts: Facts, add) -> None:  # type: ignore[no-untyped-def]
+    """A TP/PP launch with one rank gone and the others alive: the survivors wait for it in a
+    collective; the question is what ended that rank (its own error is weighed elsewhere)."""
+    if not facts.ranks_gone or not facts.server_alive:
+        return
+    alive = [r for r in facts.ranks if r.state == "alive"]
+    gone = ", ".join(str(r) for r in facts.ranks_gone)
+    line = alive[0].line if alive and alive[0].line else ""
+    if line and facts.ps_obs:
+        add(
+            "killed_externally",
+            "fact",
+            2.5,
+            facts.ps_obs,
+            line,
+            f"rank {gone} is gone while rank {alive[0].rank} still runs: one rank was ended and "
+            "the others wait for it in a collective",
+        )
