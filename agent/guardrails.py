@@ -156,6 +156,13 @@ def stall_proof(observations: list[Observation], facts: Facts) -> str | None:
         and rules_hang.multi_rank(facts, observations)
     ):
         return "pinned"
+    if (
+        rules_hang.silent(facts)
+        and not facts.building_pids
+        and rules_hang.multi_rank(facts, observations)
+        and rules_hang.spinning_ranks(facts)
+    ):
+        return "pinned"  # ranks spinning on the CPU behind a silent log: the same inference
     return None
 
 

@@ -54,6 +54,18 @@ def multi_rank(facts: Facts, observations: list[Observation]) -> bool:
     )
 
 
+def spinning_ranks(facts: Facts) -> list[str]:
+    """ps lines of the launch's processes running flat out (state R) while the log is silent:
+    NCCL's proxy threads busy-poll a peer that never answers."""
+    pids = [*facts.server_pids, *facts.busy_unknown_pids]
+    out = []
+    for pid in pids:
+        rec = facts._ps_recs.get(pid, {})
+        if str(rec.get("stat") or "").startswith("R") and pid not in facts.building_pids:
+            out.append(facts.procs.get(pid, ""))
+    return [ln for ln in out if ln]
+
+
 def pinned_gpus(facts: Facts) -> tuple[list, list]:
     """(pinned, idle) GPUs among those holding memory: a collective waits with its GPU pinned
     while a peer that never arrived (or already died) sits idle."""
