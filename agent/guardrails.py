@@ -210,8 +210,15 @@ def _still_starting(action: Action, by_id, facts: Facts, hits: Hits) -> list[str
     out = []
     if facts.server_alive is not True:
         out.append("[still_starting] needs the server process alive (ps shows none)")
-    if not any(facts.log_growth.values()):
-        out.append("[still_starting] needs the log to advance between two reads")
+    stacks = [o for o in by_id.values() if o["tool"] == "py_stacks" and o["ok"]]
+    working = bool(facts.building_pids) or (
+        bool(stacks) and stacks[-1]["data"].get("waiting_in") in ("compile", "load")
+    )
+    if not any(facts.log_growth.values()) and not working:
+        out.append(
+            "[still_starting] needs the log to advance over the watched window, a compiler the "
+            "server runs, or stacks in loading/compiling"
+        )
     return out
 
 

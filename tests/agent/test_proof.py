@@ -563,3 +563,12 @@ def test_exception_inside_a_traceback_counts_even_mid_line() -> None:
     ]
     assert proof.fatal_lines(lines) == [(2, "exception")]
     assert proof.kind_in_context(lines, 2) == "traceback"
+
+
+def test_still_starting_with_a_silent_log_stands_on_a_compiler_the_server_runs() -> None:
+    nvcc = "root 633 96.4 0.3 1120332 812112 ? R 11:58 0:21 /usr/local/cuda/bin/nvcc -gencode=arch=compute_90a"
+    facts = _facts(alive=True, log_growth={LOG: False})
+    action = _conclude("still_starting", ("o1", START[2]))
+    assert check_conclusion(action, _log(), facts)  # silent, nothing working: refused
+    facts.building_pids = {633: nvcc}
+    assert check_conclusion(action, _log(), facts) == []
