@@ -22,6 +22,7 @@ from agent.rules import (
     stale_gpu_possible,
     stale_rules,
 )
+from agent.rules_causes import cause_rules
 from agent.rules_hang import hang_rules
 from agent.rules_structure import structure_rules
 from agent.signatures import Match
@@ -98,9 +99,12 @@ def compute(observations: list[Observation]) -> tuple[list[Finding], Facts]:
         if m.strength == "fatal" and m.line == first_fatal:
             w += 0.5  # the first fatal line is usually the cause; later ones are fallout
         if m.strength == "strong" and (
-            EXCEPTION_LINE.search(m.line) or proof.fatal_kind(m.line) in ("exception", "error_level")
+            EXCEPTION_LINE.search(m.line)
+            or proof.fatal_kind(m.line) in ("exception", "error_level")
         ):
-            w = WEIGHT["fatal"]  # the line that ended the process (by its shape) carries this message
+            w = WEIGHT[
+                "fatal"
+            ]  # the line that ended the process (by its shape) carries this message
         if m.strength == "fatal" and label in OOM_LABELS:
             label, phase = oom_phase(o, m, hits)
             if phase is not None:
@@ -135,4 +139,5 @@ def compute(observations: list[Observation]) -> tuple[list[Finding], Facts]:
     host_rules(facts, hits, add, observations)
     structure_rules(facts, observations, hits, add)
     hang_rules(facts, observations, hits, add)
+    cause_rules(facts, observations, hits, add)
     return findings, facts

@@ -134,7 +134,23 @@ def still_starting(facts: Facts, observations: list[Observation], evidence) -> s
     return None
 
 
+def nccl_failure(facts: Facts, observations: list[Observation], evidence) -> str | None:  # type: ignore[no-untyped-def]
+    from agent.rules_causes import missing_interface
+
+    miss = missing_interface(observations)
+    if miss is None:
+        return None
+    _, _, var, value, ifaces = miss
+    have = ", ".join(sorted(ifaces))
+    return (
+        f"The cause is the setting, not NCCL: {var}={value} names no interface of this host "
+        f"(it has {have}). Unset {var} or set it to the interface the ranks reach each other on "
+        f"(e.g. {var}={sorted(ifaces)[0]}), then relaunch; NCCL_DEBUG=INFO shows the one it picks."
+    )
+
+
 BY_LABEL = {
+    "nccl_failure": nccl_failure,
     "port_in_use": port_in_use,
     "stale_gpu_process": stale_gpu_process,
     "unsupported_gpu_arch": unsupported_gpu_arch,

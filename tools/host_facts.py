@@ -17,7 +17,9 @@ from pydantic import BaseModel, Field
 from tools.base import ToolResult, ToolSpec, bound_lines
 from tools.host import Host
 
-SectionName = Literal["driver", "ecc", "memory", "ulimit", "kernel", "docker", "kubectl", "pods"]
+SectionName = Literal[
+    "driver", "ecc", "memory", "ulimit", "kernel", "network", "docker", "kubectl", "pods"
+]
 
 #: The allowlist: section -> (command, max lines kept).
 COMMANDS: dict[str, tuple[str, int]] = {
@@ -26,6 +28,8 @@ COMMANDS: dict[str, tuple[str, int]] = {
     "memory": ("free -m", 5),
     "ulimit": ("ulimit -a", 25),
     "kernel": ("uname -r", 2),
+    # the interfaces NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME may name
+    "network": ("ip -brief link", 20),
     "docker": ("docker ps -a", 30),
     "kubectl": ("kubectl get events", 40),
     # a crashed pod's last state says OOMKilled / Error / Completed and its exit code

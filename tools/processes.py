@@ -379,6 +379,10 @@ def _writers(host: Host, logs: list[str]) -> tuple[dict[str, list[int]], dict[in
         return {}, {}, 0
     res = host.run(FD_COMMAND, timeout=15)
     links = parse_fd_links(res.stdout)  # rc 2 when some links could not be read: keep the rest
+    if not links and (res.rc is None or res.error):
+        # the listing itself was not made (not recorded, no /proc): who writes the log is
+        # unknown, never "no running process"
+        return {}, {}, 0
     denied = (
         len({m for m in re.findall(r"/proc/(\d+)/fd", res.stderr or "")})
         if ("denied" in (res.stderr or ""))

@@ -55,3 +55,26 @@ def test_signature_placeholders_are_filled_or_dropped() -> None:
     generic = "`ss -ltnp | grep :PORT` to find the holder; stop it or launch on a free --port."
     assert ":30000" in fill(generic, Facts(), [], [{"line": BIND}])
     assert "PORT" not in fill(generic, Facts(), [], [{"line": "Address already in use"}])
+
+
+def test_an_iface_env_naming_a_missing_interface_is_the_cause_behind_nccl() -> None:
+    obs = [
+        _obs(
+            "o6",
+            "host_facts",
+            [
+                "# $ ip -brief link  (ok)",
+                "lo  UNKNOWN  00:00 <LOOPBACK>",
+                "eth0  UP  06:0c <BROADCAST,UP>",
+            ],
+        ),
+        _obs(
+            "o8",
+            "log_tail",
+            ["vm:1:1 [0] NCCL INFO NCCL_SOCKET_IFNAME set by environment to ens9f0"],
+        ),
+    ]
+    text = from_facts("nccl_failure", Facts(), obs, []) or ""
+    assert "NCCL_SOCKET_IFNAME=ens9f0" in text and "eth0" in text and "Unset" in text
+    ok = [obs[0], _obs("o8", "log_tail", ["NCCL_SOCKET_IFNAME=eth"])]  # a prefix of eth0: fine
+    assert from_facts("nccl_failure", Facts(), ok, []) is None

@@ -51,6 +51,7 @@ def test_sections_are_an_allowlist() -> None:
         "driver",
         "ecc",
         "memory",
+        "network",
         "ulimit",
         "kernel",
         "docker",
