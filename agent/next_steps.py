@@ -149,7 +149,33 @@ def nccl_failure(facts: Facts, observations: list[Observation], evidence) -> str
     )
 
 
+CUDA_INIT = re.compile(
+    r"(?i)no CUDA GPUs are available|CUDA driver initialization failed|found no NVIDIA driver|"
+    r"cudaGetDeviceCount|Torch not compiled with CUDA|CUDA initialization"
+)
+
+
+def cuda_driver_mismatch(facts: Facts, observations: list[Observation], evidence) -> str | None:  # type: ignore[no-untyped-def]
+    """A CUDA init error where nvidia-smi itself is missing or has no driver: the process (often a
+    container) was started without GPU access, not with the wrong driver."""
+    status = next(
+        (o["data"].get("status") for o in reversed(observations) if o["tool"] == "gpu_status"), None
+    )
+    if status not in ("no_nvidia_smi", "no_driver"):
+        return None
+    if not any(CUDA_INIT.search(e.get("line", "")) for e in evidence):
+        return None
+    return (
+        "This process sees no GPU at all (nvidia-smi: "
+        + ("not installed" if status == "no_nvidia_smi" else "no driver")
+        + "): in a container, start it with GPU access (`docker run --gpus all` / the NVIDIA "
+        "container runtime, or a Kubernetes `nvidia.com/gpu` limit) and check `ls /dev/nvidia*`; on "
+        "the host, install or load the driver (`nvidia-smi` must answer) before relaunching."
+    )
+
+
 BY_LABEL = {
+    "cuda_driver_mismatch": cuda_driver_mismatch,
     "nccl_failure": nccl_failure,
     "port_in_use": port_in_use,
     "stale_gpu_process": stale_gpu_process,

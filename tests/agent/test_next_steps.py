@@ -78,3 +78,10 @@ def test_an_iface_env_naming_a_missing_interface_is_the_cause_behind_nccl() -> N
     assert "NCCL_SOCKET_IFNAME=ens9f0" in text and "eth0" in text and "Unset" in text
     ok = [obs[0], _obs("o8", "log_tail", ["NCCL_SOCKET_IFNAME=eth"])]  # a prefix of eth0: fine
     assert from_facts("nccl_failure", Facts(), ok, []) is None
+
+
+def test_a_cuda_init_error_without_nvidia_smi_is_a_container_without_gpus() -> None:
+    obs = [_obs("o1", "gpu_status", [], {"status": "no_nvidia_smi"})]
+    line = "RuntimeError: No CUDA GPUs are available"
+    text = from_facts("cuda_driver_mismatch", Facts(), obs, [{"line": line}]) or ""
+    assert "--gpus all" in text and "/dev/nvidia" in text
