@@ -16,6 +16,7 @@ Writes land in an in-memory overlay so approved changes can be replayed without 
 from __future__ import annotations
 
 import fnmatch
+import hashlib
 import posixpath
 import re
 import shlex
@@ -170,11 +171,18 @@ _PIVOT_STATE = re.compile(r"(^|/)\.pivot(/|$)")
 _KERNEL_JOURNAL = {"-k", "--dmesg"}
 
 
+def replay_name(card_id: str) -> str:
+    """The host name a replayed card gets: stable per card, saying nothing about it."""
+    return "replay-" + hashlib.sha256(card_id.encode()).hexdigest()[:8]
+
+
 class ReplayHost:
     def __init__(self, card: IncidentCard, name: str | None = None) -> None:
         # Keep only the host snapshot: expected answers and transcripts never reach a tool.
         self._snap: HostSnapshot = card.host.model_copy(deep=True)
-        self.name = name or f"replay:{card.id}"
+        # an opaque name: the card's id often names its answer, and every tool line carries the
+        # host name into what a brain sees
+        self.name = name or replay_name(card.id)
         self._cursor = _Cursor()
         self._overlay: dict[str, bytes] = {}
         self._now = 0.0  # the investigation's virtual clock: waits advance it, never sleep

@@ -395,9 +395,10 @@ TALLY_ENV = "PIVOT_LLM_TURN_TALLY"
 
 
 def sequence_id(host: str, session_id: str) -> str:
-    """`<card-id>` for a replayed card (`replay:<card-id>`), else `<host>-<session>`; safe as a
+    """The replayed host's own (opaque, per-card) name, else `<host>-<session>`; safe as a
     directory name."""
-    raw = host.removeprefix("replay:") if host.startswith("replay:") else f"{host}-{session_id}"
+    replayed = host.startswith(("replay:", "replay-"))
+    raw = host.removeprefix("replay:") if replayed else f"{host}-{session_id}"
     return re.sub(r"[^A-Za-z0-9._-]+", "_", raw).strip("._") or "session"
 
 

@@ -20,7 +20,7 @@ from tests.agent.conftest import card_path
 from tests.agent.test_llm_brain import SEED, _conclude_from_board, _llm_settings
 from tests.scripted_llm import http_error, serve, text, tool_call
 from tools.cards import load_card
-from tools.replay_host import ReplayHost
+from tools.replay_host import ReplayHost, replay_name
 
 OFFERED = {"dmesg", "log_tail", "conclude", "insufficient_evidence"}
 
@@ -156,7 +156,7 @@ def test_replay_falls_back_to_the_sequence_when_the_prompt_drifted(
         s = _llm_settings(settings, url).model_copy(update={"llm_record_dir": rec})
         recorded = investigate(ReplayHost(card), card.symptom, brain="llm", settings=s)
     assert recorded.status == "concluded"
-    turns = sorted((rec / card.id).glob("turn-*.json"))
+    turns = sorted((rec / replay_name(card.id)).glob("turn-*.json"))
     assert [p.name for p in turns] == ["turn-001.json", "turn-002.json"]
     assert len(list(rec.glob("*.json"))) == 2  # the hash files, as before
     assert json.loads(turns[0].read_text())["hash"] + ".json" in {p.name for p in rec.iterdir()}
@@ -192,11 +192,13 @@ def test_replay_falls_back_to_the_sequence_when_the_prompt_drifted(
     s = Settings(home=tmp_path / "h3", llm_replay_dir=other, llm_model="scripted")
     r = investigate(ReplayHost(card), card.symptom, brain="llm", settings=s)
     assert r.status == "insufficient_evidence" and "no recorded model turn" in (r.summary or "")
-    assert f"{card.id}/turn-001.json" in (r.summary or "")
+    assert f"{replay_name(card.id)}/turn-001.json" in (r.summary or "")
     assert _tally(tally) == {"missing": 1}
 
 
-def test_sequence_ids_are_card_ids_for_replayed_cards() -> None:
+def test_sequence_ids_are_the_replayed_hosts_opaque_names() -> None:
+    name = replay_name("seed-sglang-fewchan-kv-oom")
+    assert sequence_id(name, "abc") == name and "sglang" not in name
     assert sequence_id("replay:seed-sglang-fewchan-kv-oom", "abc") == "seed-sglang-fewchan-kv-oom"
     assert sequence_id("gpu-box-3", "0123abcd") == "gpu-box-3-0123abcd"
     assert sequence_id("user@10.0.0.1:22", "s1") == "user_10.0.0.1_22-s1"

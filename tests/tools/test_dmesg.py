@@ -11,6 +11,7 @@ import pytest
 from tests.cardkit import minimal_card as _card
 from tools.dmesg import SPEC, parse_dmesg
 from tools.local_host import LocalHost
+from tools.replay_host import replay_name
 
 FIX = Path(__file__).resolve().parent.parent / "fixtures"
 INCIDENTS = Path(__file__).resolve().parents[2] / "evals" / "incidents"
@@ -61,7 +62,7 @@ def test_replay_card_with_dmesg_only_in_commands(replay_host_factory) -> None:  
 
 def test_replay_no_kernel_log(replay_host_factory) -> None:  # type: ignore[no-untyped-def]
     r = SPEC.call(replay_host_factory(_card({})))
-    assert not r.ok and "replay:t" in (r.error or "") and r.fix
+    assert not r.ok and replay_name("t") in (r.error or "") and r.fix
 
 
 def test_local_permission_denied(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -13,6 +13,7 @@ from tests.cardkit import minimal_card as _card
 from tools import engines
 from tools.local_host import LocalHost
 from tools.processes import SPEC, Result, identify, parse_ps, server_kind
+from tools.replay_host import replay_name
 
 FIX = Path(__file__).resolve().parent.parent / "fixtures"
 
@@ -106,7 +107,7 @@ def test_replay_pattern_and_servers(replay_host_factory) -> None:  # type: ignor
 
 def test_replay_without_ps_is_clear_error(replay_host_factory) -> None:  # type: ignore[no-untyped-def]
     r = SPEC.call(replay_host_factory(_card({})), {"link_gpu": False})
-    assert not r.ok and "replay:t" in (r.error or "") and r.fix
+    assert not r.ok and replay_name("t") in (r.error or "") and r.fix
 
 
 def test_local_python_module_is_not_a_server_but_its_log_writer_is(
