@@ -18,6 +18,7 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -52,6 +53,24 @@ class Sshd:
     def set_gpu_state(self, state: str) -> None:
         """idle | busy | after: what the fake nvidia-smi on this host replays."""
         (self.fake_bin.parent / "gpu-state").write_text(state + "\n", encoding="ascii")
+
+    @contextlib.contextmanager
+    def nvidia_smi_fixture(self, script: str) -> Iterator[Path]:
+        """Swap this host's fake `nvidia-smi` for another FIXTURE script (e.g. a two-GPU capture)
+        for the duration of the block; the H200 replay link is put back after."""
+        link = self.fake_bin / "nvidia-smi"
+        target = os.readlink(link)
+        variant = self.fake_bin / "nvidia-smi-variant-fixture"
+        variant.write_text(script)
+        variant.chmod(0o755)
+        link.unlink()
+        link.symlink_to(variant.name)
+        try:
+            yield variant
+        finally:
+            link.unlink()
+            link.symlink_to(target)
+            variant.unlink()
 
     def ssh_argv(self, *command: str) -> list[str]:
         """OpenSSH's own client with the same key and known_hosts (for benchmarks and checks)."""

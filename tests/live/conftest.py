@@ -56,3 +56,16 @@ def live(request: pytest.FixtureRequest) -> Iterator[tuple[SSHHost, Sshd]]:
     )
     yield host, server
     host.close()
+
+
+@pytest.fixture(params=["root", "user"])
+def live_server(request: pytest.FixtureRequest) -> Sshd:
+    """The real sshd alone (no SSHHost), as root and as the unprivileged test user: for tests
+    that drive the `pivot` CLI, which reaches it through an ssh config alias of its own."""
+    return _sshd(request.param)
+
+
+@pytest.fixture
+def live_user_server() -> Sshd:
+    """The real sshd logged in as the unprivileged test user only."""
+    return _sshd("user")
