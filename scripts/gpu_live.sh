@@ -1,0 +1,378 @@
+#!/usr/bin/env bash
+# Live scenarios on real GPUs (issue 11, "The same scenarios on real GPUs"), run on a lent
+# 2 x H200 machine through the device tool. Each failure is staged FOR REAL (torch.distributed,
+# NCCL, two ranks) and `pivot investigate --local --json --log LOG "<symptom>"` runs WHILE it
+# happens. Beside every scenario run an unrelated `python3 -m http.server` and a `sleep 600`.
+#   s1 loader     torchrun, 2 ranks alive, 4 s per shard of 50            -> still_starting (+ETA)
+#   s2 hang       torchrun, rank 1 sleeps before all_reduce, rank 0 in it -> nccl_failure (stall)
+#   s3 killed     mp launcher, kill -9 rank 1 mid-load, rank 0 in barrier -> killed_externally
+#   s4 cotenant   user alice holds 100 GiB on GPU 1 + matmul loop; our
+#                 TP=2 torchrun OOMs on rank 1                             -> stale_gpu_process /
+#                                                                            cuda_oom, never "kill it"
+#   s5 noise      inductor "OutOfMemoryError: out of resource: triton_mm"
+#                 ERROR lines while a real GPU job keeps running           -> not cuda_oom_runtime
+# Everything goes to $OUT/gpu-live.tar.gz (+ $OUT/summary.txt). Needs wheels in .whl/ (no network
+# there). GL_DRY=1 runs the orchestration without torch/GPUs (to test the script anywhere).
+set -u
+OUT=${OUT:-/tmp/gpu-live-out}
+W=/tmp/gl
+DRY=${GL_DRY:-0}
+GL_ONLY=${GL_ONLY:-"s1 s2 s3 s4 s5"}
+rm -rf "$W"; mkdir -p "$OUT" "$W/logs" "$W/res" "$W/srv" "$W/bin" "$W/stage"
+chmod 1777 "$W/stage"; chmod 755 "$W" "$W/srv"
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export PYTHONUNBUFFERED=1
+SYSPY=$(command -v python3)
+say() { echo "[gl $(date +%T)] $*" | tee -a "$W/res/driver.txt"; }
+
+# -- pivot in its own venv (the device's torch stays with the device's python3) ------------------
+if [ "$DRY" = 1 ]; then
+    PYBIN=${GL_PIVOT_PY:-$PWD/.venv/bin/python}
+else
+    "$SYSPY" -m venv --system-site-packages "$W/venv" >/dev/null
+    "$W/venv/bin/pip" install -q --no-index --no-deps --no-compile .whl/*.whl 2>&1 | tail -3
+    PYBIN=$W/venv/bin/python
+fi
+ln -sf "$(dirname "$PYBIN")/py-spy" "$W/bin/py-spy"   # py-spy on PATH, nothing else of the venv
+export PATH=$W/bin:$PATH PYTHONPATH=$PWD PIVOT_HOME=$W/home PIVOT_LIVENESS_MAX_S=20
+PIVOT="$PYBIN -m agent.cli"
+
+{
+    echo "date: $(date -u +%FT%TZ)"; uname -a; echo "python3: $SYSPY $("$SYSPY" -V 2>&1)"
+    echo "git: $(git rev-parse HEAD 2>/dev/null) dirty: $(git status --short 2>/dev/null | tr '\n' ' ')"
+    nvidia-smi --query-gpu=index,name,driver_version,memory.total,pci.bus_id --format=csv 2>&1
+    nvidia-smi topo -m 2>&1 | head -8
+    "$SYSPY" -c "import torch;print('torch',torch.__version__,'cuda',torch.version.cuda,'nccl',torch.cuda.nccl.version(),'gpus',torch.cuda.device_count())" 2>&1
+    py-spy --version 2>&1
+    $PIVOT --help >/dev/null 2>"$W/pivot-help.err" && echo "pivot cli ok" || { echo "PIVOT CLI BROKEN:"; tail -5 "$W/pivot-help.err"; "$PYBIN" -m pip check 2>&1 | head; }
+} > "$W/res/versions.txt" 2>&1
+cat "$W/res/versions.txt"
+
+# -- the staged programs ---------------------------------------------------------------------------
+cat > "$W/srv/rank.py" <<'PY'
+"""One rank of a TP=2 server, staged. argv: MODE. Rank/world from torchrun's env or argv[2:4]."""
+import datetime, os, sys, time
+MODE = sys.argv[1]
+RANK = int(os.environ.get("RANK", sys.argv[2] if len(sys.argv) > 2 else 0))
+WORLD = int(os.environ.get("WORLD_SIZE", sys.argv[3] if len(sys.argv) > 3 else 1))
+DRY = os.environ.get("GL_DRY") == "1"
+STAGE = os.environ.get("GL_STAGE", "/tmp/gl/stage")
+GiB = 2**30
+
+
+def log(msg, end="\n"):
+    ts = datetime.datetime.now().strftime("%Y-%m-%d %H:%M:%S")
+    print(f"[{ts} TP{RANK}] {msg}" if end == "\n" else msg, end=end, flush=True)
+
+
+if DRY:
+    torch = dist = None
+    def alloc(n): return bytearray(1)
+    def all_reduce_step(): time.sleep(0.2)
+    def barrier(): (time.sleep(10**6) if os.path.exists(f"{STAGE}/dead1") and RANK == 0 else time.sleep(0.1))
+    def avail(): return 139.10
+else:
+    import torch, torch.distributed as dist
+    torch.cuda.set_device(RANK)
+    def alloc(n): return torch.empty(int(n * GiB), dtype=torch.uint8, device="cuda")
+    def all_reduce_step():
+        t = torch.ones(1 << 20, device="cuda")
+        dist.all_reduce(t)
+        torch.cuda.synchronize()
+        return t
+    def barrier(): dist.barrier()
+    def avail(): return torch.cuda.mem_get_info()[0] / GiB
+
+open(f"{STAGE}/rank{RANK}.pid", "w").write(str(os.getpid()))
+open(f"{STAGE}/allpids", "a").write(f"{os.getpid()}\n")  # torchrun puts ranks in their own sessions
+log(f"server_args=ServerArgs(model_path='/models/Llama-3.1-70B-Instruct', tp_size={WORLD}, port=30000, mode={MODE!r})") if RANK == 0 else None
+log(f"Init torch distributed begin. world_size={WORLD} backend=nccl")
+if not DRY:
+    dist.init_process_group("nccl", rank=RANK, world_size=WORLD, device_id=torch.device("cuda", RANK))
+all_reduce_step()
+log(f"Init torch distributed ends. mem usage=0.00 GB")
+log(f"Load weight begin. avail mem={avail():.2f} GB")
+
+if MODE == "load":                       # s1: a slow loader, 4 s per shard of 50
+    w = alloc(12)
+    n, start = 50, time.time()
+    for k in range(n + 1):
+        if RANK == 0:
+            el = time.time() - start
+            eta = (n - k) * 4
+            log(f"\rLoading safetensors checkpoint shards: {100 * k // n:3d}% Completed | {k}/{n} "
+                f"[{int(el) // 60:02d}:{int(el) % 60:02d}<{eta // 60:02d}:{eta % 60:02d},  4.00s/it]", end="")
+        time.sleep(4)
+elif MODE == "hang":                     # s2: rank 1 never reaches the collective
+    w = alloc(8)
+    log("Load weight end. type=LlamaForCausalLM, dtype=torch.bfloat16, avail mem=131.02 GB")
+    log("Capture cuda graph end. Time elapsed: 3.21 s") if RANK == 0 else None
+    if RANK == 0:
+        log("The server is fired up and ready to roll!")
+    for step in range(6):
+        all_reduce_step()
+        if RANK == 0:
+            log(f"Decode batch. #running-req: 4, #token: {800 + 40 * step}, token usage: 0.01, gen throughput (token/s): 1480.{step:02d}, #queue-req: 0")
+        time.sleep(0.5)
+    if RANK == 1:
+        time.sleep(10**6)                # stuck on the host side before the next all_reduce
+    all_reduce_step() if not DRY else time.sleep(10**6)  # rank 0: NCCL kernel spins on GPU 0
+    log("unreachable")
+elif MODE == "killload":                 # s3: both loading; rank 1 is SIGKILLed from outside
+    w = alloc(20)
+    n = 10
+    for k in range(n + 1):
+        if RANK == 0:
+            log(f"\rLoading safetensors checkpoint shards: {100 * k // n:3d}% Completed | {k}/{n} [00:{k:02d}<00:{n - k:02d},  1.00s/it]", end="")
+        time.sleep(1)
+    if RANK == 0:
+        print(flush=True)
+    log("Load weight end. type=LlamaForCausalLM, dtype=torch.bfloat16, avail mem=119.30 GB")
+    barrier()                            # rank 0 waits here for rank 1 forever
+    log("ready")
+elif MODE == "oom":                      # s4: weights do not fit beside a co-tenant on GPU 1
+    w = alloc(70)
+    log(f"Load weight end. type=LlamaForCausalLM, dtype=torch.bfloat16, avail mem={avail():.2f} GB")
+    barrier()
+    time.sleep(10**6)
+PY
+
+cat > "$W/srv/launch_mp.py" <<'PY'
+"""An engine-style launcher: spawns the TP ranks with multiprocessing and waits for them."""
+import multiprocessing as mp, os, runpy, sys
+
+
+def worker(mode, rank, world):
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank))
+    sys.argv = [os.path.join(os.path.dirname(__file__), "rank.py"), mode]
+    runpy.run_path(sys.argv[0], run_name="__main__")
+
+
+if __name__ == "__main__":
+    mode, world = sys.argv[1], int(sys.argv[2])
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ.setdefault("MASTER_PORT", sys.argv[3] if len(sys.argv) > 3 else "29531")
+    print(f"launching {world} TP workers, mode={mode}", flush=True)
+    ctx = mp.get_context("spawn")
+    procs = [ctx.Process(target=worker, args=(mode, r, world), name=f"TP{r}") for r in range(world)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join()
+    print("all workers exited", [p.exitcode for p in procs], flush=True)
+PY
+
+cat > "$W/srv/cotenant.py" <<'PY'
+"""Another team's training job: 100 GiB held on its GPU and a matmul loop."""
+import os, sys, time
+if os.environ.get("GL_DRY") == "1":
+    open(os.environ["GL_READY"], "w").close()
+    while True:
+        time.sleep(1)
+import torch
+hold = torch.empty(100 * 2**30, dtype=torch.uint8, device="cuda")
+a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+b = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+open(os.environ["GL_READY"], "w").close()
+step = 0
+while True:
+    for _ in range(200):
+        c = a @ b
+    torch.cuda.synchronize()
+    step += 1
+    if step % 20 == 0:
+        print(f"step {step} loss {float(c[0, 0]) % 3:.4f}", flush=True)
+PY
+
+cat > "$W/srv/compile_noise.py" <<'PY'
+"""A real GPU job warming up under torch.compile(max-autotune): inductor prints ERROR-level
+'out of resource' autotune lines (a rejected Triton config, not a CUDA OOM) and carries on."""
+import datetime, os, time
+DRY = os.environ.get("GL_DRY") == "1"
+if not DRY:
+    import torch
+    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    w = torch.empty(30 * 2**30, dtype=torch.uint8, device="cuda")
+pid = os.getpid()
+def ts(): return datetime.datetime.now().strftime("%m%d %H:%M:%S.%f")
+print("[2026-11-30 10:00:00] Load weight end. type=LlamaForCausalLM, dtype=torch.bfloat16, avail mem=108.12 GB", flush=True)
+print("[2026-11-30 10:00:01] Compiling a graph for dynamo with mode=max-autotune", flush=True)
+for i in range(3):
+    p = f"E{ts()} {pid} torch/_inductor/select_algorithm.py:2230] [0/0]"
+    print(f"{p} Runtime error during autotuning: ", flush=True)
+    print(f"{p} No valid triton configs. OutOfMemoryError: out of resource: triton_mm_{i + 4} Required: 262144 Hardware limit:232448 Reducing block sizes or `num_stages` may help.. ", flush=True)
+    print(f"{p} Ignoring this choice.", flush=True)
+    print(f"AUTOTUNE mm(8192x8192, 8192x8192)\n  triton_mm_{i + 9} 0.6712 ms 100.0% ACC_TYPE='tl.float32', BLOCK_K=64, BLOCK_M=128, BLOCK_N=256, num_stages=3, num_warps=8\n  mm 0.7020 ms 95.6%", flush=True)
+    time.sleep(1)
+print("SingleProcess AUTOTUNE benchmarking takes 4.1123 seconds and 0.2311 seconds precompiling for 24 choices", flush=True)
+step = 0
+t0 = time.time()
+while True:
+    if not DRY:
+        for _ in range(100):
+            c = a @ b
+        torch.cuda.synchronize()
+    else:
+        time.sleep(0.5)
+    step += 1
+    if step % 4 == 0:
+        print(f"[{datetime.datetime.now():%Y-%m-%d %H:%M:%S}] Capturing batches (bs={min(step, 160)} avail_mem=77.41 GB): {min(100, step)}%", flush=True)
+PY
+
+# -- helpers ---------------------------------------------------------------------------------------
+start_group() {   # start_group LOGFILE CMD... : own session + process group, stdout/err -> LOGFILE
+    local logf=$1; shift
+    setsid "$@" > "$logf" 2>&1 < /dev/null &
+    local pid=$!
+    echo "$pid" >> "$W/stage/pgids"
+    echo "$pid"
+}
+stop_group() {   # the launcher's group, then every rank (torchrun starts each in its own session)
+    kill -9 -- "-$1" 2>/dev/null
+    for p in $(cat "$W/stage/allpids" 2>/dev/null); do kill -9 "$p" 2>/dev/null; done
+    : > "$W/stage/allpids"
+}
+wait_for() {      # wait_for SECONDS CMD...
+    local n=$(( $1 * 10 )); shift
+    for _ in $(seq 1 "$n"); do "$@" && return 0; sleep 0.1; done; return 1
+}
+gpu_idle() { [ "$DRY" = 1 ] && return 0
+    local used; used=$(nvidia-smi --query-compute-apps=pid --format=csv,noheader 2>/dev/null | grep -c .)
+    [ "$used" = 0 ]; }
+snapshot() {      # snapshot DIR TAG
+    {
+        echo "### $2 $(date +%T.%N)"
+        nvidia-smi 2>&1
+        nvidia-smi --query-gpu=index,utilization.gpu,memory.used,memory.total --format=csv 2>&1
+        nvidia-smi --query-compute-apps=pid,process_name,used_memory,gpu_bus_id --format=csv 2>&1
+    } >> "$1/nvidia-smi.txt"
+    { echo "### $2 $(date +%T.%N)"; ps -eo user,pid,ppid,pgid,stat,etime,pcpu,rss,args --sort=pid; } >> "$1/ps.txt"
+}
+investigate() {   # investigate NAME LOG SYMPTOM...
+    local name=$1 logf=$2; shift 2
+    local d=$W/res/$name; mkdir -p "$d"
+    echo "$*" > "$d/symptom.txt"
+    snapshot "$d" before
+    local t0; t0=$(date +%s.%N)
+    timeout 240 $PIVOT investigate --local --json --log "$logf" "$*" > "$d/report.json" 2> "$d/pivot.stderr"
+    local rc=$?
+    echo "rc=$rc wall_s=$("$PYBIN" -c "print(round($(date +%s.%N)-$t0, 1))")" > "$d/run.txt"
+    snapshot "$d" after
+    cp "$logf" "$d/server.log" 2>/dev/null
+    say "$name investigated: $(cat "$d/run.txt")"
+    "$PYBIN" - "$d/report.json" <<'PY' | tee -a "$W/res/driver.txt"
+import json, sys
+try:
+    r = json.load(open(sys.argv[1]))
+except Exception as e:
+    print("  no report:", e); sys.exit()
+print("  status:", r.get("status"), "| root_cause:", r.get("root_cause"), "| confidence:", r.get("confidence"))
+for e in r.get("evidence", [])[:4]:
+    print("  evidence:", (e.get("line") or "")[:160])
+print("  ruled_out:", r.get("ruled_out"))
+print("  next_step:", (r.get("next_step") or "")[:400])
+PY
+}
+TORCHRUN() {      # TORCHRUN MODE PORT : torchrun, 2 ranks (the mp launcher in dry mode)
+    if [ "$DRY" = 1 ]; then echo "$SYSPY" "$W/srv/launch_mp.py" "$1" 2 "$2"
+    else echo "$SYSPY" -m torch.distributed.run --nproc-per-node 2 --master-port "$2" "$W/srv/rank.py" "$1"; fi
+}
+pack() {          # after each scenario, so a run cut short still brings back what it has
+    cp "$W/res/driver.txt" "$OUT/summary.txt" 2>/dev/null
+    local d; d=res; [ -d "$W/home" ] && d="res home"
+    tar -C "$W" -czf "$OUT/gpu-live.tar.gz.part" $d; mv -f "$OUT/gpu-live.tar.gz.part" "$OUT/gpu-live.tar.gz"
+}
+export GL_DRY=$DRY GL_STAGE=$W/stage
+
+# -- unrelated jobs, beside every scenario ---------------------------------------------------------
+UNREL_HTTP=$(start_group "$W/logs/http.log" "$SYSPY" -m http.server 8765 --bind 127.0.0.1 --directory /tmp)
+UNREL_SLEEP=$(start_group /dev/null sleep 600)
+say "unrelated: http.server pid $UNREL_HTTP, sleep pid $UNREL_SLEEP"
+
+# -- s1: two-rank loader, 4 s per shard ------------------------------------------------------------
+if [[ " $GL_ONLY " == *" s1 "* ]]; then
+    say "s1 start"
+    L=$W/logs/s1_server.log
+    G=$(start_group "$L" $(TORCHRUN load 29511))
+    wait_for 90 grep -q "Loading safetensors" "$L" || say "s1: no progress line in 90 s"
+    sleep 9
+    investigate s1_loader "$L" "Readiness probe on :30000 gave up after 60 s on my TP=2 launch. Did it crash or hang?"
+    stop_group "$G"; wait_for 30 gpu_idle; pack
+fi
+
+# -- s2: collective hang -----------------------------------------------------------------------------
+if [[ " $GL_ONLY " == *" s2 "* ]]; then
+    say "s2 start"
+    rm -f "$W"/stage/rank*.pid
+    L=$W/logs/s2_server.log
+    G=$(start_group "$L" $(TORCHRUN hang 29512))
+    wait_for 90 grep -q "#token: 1000" "$L" || say "s2: never reached the last decode batch"
+    sleep 20
+    investigate s2_hang "$L" "Server stopped answering: every request times out and nothing new in the log. Is it hung?"
+    stop_group "$G"; wait_for 30 gpu_idle; pack
+fi
+
+# -- s3: rank killed mid-load ------------------------------------------------------------------------
+if [[ " $GL_ONLY " == *" s3 "* ]]; then
+    say "s3 start"
+    rm -f "$W"/stage/rank*.pid
+    L=$W/logs/s3_server.log
+    G=$(start_group "$L" "$SYSPY" "$W/srv/launch_mp.py" killload 2 29513)
+    wait_for 90 grep -q "3/10" "$L" || say "s3: loading never reached 3/10"
+    R1=$(cat "$W/stage/rank1.pid" 2>/dev/null)
+    say "s3: kill -9 rank 1 pid $R1"; kill -9 "$R1"; touch "$W/stage/dead1"
+    wait_for 30 grep -q "Load weight end" "$L"
+    sleep 8
+    investigate s3_killed "$L" "Startup never finishes: stuck after loading weights, the server never becomes ready. Why?"
+    stop_group "$G"; rm -f "$W/stage/dead1"; wait_for 30 gpu_idle; pack
+fi
+
+# -- s4: co-tenant on GPU 1, our TP=2 launch OOMs --------------------------------------------------
+if [[ " $GL_ONLY " == *" s4 "* ]]; then
+    say "s4 start"
+    CO_USER=root
+    if [ "$DRY" != 1 ] && { id alice >/dev/null 2>&1 || useradd -m alice; }; then CO_USER=alice; fi
+    CO_HOME=$(getent passwd "$CO_USER" | cut -d: -f6); CO_LOG=$CO_HOME/train_run7.log
+    cp "$W/srv/cotenant.py" "$CO_HOME/train.py" 2>/dev/null || CO_HOME=$W/srv
+    chmod 755 "$CO_HOME"; chown "$CO_USER" "$CO_HOME/train.py" 2>/dev/null
+    touch "$CO_LOG"; chown "$CO_USER" "$CO_LOG" 2>/dev/null
+    CO_ENV="CUDA_VISIBLE_DEVICES=1 GL_READY=$W/stage/cotenant.ready GL_DRY=$DRY NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 HOME=$CO_HOME"
+    if [ "$CO_USER" = root ]; then
+        CO=$(start_group "$CO_LOG" env $CO_ENV "$SYSPY" "$CO_HOME/train.py")
+    else
+        CO=$(start_group "$CO_LOG" runuser -u "$CO_USER" -- env $CO_ENV "$SYSPY" "$CO_HOME/train.py")
+    fi
+    if ! wait_for 60 test -f "$W/stage/cotenant.ready" && [ "$CO_USER" != root ]; then
+        say "s4: co-tenant as $CO_USER never got its memory: $(tail -5 "$CO_LOG" | tr '\n' ' '); again as root"
+        stop_group "$CO"; CO_USER=root
+        CO=$(start_group "$CO_LOG" env $CO_ENV "$SYSPY" "$CO_HOME/train.py")
+        wait_for 45 test -f "$W/stage/cotenant.ready" || say "s4: co-tenant never got its memory"
+    fi
+    say "s4: co-tenant ($CO_USER) pid $CO up"
+    L=$W/logs/s4_server.log
+    G=$(start_group "$L" $(TORCHRUN oom 29514))
+    wait_for 75 grep -qiE "out of memory|OutOfMemoryError|ChildFailedError" "$L" || say "s4: no OOM seen"
+    wait_for 40 bash -c "! kill -0 $G 2>/dev/null"   # torchrun tears the job down
+    sleep 2
+    investigate s4_cotenant "$L" "Our TP=2 relaunch died with CUDA out of memory on rank 1 while loading weights; same config ran yesterday. What is taking GPU 1?"
+    stop_group "$G"; stop_group "$CO"; wait_for 30 gpu_idle; pack
+fi
+
+# -- s5: torch.compile autotune noise while a real job keeps running ------------------------------
+if [[ " $GL_ONLY " == *" s5 "* ]]; then
+    say "s5 start"
+    L=$W/logs/s5_server.log
+    G=$(start_group "$L" env CUDA_VISIBLE_DEVICES=0 "$SYSPY" "$W/srv/compile_noise.py")
+    wait_for 90 grep -q "Capturing batches" "$L" || say "s5: never reached capture"
+    sleep 3
+    investigate s5_compile_noise "$L" "The log is full of OutOfMemoryError during torch.compile warmup. Did the server crash with OOM?"
+    stop_group "$G"; wait_for 30 gpu_idle; pack
+fi
+
+# -- wrap up ----------------------------------------------------------------------------------------
+say "unrelated still alive: http=$(kill -0 "$UNREL_HTTP" 2>/dev/null && echo yes || echo no) sleep=$(kill -0 "$UNREL_SLEEP" 2>/dev/null && echo yes || echo no)"
+for g in $(cat "$W/stage/pgids" 2>/dev/null); do stop_group "$g"; done
+cp "$W/logs/"*.log "$W/res/" 2>/dev/null
+pack
+ls -la "$OUT"
