@@ -146,7 +146,12 @@ def _silent_server_pid(observations: list[Observation]) -> int | None:
 
     f = derive(observations)
     if f.server_alive and f.log_growth and not any(f.log_growth.values()):
-        return (f.server_main_pids or f.server_pids or [None])[0]
+        # a rank, not the launcher: the one on the busiest GPU, else any rank holding GPU memory
+        on_gpu = [p for p in f.gpu_pids if p in f.server_pids]
+        ranks = [p for p in f.server_worker_pids if p in on_gpu] or on_gpu
+        if ranks:
+            return max(ranks, key=lambda p: f.gpu_pids.get(p, 0.0))
+        return (f.server_worker_pids or f.server_main_pids or f.server_pids or [None])[0]
     if f.server_alive is None and f.busy_unknown_pids:
         return next(iter(f.busy_unknown_pids))
     return None

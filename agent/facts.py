@@ -293,7 +293,12 @@ def _gpu(f: Facts, o: Observation) -> None:
         for ln in o["lines"]:
             if ln.startswith("# "):
                 continue
-            if idx is not None and re.match(rf"\s*\|?\s*{idx}\b", ln) and "MiB" in ln:
+            # a table row carries "MiB"; a csv query row (nounits) is the index and commas
+            if (
+                idx is not None
+                and re.match(rf"\s*\|?\s*{idx}\b", ln)
+                and ("MiB" in ln or ln.count(",") >= 3)
+            ):
                 line = ln
                 break
         util = _get(g, "utilization_pct", "util_pct")

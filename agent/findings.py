@@ -74,6 +74,21 @@ def _sig_engines() -> dict[str, list[str]]:
 _ENGINES_CACHE: dict[str, list[str]] | None = None
 
 
+def _noise(o: Observation, m: Match, hits: list[tuple[Observation, Match]]) -> bool:
+    """A live server printed this error line and then more progress (torch.compile's autotune
+    rejecting a kernel config, a retried download): not a crash. A traceback's final line is
+    never noise: a component died of it even if the front-end lives on."""
+    from agent.evidence import text_lines
+
+    later = any(
+        oo["id"] == o["id"] and mm.strength in ("progress", "ready") and mm.line_no > m.line_no
+        for oo, mm in hits
+    )
+    if not later:
+        return False
+    return proof.kind_in_context(text_lines(o), m.line_no) != "traceback"
+
+
 def compute(observations: list[Observation]) -> tuple[list[Finding], Facts]:
     facts = derive(observations)
     hits = signature_hits(observations)
@@ -121,6 +136,8 @@ def compute(observations: list[Observation]) -> tuple[list[Finding], Facts]:
                             "gpu_oom_weights": "the OOM came while weights were still loading",
                         }.get(label, "the OOM came while the KV-cache pool was being sized"),
                     )
+        if facts.server_alive and m.strength in ("fatal", "strong") and _noise(o, m, hits):
+            continue  # an error line a live server logged and then worked on past: noise
         if not _for_engine(m, engine):
             w *= OTHER_ENGINE  # a line made for another engine's code path is weaker evidence
         if proof.is_wrapper(m.line):

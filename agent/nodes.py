@@ -340,13 +340,7 @@ def conclude(state: State, runtime: Runtime[RunContext]) -> dict[str, Any]:
         board = _explained_away(board, a["label"], evidence[0])
     changes = state.get("changes", [])
     next_step = a.get("next_step") or ""
-    applied = [c for c in changes if c.get("approved")]
-    if applied:
-        next_step += (
-            " Applied with approval: "
-            + "; ".join(f"{c['tool']} {c['args'].get('path', '')}" for c in applied)
-            + "."
-        )
+    next_step += _changes_said(changes, obs)
     report = {
         "status": status,
         "root_cause": a.get("label") if status == "concluded" else None,
@@ -417,6 +411,30 @@ def unknowns(observations: list[Observation]) -> list[str]:
         what = o["tool"] + (f" {key[1]}" if key[1] else "")
         out[what] = f"{what}: {err}" + (f" (to read it: {fix})" if fix else "")
     return list(out.values())[:6]
+
+
+def _changes_said(changes: list[dict[str, Any]], obs: list[Observation]) -> str:
+    """What each approved change did, read from its own result: "applied and verified" only
+    when the tool says so (sha256 checked), else the error and its fix."""
+    parts: list[str] = []
+    for c in changes:
+        if not c.get("approved"):
+            continue
+        path = c["args"].get("path", "")
+        done = [o for o in obs if o["tool"] == c["tool"] and o["args"].get("path") == path]
+        if not done:
+            parts.append(f" Approved but not run yet: {c['tool']} {path}.")
+            continue
+        last = done[-1]
+        d = last["data"]
+        if last["ok"] and d.get("verified", True):
+            sha = f" (sha256 {str(d['new_sha256'])[:12]} verified)" if d.get("new_sha256") else ""
+            parts.append(f" Applied with approval: {c['tool']} {path}{sha}.")
+        else:
+            err = d.get("error") or "the tool reported a failure"
+            fix = f" Fix: {d['fix']}" if d.get("fix") else ""
+            parts.append(f" Approved, but {c['tool']} {path} FAILED: {err}.{fix}")
+    return "".join(parts)
 
 
 def _explained_away(board: dict[str, Any], winner: str, line: dict[str, str]) -> dict[str, Any]:

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import re
 
-from agent.evidence import LOG_TOOLS, latest_text_observations, text_lines
+from agent import proof
+from agent.evidence import LOG_TOOLS, last_launch, latest_text_observations, text_lines
 from agent.facts import Facts
 from agent.signatures import Match
 from agent.state import Observation
@@ -26,24 +27,14 @@ WORKER = re.compile(
     r"(?i)::|\bworker\b|scheduler|engine_?core|detokenizer|tp_?rank|ray::|multiprocessing"
 )
 OTHER_PROC_MEM = re.compile(r"Process (\d+) has ([\d.]+) ([GM]iB) memory in use")
-#: A traceback or an exception line means the process reported its own failure.
 EXCEPTION_LINE = re.compile(r"\b[A-Z]\w*(?:Error|Exception): ")
-OWN_ERROR = re.compile(
-    r"Traceback \(most recent call last\)|\b[A-Z]\w*(?:Error|Exception): |\bFATAL\b|\bfatal error\b"
-    r"|\] \[E\] |Error Code \d+"
-)
 #: nvidia-smi failures that look like the hardware itself (not a driver/library mismatch)
 HW_ERROR = re.compile(
     r"(?i)unknown error|ERR!|fallen off|GPU is lost|not responding|Unable to determine the device handle"
 )
-#: Error-ish words in a log's last lines: the process said something went wrong itself.
-ERROR_WORD = re.compile(
-    r"(?i)\b(?:error|failed|failure|exception|fatal|abort(?:ed|ing)?|panic)\b|MPI_ABORT"
-    r"|exit(?:ed)? (?:with )?(?:status|code)[ :=]*[1-9]"
-)
-
-
 MEMORY_LABELS = {"gpu_oom_weights", "cuda_oom_runtime", "kv_cache_no_room", "stale_gpu_process"}
+#: Phase labels that place an OOM (weights loading, after weights, KV-cache sizing).
+MEMORY_PHASES = {"gpu_oom_weights", "cuda_oom_runtime", "kv_cache_no_room"}
 
 
 def died_for_memory(hits: list[tuple[Observation, Match]]) -> bool:
@@ -130,7 +121,9 @@ def oom_phase(
     phases = [
         mm
         for oo, mm in hits
-        if oo["id"] == o["id"] and mm.signature.startswith(PHASE_PREFIX) and mm.label
+        if oo["id"] == o["id"]
+        and mm.signature.startswith(PHASE_PREFIX)
+        and mm.label in MEMORY_PHASES  # an NCCL-init phase line says nothing about an OOM
     ]
     before = [p for p in phases if p.line_no < m.line_no]
     after = [p for p in phases if p.line_no > m.line_no]
@@ -348,8 +341,12 @@ def liveness_rules(facts: Facts, observations: list[Observation], hits, add) -> 
             o = logs[-1]
             text = text_lines(o)
             last = next((ln for ln in reversed(text) if ln.strip()), "")
-            own_error = any(OWN_ERROR.search(ln) for ln in text) or any(
-                ERROR_WORD.search(ln) for ln in text[-30:]
+            # an error of its own is a line fatal by its shape since the launch (a benign
+            # "Ignore import error ..." warning is not one; a signal line from outside is not one)
+            since = text[last_launch(text) :]
+            own_error = any(
+                kind != "exit_signal" and not proof.external_end(since[i])
+                for i, kind in proof.fatal_lines(since)
             )
             if not own_error:  # an error of its own is weighed by the structure rules
                 add(

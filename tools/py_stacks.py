@@ -172,7 +172,7 @@ _COLL_NAMES = re.compile(
     r"custom_all_reduce|nccl[A-Z]\w*|ncclCommInit\w*)$"
 )
 _COLL_FILES = re.compile(
-    r"torch/distributed/(?!elastic/(?:agent|multiprocessing|timer|utils))|"
+    r"torch/distributed/(?!elastic/)(?!run\.py)(?!launch\.py)|"  # the launcher (elastic agent, metrics) only watches its ranks
     r"(?:vllm|sglang/srt|tensorrt_llm(?:/_torch)?|lmdeploy|deepspeed/comm|megatron/core)/"
     r"distributed/|pynccl|custom_all_reduce|device_communicators/|communication_op|"
     r"deepspeed/comm/|mpi4py/|parallel_state\.py"

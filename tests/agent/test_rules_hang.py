@@ -78,3 +78,62 @@ def test_stacks_in_a_collective_prove_the_hang() -> None:
     )
     got = _run(_alive_silent(), [o])
     assert any(lbl == "nccl_failure" and w >= 4.0 for lbl, w, _ in got)
+
+
+def test_autotune_error_lines_on_a_live_progressing_server_are_noise() -> None:
+    from agent.findings import compute
+
+    ps = Observation(
+        id="o2",
+        tool="processes",
+        args={},
+        ok=True,
+        lines=[
+            "USER PID %CPU %MEM VSZ RSS TTY STAT START TIME COMMAND",
+            "root 4242 99 1 1 1 ? Rl 10:00 1:00 python3 -m sglang.launch_server --port 30000",
+        ],
+        data={
+            "processes": [
+                {
+                    "pid": 4242,
+                    "stat": "Rl",
+                    "command": "python3 -m sglang.launch_server --port 30000",
+                    "server": "sglang",
+                    "role": "main",
+                }
+            ]
+        },
+        round=0,
+    )
+    noise = "ERROR 12-01 [select_algorithm.py:1] OutOfMemoryError: out of resource: triton_mm Required: 262144"
+    lines = [
+        noise,
+        noise,
+        "Capturing batches (bs=8 avail_mem=20.1 GB):  64%|██████▍   | 9/14 [00:05<00:03]",
+    ]
+    log = Observation(
+        id="o8",
+        tool="log_tail",
+        args={"path": LOG},
+        ok=True,
+        lines=lines,
+        data={"size": 10},
+        round=0,
+    )
+    log2 = Observation(
+        id="o9",
+        tool="log_tail",
+        args={"path": LOG},
+        ok=True,
+        lines=[
+            *lines,
+            "Capturing batches (bs=16 avail_mem=19 GB):  78%|███████▊  | 11/14 [00:07<00:02]",
+        ],
+        data={"size": 20},
+        round=1,
+    )
+    findings, facts = compute([ps, log, log2])
+    assert facts.server_alive
+    oom = sum(f["strength"] for f in findings if f["label"] == "cuda_oom_runtime")
+    assert oom <= 0, [f for f in findings if f["label"] == "cuda_oom_runtime"]
+    assert sum(f["strength"] for f in findings if f["label"] == "still_starting") > 0
