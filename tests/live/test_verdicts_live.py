@@ -172,21 +172,17 @@ def test_slow_loader_at_4s_per_shard_is_still_starting_with_an_eta(scene: Scene)
 
 
 # -- 3. SIGKILL mid-load -------------------------------------------------------------------------------
-def _killed_mid_load(scene: Scene, *, import_warning: bool) -> tuple[S.Verdict, Path]:
+def test_sigkill_mid_load_is_killed_externally_beside_unrelated_jobs(scene: Scene) -> None:
     log = scene.stage.logs / "server.log"
+    # the start-up carries SGLang's benign "Ignore import error when loading ..." warning: not an
+    # error of the process's own (it once kept killed_externally from being concluded)
     proc = scene.stage.start_server(
-        [["out", S.startup(import_warning=import_warning)], ["loop", S.SHARD_BAR, 0.25, 200]],
-        log,
-        S.SERVER_ARGS,
+        [["out", S.startup()], ["loop", S.SHARD_BAR, 0.25, 200]], log, S.SERVER_ARGS
     )
     S.wait_for(lambda: b"| 5/200" in log.read_bytes(), 10, "five shards")
     scene.stage.kill9(proc)
+
     v = scene.investigate([log], "my sglang server vanished while loading, what happened?")
-    return v, log
-
-
-def test_sigkill_mid_load_is_killed_externally_beside_unrelated_jobs(scene: Scene) -> None:
-    v, log = _killed_mid_load(scene, import_warning=False)
 
     assert_concluded(v, "killed_externally")
     last = re.split(r"\r\n|\n|\r", log.read_text())[-1]
@@ -195,21 +191,8 @@ def test_sigkill_mid_load_is_killed_externally_beside_unrelated_jobs(scene: Scen
     scene.assert_bystanders_untouched(v)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="agent/rules.py liveness_rules: with the server gone, killed_externally gets its +2 "
-    "only when no line in the last 30 matches ERROR_WORD; SGLang's benign start-up warning "
-    "'Ignore import error when loading sglang.srt.models.glm4v_moe: ...' counts as the "
-    "process's own error, so a SIGKILL mid-load ends insufficient_evidence",
-)
-def test_sigkill_mid_load_with_sglangs_benign_import_warning(user_scene: Scene) -> None:
-    v, log = _killed_mid_load(user_scene, import_warning=True)
-    assert_concluded(v, "killed_externally")
-    assert_cites(v, log)
-
-
 # -- 4. port taken ----------------------------------------------------------------------------------
-def test_port_taken_names_port_30000_and_its_holder(scene: Scene) -> None:
+def _port_taken(scene: Scene) -> tuple[Path, int]:
     assert S.port_free(S.PORT), f"port {S.PORT} is in use on this machine before the test"
     holder = scene.stage.start_port_holder(S.PORT)
     log = scene.stage.logs / "server.log"
@@ -217,16 +200,39 @@ def test_port_taken_names_port_30000_and_its_holder(scene: Scene) -> None:
     proc = scene.stage.start_server(script, log, S.SERVER_ARGS)
     assert proc.wait(timeout=20) == 1
     assert S.BIND_FATAL.encode() in log.read_bytes()
+    return log, holder.pid
+
+
+def test_port_taken_names_port_30000_and_its_holder(scene: Scene) -> None:
+    log, holder = _port_taken(scene)
 
     v = scene.investigate([log], "the server exits right after loading the model, why?")
 
     assert_concluded(v, "port_in_use")
     assert_cites(v, log, S.BIND_FATAL)
     step = v.report["next_step"]
-    assert "30000" in step and f"pid {holder.pid}" in step, step
+    assert "30000" in step and f"pid {holder}" in step, step
     assert not re.search(r"\bPORT\b", step), step
-    assert holder.poll() is None  # named, never killed by the investigation
+    assert not S.gone(holder)  # named, never killed by the investigation
     scene.assert_bystanders_untouched(v)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a crash whose server is already gone still waits out the liveness window: "
+    "agent/checks.py options() offers log_growth (log_tail watch_s=6) with the server pid gone "
+    "and the bind error proven; tools/log_tail.watch never checks that the writer is alive; and "
+    "tools/log_window.parse_progress takes 'Load weight end.' for a slow phase while "
+    "last_progress looks back past the fatal last line, so window_for gives the whole "
+    "PIVOT_LIVENESS_MAX_S (30 s by default: the port case takes ~33 s instead of ~3 s)",
+)
+def test_port_taken_needs_no_liveness_wait(user_scene: Scene) -> None:
+    """The server is gone and its bind error is proven: nothing is worth waiting for. With the
+    cap at 10 s a wait shows as >= 12 s; the sweep and the checks alone take ~3 s."""
+    log, _ = _port_taken(user_scene)
+    v = user_scene.investigate([log], "the server exits right after loading, why?", window_s=10)
+    assert_concluded(v, "port_in_use")
+    assert v.wall_s < 8.0, f"{v.wall_s:.1f} s for a crash that needs no waiting"
 
 
 # -- 5. 2 GB log -------------------------------------------------------------------------------------
@@ -247,13 +253,6 @@ def big_log() -> Iterator[Path]:
         shutil.rmtree(d, ignore_errors=True)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="agent/rules.py oom_phase: the nearest 'phase-' hit before the OOM names its label, "
-    "and phase-nccl-init (label nccl_failure, 'Init torch distributed begin') is such a phase; "
-    "the whole-log search returns that line but not 'Load weight end', so the CUDA OOM is "
-    "concluded as nccl_failure ('nccl_failure: signature cuda-oom')",
-)
 def test_2gb_log_oom_12mb_before_the_end_is_an_oom(scene: Scene, big_log: Path) -> None:
     v = scene.investigate([big_log], "sglang died overnight, why? the log is huge")
 
@@ -307,13 +306,6 @@ def test_changed_config_is_restored_byte_for_byte(scene: Scene) -> None:
     scene.assert_bystanders_untouched(v)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="agent/nodes.py (report node, 'Applied with approval'): every approved change is "
-    "reported as applied without looking at the config_apply result; when the write fails "
-    "(config dir not writable by the SSH user) the report still says 'Applied with approval: "
-    "config_apply PATH.' and never gives the error or its fix",
-)
 def test_restore_refused_by_permissions_is_reported_as_failed(user_scene: Scene) -> None:
     cfg, good, log = _changed_config(user_scene, "etc")
     # /etc-like: the directory and the files belong to root; the SSH user can only read them
@@ -332,13 +324,6 @@ def test_restore_refused_by_permissions_is_reported_as_failed(user_scene: Scene)
 
 
 # -- 7. hung collective --------------------------------------------------------------------------------
-@pytest.mark.xfail(
-    strict=True,
-    reason="agent/facts.py _gpu: a GPU's evidence line is looked up with 'MiB' in it, but "
-    "gpu_status runs the wide query with --format=csv,noheader,nounits, whose rows carry no "
-    "unit; GpuFact.line stays '' and findings.add drops the pinned-GPU/silent-log nccl_failure "
-    "finding (rules_hang.hang_rules), so the hang ends insufficient_evidence",
-)
 def test_hung_collective_one_gpu_pinned_one_idle_is_nccl(scene: Scene) -> None:
     log = scene.stage.logs / "server.log"
     args = [*S.SERVER_ARGS[:-1], "2"]
