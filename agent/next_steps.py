@@ -139,13 +139,31 @@ def nccl_failure(facts: Facts, observations: list[Observation], evidence) -> str
 
     miss = missing_interface(observations)
     if miss is None:
-        return None
+        return _hang(facts, observations)
     _, _, var, value, ifaces = miss
     have = ", ".join(sorted(ifaces))
     return (
         f"The cause is the setting, not NCCL: {var}={value} names no interface of this host "
         f"(it has {have}). Unset {var} or set it to the interface the ranks reach each other on "
         f"(e.g. {var}={sorted(ifaces)[0]}), then relaunch; NCCL_DEBUG=INFO shows the one it picks."
+    )
+
+
+def _hang(facts: Facts, observations: list[Observation]) -> str | None:
+    """A rank proven (by its stacks) to wait in a collective: name it and find the missing peer."""
+    stacks = [o for o in observations if o["tool"] == "py_stacks" and o["ok"]]
+    if not stacks or stacks[-1]["data"].get("waiting_in") != "collective":
+        return None
+    d = stacks[-1]["data"]
+    pid = stacks[-1]["args"].get("pid")
+    frame = str(d.get("collective_frame") or "").strip()
+    peers = [p for p in facts.server_pids if p != pid]
+    dumps = " ".join(f"`py-spy dump --pid {p}`" for p in peers[:4]) or "py-spy on every rank"
+    return (
+        f"Rank pid {pid} waits in a collective ({frame}); the hang is the rank that never joins "
+        f"it. Dump the other ranks ({dumps}) to find the one that is elsewhere (or gone: check "
+        "`ps` for each rank and `dmesg` for a kill); relaunch with NCCL_DEBUG=INFO to see which "
+        "rank stops, and try NCCL_P2P_DISABLE=1 once as a test of the P2P path (ACS/IOMMU)."
     )
 
 
