@@ -52,6 +52,7 @@ def _killed(stage: S.Stage, log: Path) -> None:
 
 
 def _port(stage: S.Stage, log: Path) -> None:
+    S.wait_port_free(S.PORT)
     stage.start_port_holder(S.PORT)
     script = [["out", S.startup()], ["out", S.LOADED.lstrip("\n")], ["bind", S.PORT]]
     stage.start_server(script, log, S.SERVER_ARGS).wait(20)
@@ -110,9 +111,6 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=5, help="runs of each no-wait scenario")
     ap.add_argument("--window-runs", type=int, default=1, help="runs of each window scenario")
     args = ap.parse_args()
-    if not S.port_free(S.PORT):
-        print(f"port {S.PORT} is taken on this machine; the port scenario needs it free")
-        return 2
     sshd = start_sshd()
     bystanders = S.new_stage(sshd)
     bystanders.start_bystanders()

@@ -300,6 +300,17 @@ def port_free(port: int) -> bool:
     return True
 
 
+def wait_port_free(port: int, timeout: float = 90.0) -> None:
+    """The scenarios need the literal port (30000): another run of this suite on the same box
+    may hold it for a few seconds; wait for it, then fail naming the holder."""
+    deadline = time.monotonic() + timeout
+    while not port_free(port):
+        if time.monotonic() > deadline:
+            ss = subprocess.run(["ss", "-ltnp", f"sport = :{port}"], capture_output=True, text=True)
+            raise AssertionError(f"port {port} stayed in use for {timeout:.0f} s: {ss.stdout}")
+        time.sleep(0.2)
+
+
 # -- driving the CLI ------------------------------------------------------------------------------
 def pivot_env(home: Path, sshd: Sshd, alias: str, **extra: str) -> dict[str, str]:
     """A HOME whose ~/.ssh/config names the test sshd as `alias`, and a fresh PIVOT_HOME."""

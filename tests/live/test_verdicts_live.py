@@ -193,7 +193,7 @@ def test_sigkill_mid_load_is_killed_externally_beside_unrelated_jobs(scene: Scen
 
 # -- 4. port taken ----------------------------------------------------------------------------------
 def _port_taken(scene: Scene) -> tuple[Path, int]:
-    assert S.port_free(S.PORT), f"port {S.PORT} is in use on this machine before the test"
+    S.wait_port_free(S.PORT)
     holder = scene.stage.start_port_holder(S.PORT)
     log = scene.stage.logs / "server.log"
     script = [["out", S.startup()], ["out", S.LOADED.lstrip("\n")], ["bind", S.PORT]]
@@ -217,15 +217,6 @@ def test_port_taken_names_port_30000_and_its_holder(scene: Scene) -> None:
     scene.assert_bystanders_untouched(v)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a crash whose server is already gone still waits out the liveness window: "
-    "agent/checks.py options() offers log_growth (log_tail watch_s=6) with the server pid gone "
-    "and the bind error proven; tools/log_tail.watch never checks that the writer is alive; and "
-    "tools/log_window.parse_progress takes 'Load weight end.' for a slow phase while "
-    "last_progress looks back past the fatal last line, so window_for gives the whole "
-    "PIVOT_LIVENESS_MAX_S (30 s by default: the port case takes ~33 s instead of ~3 s)",
-)
 def test_port_taken_needs_no_liveness_wait(user_scene: Scene) -> None:
     """The server is gone and its bind error is proven: nothing is worth waiting for. With the
     cap at 10 s a wait shows as >= 12 s; the sweep and the checks alone take ~3 s."""
