@@ -139,6 +139,12 @@ def _gpu_busy(observations: list[Observation]) -> bool:
     return False
 
 
+def _known_dead(observations: list[Observation]) -> bool:
+    from agent.facts import derive
+
+    return derive(observations).server_alive is False
+
+
 def _silent_server_pid(observations: list[Observation]) -> int | None:
     """The server's main pid when it runs but its log stopped (or a busy process that may be
     the workload): where its stacks wait tells a hang from slow work."""
@@ -170,7 +176,9 @@ def options(
     for c in catalogue():
         args: dict[str, Any] | None = {}
         need = c["needs"]
-        if need == "primary_log":
+        if need == "live_log" and log_path and _known_dead(observations):
+            args = None  # a server known to be gone: its log cannot grow, never wait on it
+        elif need in ("primary_log", "live_log"):
             args = {"path": log_path} if log_path else None
             if args:
                 args.update(c.get("args") or {})  # e.g. the liveness window of log_growth

@@ -322,8 +322,14 @@ def identify(
     ancestor) and, when the log/pid file/port named one launch, whether it is that one."""
     by_pid = {p.pid: p for p in procs}
     anchors: set[int] = set()
+    other_writers = {
+        p: f[len(OTHER_LOG_PREFIX) :]
+        for p, f in (writers or {}).items()
+        if f.startswith(OTHER_LOG_PREFIX)
+    }
+    writers = {p: f for p, f in (writers or {}).items() if p not in other_writers}
     for pid, why in [
-        *((p, f"writes {f}") for p, f in (writers or {}).items()),
+        *((p, f"writes {f}") for p, f in writers.items()),
         *((p, "pid file") for p in pid_file_pids or set()),
         *((p, f"listens on :{port}") for p, port in (port_pids or {}).items()),
     ]:
@@ -363,6 +369,13 @@ def identify(
         for p in procs:
             if p.server:
                 p.ours = p.launch in ours if p.ppid is not None else p.pid in anchors
+    elif other_writers:
+        # nobody writes our log any more (its server is gone); a launch whose output goes to
+        # another file is someone else's, so it cannot make a dead server look alive
+        theirs = {by_pid[p].launch for p in other_writers if p in by_pid and by_pid[p].server}
+        for p in procs:
+            if p.server and p.launch in theirs:
+                p.ours = False
 
 
 def _matcher(pattern: str | None) -> re.Pattern[str] | None:
@@ -372,6 +385,10 @@ def _matcher(pattern: str | None) -> re.Pattern[str] | None:
         return re.compile(pattern, re.I)
     except re.error:
         return re.compile(re.escape(pattern), re.I)
+
+
+#: In `identify`'s writers map, a pid whose stdout goes to another file than the logs asked about.
+OTHER_LOG_PREFIX = "other:"
 
 
 def _writers(host: Host, logs: list[str]) -> tuple[dict[str, list[int]], dict[int, str], int]:
@@ -391,12 +408,18 @@ def _writers(host: Host, logs: list[str]) -> tuple[dict[str, list[int]], dict[in
     wanted = {posixpath.normpath(p): p for p in logs}
     by_log: dict[str, list[int]] = {p: [] for p in logs}
     pid_log: dict[int, str] = {}
+    elsewhere: dict[int, str] = {}
     for pid, files in sorted(links.items()):
         for f in files:
             name = wanted.get(posixpath.normpath(f))
             if name is not None:
                 by_log[name].append(pid)
                 pid_log[pid] = name
+            elif f.startswith("/") and not f.startswith(("/dev/", "/proc/")):
+                elsewhere[pid] = f  # writes another log file: another launch's output
+    for pid, f in elsewhere.items():
+        if pid not in pid_log:
+            pid_log[pid] = OTHER_LOG_PREFIX + f
     return by_log, pid_log, denied
 
 
@@ -448,7 +471,15 @@ def run(host: Host, args: Args) -> Result:
         if p.pid in gpu_mib:
             p.on_gpu, p.gpu_mib = True, gpu_mib[p.pid]
         hit = match is not None and (match.search(p.command) or args.pattern == str(p.pid))
-        if hit or p.server or p.building or p.busy_unknown or p.zombie or p.d_state or p.pid in gpu_mib:
+        if (
+            hit
+            or p.server
+            or p.building
+            or p.busy_unknown
+            or p.zombie
+            or p.d_state
+            or p.pid in gpu_mib
+        ):
             shown.append(p)
     present = {p.pid for p in parsed.procs}
     return Result(

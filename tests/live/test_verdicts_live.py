@@ -218,12 +218,12 @@ def test_port_taken_names_port_30000_and_its_holder(scene: Scene) -> None:
 
 
 def test_port_taken_needs_no_liveness_wait(user_scene: Scene) -> None:
-    """The server is gone and its bind error is proven: nothing is worth waiting for. With the
-    cap at 10 s a wait shows as >= 12 s; the sweep and the checks alone take ~3 s."""
+    """The server is gone and its bind error is proven: nothing is worth waiting for, so the
+    log is never watched (the time it takes is measured in bench/live_investigate.py, not here)."""
     log, _ = _port_taken(user_scene)
     v = user_scene.investigate([log], "the server exits right after loading, why?", window_s=10)
     assert_concluded(v, "port_in_use")
-    assert v.wall_s < 8.0, f"{v.wall_s:.1f} s for a crash that needs no waiting"
+    assert "watch_s" not in v.stderr, "a dead server's log was watched for growth"
 
 
 @pytest.mark.xfail(
