@@ -173,6 +173,29 @@ def _strip_wrappers(toks: list[str]) -> list[str]:
     return toks
 
 
+_OPERATORS = {";", "&&", "||", "|", "&", "(", ")"}
+
+
+def _commands(script: str) -> list[str]:
+    """The commands of a shell script, split on ; && || | & OUTSIDE quotes, comments dropped: a
+    grep whose quoted pattern names `torchrun|sglang` runs grep, not torchrun."""
+    import shlex
+
+    lex = shlex.shlex(script, posix=True, punctuation_chars=";&|()")
+    lex.whitespace_split = True
+    lex.commenters = "#"
+    parts: list[list[str]] = [[]]
+    try:
+        for tok in lex:
+            if tok in _OPERATORS:
+                parts.append([])
+            else:
+                parts[-1].append(tok)
+    except ValueError:  # unbalanced quotes (a cut command line): fall back to a plain split
+        return [p for p in _SPLIT.split(re.sub(r"(?:^|\s)#.*", "", script)) if p.strip()]
+    return [" ".join(shlex.quote(t) if " " in t else t for t in p) for p in parts if p]
+
+
 def invocations(command: str, _depth: int = 0) -> list[Invocation]:
     """What a ps command line runs, wrappers and interpreter taken off; a shell `-c` script gives
     one invocation per command in it (comments dropped). Kernel threads give none."""
@@ -205,9 +228,8 @@ def invocations(command: str, _depth: int = 0) -> list[Invocation]:
         )
         if at is not None:
             script = " ".join(t for t in rest[at:] if t != "--")
-            script = re.sub(r"(?:^|\s)#.*", "", script)  # a comment runs nothing
             out: list[Invocation] = []
-            for part in _SPLIT.split(script):
+            for part in _commands(script):
                 for inv in invocations(part, _depth + 1):
                     out.append(inv.model_copy(update={"via_shell": True}))
             return out

@@ -268,3 +268,19 @@ def test_facts_from_a_card_ps_aux_without_tree() -> None:
     f = derive([_ps_obs(SYNTH_PS)])
     assert sorted(f.server_pids) == [2001, 2003, 2004, 2005, 2006, 2007]
     assert f.server_engine == "sglang" and 2005 in f.server_worker_pids
+
+
+def test_a_grep_whose_quoted_pattern_names_engines_is_not_a_server() -> None:
+    """pivot's own log_search runs `sh -c grep ... '...torchrun|sglang...' | cut`: the shell's
+    operators inside quotes do not split it into a torchrun command."""
+    from tools.engines import classify
+
+    grep = (
+        "sh -c grep -a -b -E -e '(server_args=ServerArgs\\()|^\\$ (?:python|vllm|torchrun|sglang)'"
+        " /tmp/x.log | cut -c1-400"
+    )
+    assert classify(grep).engine is None
+    assert (
+        classify("bash -c cd /srv && python -m sglang.launch_server --port 30000").engine
+        == "sglang"
+    )
