@@ -101,6 +101,13 @@ def _one(sshd, name: str, case, home: Path) -> tuple[float, str]:  # type: ignor
         got = v.report["root_cause"] or v.report["status"]
         mark = "ok" if got in want else f"WRONG (want {'/'.join(want)})"
         print(f"  {name:16s} {v.wall_s:6.2f} s  {got} {mark}", flush=True)
+        if got not in want:
+            print(f"    summary: {v.report['summary']}")
+            for h in v.report["hypotheses"]:
+                if h["label"] in want:
+                    print(f"    {h['label']}: {h['status']} {h['score']} against {h['against']}")
+            checks = [ln.strip() for ln in v.stderr.splitlines() if "Next check" in ln]
+            print(f"    checks: {checks}")
         return v.wall_s, got
     finally:
         stage.cleanup()
