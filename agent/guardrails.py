@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-from agent import proof, rules_hang
+from agent import proof, rules_causes, rules_hang
 from agent.board import related
 from agent.evidence import LOG_TOOLS, last_launch, signature_hits, text_lines
 from agent.facts import Facts
@@ -343,7 +343,18 @@ def _killed(action: Action, by_id: dict[str, Observation], facts: Facts, hits: H
     return out
 
 
+def _bad_launch(
+    action: Action, by_id: dict[str, Observation], facts: Facts, hits: Hits
+) -> list[str]:
+    """A setting proven wrong by host facts needs no crash line: a node of rank >= 1 told to meet
+    rank 0 at its own address hangs without printing an error."""
+    if rules_causes.rendezvous_self(list(by_id.values())) is not None:
+        return []
+    return _crash_rule(action, by_id, facts, hits)
+
+
 RULES: dict[str, Rule] = {
+    "bad_launch_argument": _bad_launch,
     "nccl_failure": _nccl,
     "still_starting": _still_starting,
     "stale_gpu_process": _stale,

@@ -18,8 +18,22 @@ _SET = re.compile(r"\b(" + "|".join(IFACE_ENV) + r")(?:=| set by environment to 
 _IFACE_LINE = re.compile(r"^([A-Za-z0-9_.:-]+?)(?:@\S+)?\s+(?:UP|DOWN|UNKNOWN|LOWERLAYERDOWN)\b")
 
 
+_INET = re.compile(r"(?:^|\s)(?:inet\s+)?(\d{1,3}(?:\.\d{1,3}){3})/\d+")
+
+
+def addresses(observations: list[Observation]) -> set[str]:
+    """This host's IPv4 addresses from `ip -brief addr` / `ip addr` output."""
+    out: set[str] = set()
+    for o in observations:
+        if o["tool"] != "host_facts" or not o["ok"]:
+            continue
+        for ln in text_lines(o):
+            out.update(m.group(1) for m in _INET.finditer(ln))
+    return out - {"127.0.0.1"}
+
+
 def interfaces(observations: list[Observation]) -> set[str]:
-    """Interface names from `ip -brief link` (host_facts' network section)."""
+    """Interface names from `ip -brief addr|link` (host_facts' network section)."""
     out: set[str] = set()
     for o in observations:
         if o["tool"] != "host_facts" or not o["ok"]:
@@ -60,6 +74,7 @@ def missing_interface(
 
 
 def cause_rules(facts, observations: list[Observation], hits, add) -> None:  # type: ignore[no-untyped-def]
+    rendezvous_rules(observations, add)
     if not any(m.label == "nccl_failure" and m.strength in ("fatal", "strong") for _, m in hits):
         return
     miss = missing_interface(observations)
@@ -74,4 +89,44 @@ def cause_rules(facts, observations: list[Observation], hits, add) -> None:  # t
         line,
         f"the cause: {var}={value} names an interface this host does not have "
         f"(it has {', '.join(sorted(ifaces))})",
+    )
+
+
+#: The rendezvous address and this node's rank, as launch flags, env or SGLang's server_args.
+_RDZV = re.compile(
+    r"(?:--nccl-init(?:-addr)?|--dist-init-addr|dist_init_addr=|MASTER_ADDR=|--master[-_]addr[ =])"
+    r"\s*'?(\d{1,3}(?:\.\d{1,3}){3})"
+)
+_RANK = re.compile(r"(?:--node-rank|--node_rank|node_rank=|NODE_RANK=)\s*'?(\d+)")
+
+
+def rendezvous_self(observations: list[Observation]) -> tuple[str, str, str, int] | None:
+    """(observation id, line, address, node rank) when a node of rank >= 1 was told to meet
+    rank 0 at one of its own addresses: it waits for itself, rank 0 waits elsewhere."""
+    mine = addresses(observations)
+    if not mine:
+        return None
+    for o in observations:
+        if not o["ok"]:
+            continue
+        for ln in text_lines(o):
+            a, r = _RDZV.search(ln), _RANK.search(ln)
+            if a and r and int(r.group(1)) >= 1 and a.group(1) in mine:
+                return o["id"], ln, a.group(1), int(r.group(1))
+    return None
+
+
+def rendezvous_rules(observations: list[Observation], add) -> None:  # type: ignore[no-untyped-def]
+    hit = rendezvous_self(observations)
+    if hit is None:
+        return
+    oid, line, addr, rank = hit
+    add(
+        "bad_launch_argument",
+        "cause",
+        3.0,
+        oid,
+        line,
+        f"node rank {rank} was told to meet rank 0 at {addr}, which is this host's own address: "
+        "the rendezvous must name rank 0's node",
     )

@@ -29,7 +29,7 @@ COMMANDS: dict[str, tuple[str, int]] = {
     "ulimit": ("ulimit -a", 25),
     "kernel": ("uname -r", 2),
     # the interfaces NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME may name
-    "network": ("ip -brief link", 20),
+    "network": ("ip -brief addr", 20),
     "docker": ("docker ps -a", 30),
     "kubectl": ("kubectl get events", 40),
     # a crashed pod's last state says OOMKilled / Error / Completed and its exit code

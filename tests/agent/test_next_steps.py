@@ -85,3 +85,21 @@ def test_a_cuda_init_error_without_nvidia_smi_is_a_container_without_gpus() -> N
     line = "RuntimeError: No CUDA GPUs are available"
     text = from_facts("cuda_driver_mismatch", Facts(), obs, [{"line": line}]) or ""
     assert "--gpus all" in text and "/dev/nvidia" in text
+
+
+def test_a_rank_1_node_told_to_meet_rank_0_at_its_own_address_is_a_launch_setting() -> None:
+    from agent.rules_causes import rendezvous_self
+
+    addr = _obs(
+        "o6", "host_facts", ["# $ ip -brief addr  (ok)", "eth0  UP  10.0.0.2/24 fe80::1/64"]
+    )
+    ps = _obs(
+        "o2",
+        "processes",
+        [
+            "root 1 0.2 0.1 1 1 ? Sl 10:02 0:03 python -m sglang.launch_server --nccl-init 10.0.0.2:8001 --nnodes 2 --node-rank 1"
+        ],
+    )
+    assert rendezvous_self([addr, ps]) == ("o2", ps["lines"][0], "10.0.0.2", 1)
+    rank0 = _obs("o2", "processes", [ps["lines"][0].replace("--node-rank 1", "--node-rank 0")])
+    assert rendezvous_self([addr, rank0]) is None  # rank 0 hosts the rendezvous: fine
