@@ -50,7 +50,9 @@ def port_in_use(facts: Facts, observations: list[Observation], evidence) -> str 
     pid_m = PID_IN_LINE.search(holder)
     if pid_m:
         pid = int(pid_m.group(1))
-        who = facts.procs.get(pid, holder)
+        name = re.search(r'users:\(\("([^"]+)"', holder)
+        cmd = str(facts._ps_recs.get(pid, {}).get("command") or "")
+        who = cmd or (name.group(1) if name else "a process")
         if pid in facts.co_tenant_pids:
             return (
                 f"Port {port} is held by pid {pid} ({facts.co_tenant_pids[pid]}): someone's live "
@@ -103,9 +105,9 @@ def unsupported_gpu_arch(facts: Facts, observations: list[Observation], evidence
     )
     set_vars = [f"{k}={env[k]}" for k in ARCH_ENV if k in env]
     gpu = (
-        f"this GPU is compute capability {', '.join(caps)}"
+        f"this GPU's compute capability ({', '.join(caps)})"
         if caps
-        else "nvidia-smi --query-gpu=compute_cap"
+        else "this GPU's compute capability (nvidia-smi --query-gpu=compute_cap)"
     )
     have = (
         f" (set now: {', '.join(set_vars)})"

@@ -48,7 +48,7 @@ def test_arch_error_points_at_the_arch_lists_and_the_gpu_capability() -> None:
         or ""
     )
     assert "FLASHINFER_CUDA_ARCH_LIST" in text and "TORCH_CUDA_ARCH_LIST=8.0;8.6" in text
-    assert "compute capability 9.0" in text and "supported major version" not in text
+    assert "compute capability (9.0)" in text and "supported major version" not in text
 
 
 def test_signature_placeholders_are_filled_or_dropped() -> None:

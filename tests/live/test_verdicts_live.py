@@ -226,13 +226,6 @@ def test_port_taken_needs_no_liveness_wait(user_scene: Scene) -> None:
     assert "watch_s" not in v.stderr, "a dead server's log was watched for growth"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="agent/next_steps.py port_in_use: the holder is described as "
-    "facts.procs.get(pid, holder)[:80]; the holder is no server, so facts.procs lacks it and the "
-    "raw ss line is cut mid-token: 'held by pid N (LISTEN 0 128 0.0.0.0:30000 0.0.0.0:* "
-    'users:(("python3",pid)\'; it should name the process (python3 and its command)',
-)
 def test_port_holder_is_named_by_its_process_not_a_cut_ss_line(user_scene: Scene) -> None:
     log, holder = _port_taken(user_scene)
     v = user_scene.investigate([log], "the server exits right after loading, why?")
