@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import posixpath
 import time
 from typing import Any
 
@@ -87,6 +88,16 @@ def sweep(state: State, runtime: Runtime[RunContext]) -> dict[str, Any]:
     if ctx.extra_configs:
         named = set(ctx.extra_configs)
         configs = [p for p in configs if p in named or any(p.startswith(n) for n in named)]
+    elif ctx.extra_logs:
+        # the operator named the log: configs are the ones beside it (its directory or the one
+        # above), never whatever else a tree walk finds (another checkout's YAML under /tmp)
+        near = {posixpath.dirname(posixpath.dirname(p.rstrip("/"))) + "/" for p in ctx.extra_logs}
+        near |= {posixpath.dirname(p) + "/" for p in ctx.extra_logs}
+        configs = [
+            p
+            for p in configs
+            if p in symptom_paths or any(p.startswith(d) for d in near if d != "/")
+        ]
     everything = [*paths, *ctx.extra_configs, *ctx.extra_logs]
     configs.sort(
         key=lambda p: (
