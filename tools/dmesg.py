@@ -229,6 +229,16 @@ def run(host: Host, args: Args) -> Result:
             f"or Xid is unknown because {denied.command!r} was refused ({said.strip()[:200]})",
             fix=FIX_DENIED,
         )
+    unrecorded = [r for r in attempts if "not recorded in this card" in (r.error or "")]
+    if unrecorded and len(unrecorded) == len(attempts):
+        return Result(
+            host=host.name,
+            ok=False,
+            readable=False,
+            tried=tried,
+            error=f"{unrecorded[0].error} on {host.name}: an OOM kill or Xid is unknown, not absent",
+            fix=unrecorded[0].fix or "read the kernel log on the live host",
+        )
     return Result(
         host=host.name,
         ok=False,
