@@ -15,6 +15,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel
 
+from agent.facts import Facts, derive
 from agent.state import Hypothesis, Observation
 
 LOG_NAME = re.compile(r"(?i)(\.log|\.out|\.err|nohup|/logs?/[^/]+$|\.txt$)")
@@ -139,18 +140,9 @@ def _gpu_busy(observations: list[Observation]) -> bool:
     return False
 
 
-def _known_dead(observations: list[Observation]) -> bool:
-    from agent.facts import derive
-
-    return derive(observations).server_alive is False
-
-
-def _silent_server_pid(observations: list[Observation]) -> int | None:
+def _silent_server_pid(f: Facts) -> int | None:
     """The server's main pid when it runs but its log stopped (or a busy process that may be
     the workload): where its stacks wait tells a hang from slow work."""
-    from agent.facts import derive
-
-    f = derive(observations)
     if f.server_alive and f.log_growth and not any(f.log_growth.values()):
         # a rank, not the launcher: the one on the busiest GPU, else any rank holding GPU memory
         on_gpu = [p for p in f.gpu_pids if p in f.server_pids]
@@ -171,12 +163,13 @@ def options(
     }
     total = sum(live.values()) or 1.0
     log_path, log_obs = primary_log(observations)
+    facts = derive(observations)  # once per decision: the preconditions below read it
     all_paths = listed_paths(observations)
     out: list[CheckOption] = []
     for c in catalogue():
         args: dict[str, Any] | None = {}
         need = c["needs"]
-        if need == "live_log" and log_path and _known_dead(observations):
+        if need == "live_log" and log_path and facts.server_alive is False:
             args = None  # a server known to be gone: its log cannot grow, never wait on it
         elif need in ("primary_log", "live_log"):
             args = {"path": log_path} if log_path else None
@@ -202,7 +195,7 @@ def options(
             unit = next((p.rsplit("/", 1)[-1] for p in all_paths if p.endswith(".service")), None)
             args = {"kind": "journalctl", "name": unit} if unit else None
         elif need == "server_pid":
-            pid = _silent_server_pid(observations)
+            pid = _silent_server_pid(facts)
             args = {"pid": pid} if pid else None
         elif need == "gpu_busy":
             args = {} if _gpu_busy(observations) else None
