@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib
-import sys
 
 import typer
 
@@ -23,32 +22,12 @@ _PARTS = [
     "server.cli",  # pivot serve (the service is the outermost shell; only its CLI is imported)
 ]
 
-#: Which module a first word belongs to: `pivot investigate` imports only what it runs (the
-#: loop's and the tools' CLIs cost ~0.4 s of start-up on their own). Anything else loads them all.
-_OWNER = {
-    "tools": "tools.cli",
-    "investigate": "agent.cli_investigate",
-    "todo": "agent.cli_investigate",
-    "handoff": "agent.cli_investigate",
-    "sessions": "agent.cli_investigate",
-    "eval": "evals.cli",
-    "capture": "evals.cli",
-    "loop": "agent.loop.cli",
-    "serve": "server.cli",
-}
-
-
-def _register(names: list[str]) -> None:
-    for name in names:
-        try:
-            importlib.import_module(name).register(app)
-        except ModuleNotFoundError as exc:
-            if exc.name is None or not name.startswith(exc.name):
-                raise
-
-
-_first = next((a for a in sys.argv[1:] if not a.startswith("-")), None)
-_register([_OWNER[_first]] if _first in _OWNER else _PARTS)
+for _name in _PARTS:
+    try:
+        importlib.import_module(_name).register(app)
+    except ModuleNotFoundError as exc:
+        if exc.name is None or not _name.startswith(exc.name):
+            raise
 
 
 def main() -> None:
