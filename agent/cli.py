@@ -18,7 +18,7 @@ _PARTS = [
     "tools.cli",  # pivot tools NAME
     "agent.cli_investigate",  # pivot investigate, todo, handoff, sessions
     "evals.cli",  # pivot eval, pivot capture
-    "agent.loop.cli",  # pivot loop run|status|report|demo
+    "loop.cli",  # pivot loop run|status|report|demo
     "server.cli",  # pivot serve (the service is the outermost shell; only its CLI is imported)
 ]
 

@@ -19,7 +19,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from agent.loop import launcher  # noqa: E402
+from loop import launcher  # noqa: E402
 from tools.local_host import LocalHost  # noqa: E402
 
 TARGET_S = 1.0
@@ -36,7 +36,7 @@ def main() -> int:
             death = Path(tmp) / f"death-{i}"
             log = str(Path(tmp) / f"server-{i}.log")
             after = random.uniform(0.3, 2.0)
-            cmd = f"{sys.executable} -m agent.loop.emulator --port {40000 + i} --load-seconds 5"
+            cmd = f"{sys.executable} -m loop.emulator --port {40000 + i} --load-seconds 5"
             env = {"EMULATOR_DIE_AFTER": f"{after:.3f}", "EMULATOR_DEATH_FILE": str(death)}
             res = launcher.start(host, cmd, str(REPO), env, log, f"bench-dead-{i}")
             assert res.pid, res.error

@@ -19,9 +19,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from agent.loop.cli import prepare_demo  # noqa: E402
-from agent.loop.ledger import ExperimentRow  # noqa: E402
-from agent.loop.runner import Night  # noqa: E402
+from loop.cli import prepare_demo  # noqa: E402
+from loop.ledger import ExperimentRow  # noqa: E402
+from loop.night import Night  # noqa: E402
 
 TARGET_S = 2.0
 

@@ -5,5 +5,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install.sh
 bash scripts/system-deps.sh
-.venv/bin/ruff check agent tools server evals bench tests prompts
+.venv/bin/ruff check agent loop tools server evals bench tests prompts
 exec .venv/bin/python -m pytest tests "$@"

@@ -200,6 +200,21 @@ def _wrap(command: str, timeout: float) -> str:
     return "exec sh -c " + shlex.quote(script)
 
 
+def _close_quietly(chan: paramiko.Channel, *, signal_first: bool) -> None:
+    """Close a channel whose result is already read.
+
+    Closing sends a message; when the transport died under a flood (sshd drops a peer that
+    stops reading), that send raises. The output and the verdict are already in hand, and the
+    next command reconnects, so a failed close must not turn a good answer into an exception.
+    """
+    try:
+        if signal_first:
+            _signal(chan, "TERM")
+        chan.close()
+    except (paramiko.SSHException, EOFError, OSError) as exc:
+        log.info("closing a channel failed (%s); the transport is dropped on next use", exc)
+
+
 def _signal(chan: paramiko.Channel, name: str) -> None:
     """Send an SSH "signal" request (RFC 4254 6.9); OpenSSH delivers it to the command.
 
@@ -637,9 +652,7 @@ class SSHHost:
                 return _Outcome(dropped=True)
             raise
         finally:
-            if (o.timed_out or o.truncated) and not chan.closed:
-                _signal(chan, "TERM")
-            chan.close()
+            _close_quietly(chan, signal_first=(o.timed_out or o.truncated) and not chan.closed)
         if o.timed_out:
             o.error = (
                 f"{command!r} on {self.name} ran past its {timeout:g}s timeout; "

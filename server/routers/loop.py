@@ -1,6 +1,6 @@
 """The overnight loop's status and experiment ledger, read-only, for the page's ledger view.
 
-The ledger is the loop's own SQLite file (agent/loop/ledger.py) under its state root, one
+The ledger is the loop's own SQLite file (loop/ledger.py) under its state root, one
 directory per plan; the service reads the most recently written one. No loop installed, or no
 night yet, is an empty ledger marked unavailable, never an error.
 """
@@ -25,7 +25,7 @@ def _state_root(config: Any) -> Path:
     if config.loop_state is not None:
         return Path(config.loop_state)
     try:
-        return importlib.import_module("agent.loop.runner").default_state_dir()
+        return importlib.import_module("loop.night").default_state_dir()
     except (ModuleNotFoundError, AttributeError):
         return Path(config.home) / "loop"
 
@@ -41,7 +41,7 @@ def _latest(root: Path) -> Path | None:
 def _read(config: Any) -> tuple[Any, list[Any], Path] | None:
     """(night, experiments, db path) of the latest night, or None."""
     try:
-        ledger_mod = importlib.import_module("agent.loop.ledger")
+        ledger_mod = importlib.import_module("loop.ledger")
     except ModuleNotFoundError:
         return None
     db = _latest(_state_root(config))

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from agent.loop.cli import KNOWN_GOOD_SITECUSTOMIZE
-from agent.loop.plan import Plan
+from loop.cli import KNOWN_GOOD_SITECUSTOMIZE
+from loop.plan import Plan
 
 REPO = Path(__file__).resolve().parents[2]
 PY = sys.executable
@@ -24,12 +24,12 @@ def free_port() -> int:
 
 
 def emulator_cmd(port: int, load_s: float = 0.2, extra: str = "") -> str:
-    return f"{PY} -m agent.loop.emulator --port {port} --load-seconds {load_s} --mem-fraction-static 0.55 {extra}".strip()
+    return f"{PY} -m loop.emulator --port {port} --load-seconds {load_s} --mem-fraction-static 0.55 {extra}".strip()
 
 
 def bench_cmd(port: int, tokens: int = 40) -> str:
     return (
-        f"{PY} -m agent.loop.emulator --bench-client --port {port} --requests 2 --tokens {tokens}"
+        f"{PY} -m loop.emulator --bench-client --port {port} --requests 2 --tokens {tokens}"
     )
 
 

@@ -7,9 +7,9 @@ import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from agent.loop import launcher
-from agent.loop.cli import KNOWN_GOOD_SITECUSTOMIZE
-from agent.loop.ledger import TERMINAL, Ledger
+from loop import launcher
+from loop.cli import KNOWN_GOOD_SITECUSTOMIZE
+from loop.ledger import TERMINAL, Ledger
 from tests.loop.conftest import REPO
 from tools.local_host import LocalHost
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agent.loop import launcher
-from agent.loop.runner import Night, agent_diagnoser
+from loop import launcher
+from loop.night import Night, agent_diagnoser
 from tests.loop.conftest import make_plan
 from tools.local_host import LocalHost
 

@@ -14,12 +14,12 @@ from typing import Any
 
 import optuna
 
-from agent.loop import launcher
-from agent.loop.cli import KNOWN_GOOD_SITECUSTOMIZE
-from agent.loop.ledger import ExperimentRow
-from agent.loop.plan import Plan
-from agent.loop.preflight import port_listeners
-from agent.loop.runner import Night
+from loop import launcher
+from loop.cli import KNOWN_GOOD_SITECUSTOMIZE
+from loop.ledger import ExperimentRow
+from loop.night import Night
+from loop.plan import Plan
+from loop.preflight import port_listeners
 from tests.loop.conftest import PY, REPO, free_port
 from tools.local_host import LocalHost
 
@@ -51,7 +51,7 @@ def test_two_slots_run_trials_in_parallel_and_each_reverts(state: Path) -> None:
     a, cfg_a = _slot(state, "slot-a", "")
     b, cfg_b = _slot(state, "slot-b", "# slot b: same knobs, other bytes\n")
     before = {cfg_a: cfg_a.read_bytes(), cfg_b: cfg_b.read_bytes()}
-    emu = f"{PY} -m agent.loop.emulator --port {{port}} --mem-fraction-static 0.55"
+    emu = f"{PY} -m loop.emulator --port {{port}} --mem-fraction-static 0.55"
     plan = Plan.model_validate(
         {
             "name": "two-slots",

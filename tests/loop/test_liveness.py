@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from agent.loop import launcher
+from loop import launcher
 from tests.loop.conftest import REPO, emulator_cmd, free_port
 from tools.local_host import LocalHost
 

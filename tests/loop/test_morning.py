@@ -8,8 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from agent.loop import launcher
-from agent.loop.runner import Night
+from loop import launcher
+from loop.night import Night
 from tests.loop.conftest import REPO, make_plan
 from tools.local_host import LocalHost
 

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from agent.loop.cli import DEMO_PLAN, prepare_demo
-from agent.loop.knobs import read_env, read_flags, set_env, set_flag
-from agent.loop.plan import Experiment, Plan
+from loop.cli import DEMO_PLAN, prepare_demo
+from loop.knobs import read_env, read_flags, set_env, set_flag
+from loop.plan import Experiment, Plan
 from tests.loop.conftest import make_plan
 
 

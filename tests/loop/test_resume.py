@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from agent.loop import launcher
-from agent.loop.ledger import TERMINAL, Ledger
+from loop import launcher
+from loop.ledger import TERMINAL, Ledger
 from tests.loop.conftest import REPO, make_plan
 from tools.local_host import LocalHost
 

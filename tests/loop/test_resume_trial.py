@@ -14,9 +14,9 @@ from pathlib import Path
 import optuna
 import yaml
 
-from agent.loop import launcher
-from agent.loop.ledger import TERMINAL, Ledger
-from agent.loop.preflight import port_listeners
+from loop import launcher
+from loop.ledger import TERMINAL, Ledger
+from loop.preflight import port_listeners
 from tests.loop.conftest import REPO, make_plan
 from tests.loop.test_resume import _loop
 from tools.local_host import LocalHost

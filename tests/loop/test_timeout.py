@@ -7,8 +7,8 @@ import subprocess
 import time
 from pathlib import Path
 
-from agent.loop import launcher
-from agent.loop.runner import Night
+from loop import launcher
+from loop.night import Night
 from tests.loop.conftest import make_plan
 from tools.local_host import LocalHost
 

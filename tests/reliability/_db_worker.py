@@ -11,9 +11,9 @@ import sys
 import time
 import uuid
 
-from agent.loop.ledger import ExperimentRow, Ledger
 from agent.memory import Memory
 from agent.models import Event
+from loop.ledger import ExperimentRow, Ledger
 
 PHASES = ["preflight", "apply", "launch", "ready", "benchmark", "stop", "revert", "done"]
 

@@ -16,9 +16,9 @@ import sys
 import threading
 from pathlib import Path
 
-from agent.loop.ledger import ExperimentRow
-from agent.loop.plan import load_plan
-from agent.loop.runner import Night
+from loop.ledger import ExperimentRow
+from loop.night import Night
+from loop.plan import load_plan
 
 
 def main() -> None:

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from agent.loop import launcher
-from agent.loop.ledger import BEFORE_RESULT, TERMINAL, Ledger
+from loop import launcher
+from loop.ledger import BEFORE_RESULT, TERMINAL, Ledger
 from tests.loop.conftest import REPO, make_plan
 from tests.loop.test_resume import EXPERIMENTS, _loop
 from tests.reliability._figures import figure

@@ -171,7 +171,7 @@ def test_path_traversal_refused(rooted: tuple[Live, Path], path: str, status: in
 
 
 def test_loop_ledger_read_from_the_loops_own_ledger(tmp_path: Path) -> None:
-    from agent.loop.ledger import ExperimentRow, Ledger
+    from loop.ledger import ExperimentRow, Ledger
 
     state = tmp_path / "loop"
     ledger = Ledger(state / "demo-plan" / "ledger.db")

@@ -30,7 +30,7 @@ pytestmark = pytest.mark.skipif(
 def test_investigate_approve_and_conclude_in_the_page(live: Live) -> None:
     from playwright.sync_api import expect, sync_playwright
 
-    from agent.loop.ledger import ExperimentRow, Ledger
+    from loop.ledger import ExperimentRow, Ledger
 
     ARTIFACTS.mkdir(exist_ok=True)
     ledger = Ledger(live.home / "loop" / "nccl-plan" / "ledger.db")  # the loop's own ledger file

@@ -16,8 +16,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from agent.loop import configs, launcher
-from agent.loop.experiment import (
+from loop import configs, launcher
+from loop.experiment import (
     Context,
     Diagnoser,
     Diagnosis,
@@ -26,7 +26,7 @@ from agent.loop.experiment import (
     run_experiment,
     run_marker,
 )
-from agent.loop.ledger import (
+from loop.ledger import (
     AFTER_RESULT,
     BEFORE_RESULT,
     FAILED,
@@ -36,7 +36,7 @@ from agent.loop.ledger import (
     LeftChange,
     NightRow,
 )
-from agent.loop.plan import HostSpec, Plan, SearchParam, plan_digest
+from loop.plan import HostSpec, Plan, SearchParam, plan_digest
 from tools.config_store import unified_diff
 from tools.host import Host
 
@@ -246,7 +246,7 @@ class Night:
         return self._close()
 
     def _close(self) -> NightRow:
-        from agent.loop.report import handoff, write_report
+        from loop.report import handoff, write_report
 
         night = self.ledger.night(self.night.id) or self.night
         write_report(self.ledger, night, self.plan)

@@ -6,8 +6,8 @@ configuration reasons the real engines do. It reads the same inputs a real launc
 NCCL_* from the environment (a sitecustomize.py on PYTHONPATH sets them, exactly as on the
 seed's machine), engine flags, and an optional `--config` file of env settings.
 
-    python -m agent.loop.emulator --port 30000 --model-path /models/x --mem-fraction-static 0.8
-    python -m agent.loop.emulator --bench-client --port 30000 --requests 3   # the benchmark
+    python -m loop.emulator --port 30000 --model-path /models/x --mem-fraction-static 0.8
+    python -m loop.emulator --bench-client --port 30000 --requests 3   # the benchmark
 
 Failure modes (all driven by configuration, never by a test hook inside the loop):
 - NCCL_MAX_NCHANNELS <= 2 with NCCL_BUFFSIZE < 1 MiB and --mem-fraction-static >= 0.5:
@@ -412,9 +412,7 @@ def bench_client(args: argparse.Namespace) -> int:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(
-        prog="python -m agent.loop.emulator", description=__doc__.splitlines()[0]
-    )
+    p = argparse.ArgumentParser(prog="python -m loop.emulator", description=__doc__.splitlines()[0])
     p.add_argument("--port", type=int, default=30000)
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--model-path", default="/models/emulated")

@@ -10,9 +10,9 @@ from __future__ import annotations
 import html
 from pathlib import Path
 
-from agent.loop.knobs import describe
-from agent.loop.ledger import FAILED, ExperimentRow, Ledger, NightRow
-from agent.loop.plan import Plan
+from loop.knobs import describe
+from loop.ledger import FAILED, ExperimentRow, Ledger, NightRow
+from loop.plan import Plan
 
 COLORS = {
     "ok": "#6b7280",

@@ -1,5 +1,5 @@
 """The overnight optimization loop: a ranked plan, then Optuna search, every failure diagnosed.
 
-Kept import-light on purpose: `python -m agent.loop.emulator` starts through this package and
+Kept import-light on purpose: `python -m loop.emulator` starts through this package and
 must come up in milliseconds.
 """

@@ -16,9 +16,9 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from agent.loop.ledger import Ledger, NightRow
-from agent.loop.plan import Plan, load_plan
-from agent.loop.runner import Night, agent_diagnoser, default_state_dir
+from loop.ledger import Ledger, NightRow
+from loop.night import Night, agent_diagnoser, default_state_dir
+from loop.plan import Plan, load_plan
 
 loop_app = typer.Typer(help="Overnight optimization loop: ranked plan, TPE search, morning report.")
 console = Console()
@@ -145,7 +145,7 @@ def report_cmd(
     open_: bool = typer.Option(False, "--open", help="open the report in a browser"),
 ) -> None:
     """Write the latest night's morning report again and print its path."""
-    from agent.loop.report import write_report
+    from loop.report import write_report
 
     state_dir = Path(state or _guess_state())
     ledger = Ledger(state_dir / "ledger.db")
@@ -182,7 +182,7 @@ def demo_cmd(
     )
     result = run_night(night, live=not quiet)
     if not keep_server and result.final_pid:
-        from agent.loop import launcher
+        from loop import launcher
 
         launcher.stop(night.hosts[0], result.final_pid, None, grace_s=2)
         for pid in launcher.marked_pids(night.hosts[0], prefix=f"{plan.name}/{result.id}."):

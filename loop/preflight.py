@@ -16,8 +16,8 @@ from collections.abc import Callable
 
 from pydantic import BaseModel, Field
 
-from agent.loop.launcher import marked_pids
-from agent.loop.plan import Plan
+from loop.launcher import marked_pids
+from loop.plan import Plan
 from tools.host import Host
 
 

@@ -12,8 +12,8 @@ import difflib
 import hashlib
 from typing import Any
 
-from agent.loop.knobs import set_env
-from agent.loop.ledger import Ledger
+from loop.knobs import set_env
+from loop.ledger import Ledger
 from tools.host import Host
 
 MAX_CONFIG_BYTES = 4_000_000

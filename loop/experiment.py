@@ -19,11 +19,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent.loop import configs, launcher
-from agent.loop.knobs import set_flag
-from agent.loop.ledger import FAILED, ExperimentRow, Ledger
-from agent.loop.plan import Plan
-from agent.loop.preflight import run_preflight
+from loop import configs, launcher
+from loop.knobs import set_flag
+from loop.ledger import FAILED, ExperimentRow, Ledger
+from loop.plan import Plan
+from loop.preflight import run_preflight
 from tools.benchmark import Args as BenchArgs
 from tools.benchmark import benchmark
 from tools.host import Host

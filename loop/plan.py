@@ -16,7 +16,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from agent.loop.knobs import Value, knob_id
+from loop.knobs import Value, knob_id
 
 
 class _Strict(BaseModel):
