@@ -299,7 +299,11 @@ def test_changed_config_is_restored_byte_for_byte(scene: Scene) -> None:
 
     assert_concluded(v, "kv_cache_no_room")
     assert_cites(v, log, S.KV_FATAL)
-    assert hashlib.sha256(cfg.read_bytes()).hexdigest() == hashlib.sha256(KNOWN_GOOD).hexdigest()
+    # on a mismatch, say why: which reads and changes ran, and how each ended
+    trail = v.stderr[-3000:]
+    assert hashlib.sha256(cfg.read_bytes()).hexdigest() == hashlib.sha256(KNOWN_GOOD).hexdigest(), (
+        trail
+    )
     assert good.read_bytes() == KNOWN_GOOD
     assert "config_apply" in obs_tools(v).values()
     scene.assert_bystanders_untouched(v)
