@@ -61,6 +61,35 @@ _CONFIG_DIR_NAMES = ["*.json", "*.toml", "*.pbtxt", "*.ini", "*.conf"]
 _CONFIG_DIRS = ["*/conf/*", "*/config/*", "*/configs/*", "*/etc/*", "*/k8s/*", "*/deploy/*"]
 #: Hidden dirs (.git, .cache, .pyenv, .npm), package trees and caches hold other tools' files.
 _NOT_UNDER = ["*-packages/*", "*/.*/*", "*/node_modules/*", "*/__pycache__/*"]
+#: Trees a walk from "/" never enters: pseudo-filesystems and the OS's own files hold no server
+#: logs or launch configs, and walking them costs most of the sweep's time (/proc alone has a
+#: directory per thread). Explicit roots under them (/usr/lib/python3*) are still walked.
+_PRUNE = [
+    "/proc",
+    "/sys",
+    "/dev",
+    "/run",
+    "/boot",
+    "/snap",
+    "/bin",
+    "/sbin",
+    "/lib",
+    "/lib32",
+    "/lib64",
+    "/libx32",
+    "/usr/bin",
+    "/usr/sbin",
+    "/usr/lib",
+    "/usr/lib32",
+    "/usr/lib64",
+    "/usr/libexec",
+    "/usr/include",
+    "/usr/share",
+    "/usr/src",
+    "/var/cache",
+    "/var/lib/dpkg",
+    "/var/lib/apt",
+]
 #: Lines asked of the host; the classification in Python takes `limit` of each kind from them.
 HOST_LINE_CAP = 4000
 
@@ -142,8 +171,10 @@ def build_command(args: Args) -> str:
     )
     match = {"logs": logs, "configs": configs, "all": f"{logs} -o {configs}"}[args.kind]
     roots = " ".join(_root_arg(r) for r in args.roots)
+    prune = _or("-path", _PRUNE)
     return (
-        f"find {roots} -maxdepth {args.max_depth} -type f \\( {match} \\)"
+        f"find {roots} -maxdepth {args.max_depth} \\( {prune} \\) -prune"
+        f" -o -type f \\( {match} \\)"
         f" -printf '%T@ %s %p\\n' 2>/dev/null | sort -rn | head -n {HOST_LINE_CAP}"
     )
 
