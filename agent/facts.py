@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, PrivateAttr
 
+from agent.proof import log_pids
 from agent.state import Observation
 from tools import engines
 
@@ -213,6 +214,7 @@ def derive(observations: list[Observation]) -> Facts:
     _ranks(f, [ln for reads in log_reads.values() for ln in reads[-1][2]])
     _tenancy(f)
     _keep_plausible_workloads(f, log_reads)
+    _writers_named_by_log(f, log_reads)
     for path, reads in log_reads.items():
         if len(reads) >= 2:
             (_, s0, t0), (oid, s1, t1) = reads[-2], reads[-1]
@@ -251,6 +253,29 @@ def _keep_plausible_workloads(
         if user in homes or any(w in text for w in words if not w.startswith("python")):
             keep[pid] = line
     f.busy_unknown_pids = keep
+
+
+def _writers_named_by_log(f: Facts, log_reads: dict[str, list[tuple[str, int, list[str]]]]) -> None:
+    """A live process the log names as its writer (NCCL's host:PID:TID prefix, vLLM's
+    `(Worker pid=N)`) is that launch, whatever its command line: a benchmark binary or a training
+    script is alive, not "gone". Only launcher-like commands count, so a recycled pid (a shell,
+    sshd) never ties an old log to an unrelated process."""
+    if not f.ps_available:
+        return
+    for path, reads in log_reads.items():
+        named = log_pids(reads[-1][2])
+        for pid in named:
+            rec = f._ps_recs.get(pid)
+            if rec is None or rec.get("zombie") or pid in f.server_pids:
+                continue
+            if pid in f.other_launch_pids or pid in f.co_tenant_pids:
+                continue
+            if not _LAUNCHER.search(str(rec.get("command") or "")):
+                continue
+            f.server_pids.append(pid)
+            f.server_main_pids.append(pid)
+            f.log_writers.setdefault(path, []).append(pid)
+            f.busy_unknown_pids.pop(pid, None)
 
 
 _DIGITS = re.compile(r"\d+")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 
+from agent import proof
 from agent.facts import Facts
 from agent.state import Observation
 
@@ -26,6 +27,24 @@ def silent(facts: Facts) -> bool:
     log did not advance over the read window."""
     alive = facts.server_alive or (facts.server_alive is None and bool(facts.busy_unknown_pids))
     return bool(alive) and bool(facts.log_growth) and not any(facts.log_growth.values())
+
+
+def quiet_phase_line(observations: list[Observation]) -> str | None:
+    """The log's last real line when it names a phase that may run for minutes without printing
+    (torch.compile, graph capture, a JIT build), skipping the wait notices printed after it: the
+    silence that follows is "compiling or stuck", not yet proof of a stall."""
+    newest: dict[str, Observation] = {}
+    for o in observations:
+        if o["tool"] == "log_tail" and o["ok"]:
+            newest[str(o["args"].get("path"))] = o
+    for o in newest.values():
+        for ln in reversed(o["lines"]):
+            if not ln.strip() or ln.startswith("# ") or proof.wait_message(ln):
+                continue
+            if proof.quiet_phase(ln):
+                return ln
+            break
+    return None
 
 
 def compiler_child(facts: Facts) -> tuple[int, str] | None:
@@ -144,6 +163,16 @@ def hang_rules(facts: Facts, observations: list[Observation], hits, add) -> None
             g.line,
             note,
         )
+        if quiet_phase_line(observations) is None:
+            add(
+                "still_starting",
+                "fact",
+                -PINNED_SILENT,
+                facts.gpu_obs,
+                g.line,
+                "a loading or compiling server prints or idles its GPUs; this one spins silently "
+                "after a phase that does not run quietly",
+            )
         # where it stopped: the last line the silent log printed (what an engineer quotes)
         for path, grew in facts.log_growth.items():
             o = next((x for x in observations if x["id"] == facts.log_growth_obs.get(path)), None)
