@@ -418,6 +418,8 @@ def _ranks(f: Facts, log_lines: list[str]) -> None:
         if isinstance(rank, int):
             (defunct if pid in f.server_defunct_pids else alive).setdefault(rank, pid)
     if not alive and not defunct:
+        alive = _ranks_by_gpu(f)
+    if not alive and not defunct:
         f.ranks = []
         f.ranks_gone = []
         return
@@ -430,6 +432,28 @@ def _ranks(f: Facts, log_lines: list[str]) -> None:
             RankFact(rank=r, pid=pid, state=state, line=f.procs.get(pid, "") if pid else "")
         )
     f.ranks_gone = [x.rank for x in f.ranks if x.state != "alive"] if f.server_pids else []
+
+
+def _ranks_by_gpu(f: Facts) -> dict[int, int]:
+    """rank -> pid for launches whose workers carry no rank in their title (a custom launcher's
+    `python -c from multiprocessing.spawn import spawn_main`): the server's processes that hold
+    a GPU are its ranks, in pid order (rank 0 starts first). Fewer holders than the ranks the
+    log names means a rank is gone; only live ps with parent pids can say which belong."""
+    if len(f.log_ranks) < 2 or not f.server_pids or not f.gpu_pids:
+        return {}
+    recs = f._ps_recs
+    if not any(r.get("ppid") is not None for r in recs.values()):
+        return {}
+    tree = set(f.server_pids)
+    grew = True
+    while grew:  # the server's descendants: spawned ranks are children of the launcher
+        kids = {pid for pid, r in recs.items() if r.get("ppid") in tree and not r.get("zombie")}
+        grew = not kids <= tree
+        tree |= kids
+    holders = sorted(pid for pid in f.gpu_pids if pid in tree)
+    if not holders or len(holders) >= len(f.log_ranks):
+        return {}
+    return dict(zip(f.log_ranks, holders, strict=False))
 
 
 def _tenancy(f: Facts) -> None:

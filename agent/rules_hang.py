@@ -100,7 +100,22 @@ def hang_rules(facts: Facts, observations: list[Observation], hits, add) -> None
     for o in stacks[-1:]:
         d = o["data"]
         frame = d.get("collective_frame") or ""
-        if d.get("waiting_in") == "collective" and frame:
+        if (
+            d.get("waiting_in") == "collective"
+            and frame
+            and facts.ranks_gone
+            and facts.server_alive
+        ):
+            # the survivors wait for the rank that is gone: the wait is the consequence
+            add(
+                "killed_externally",
+                "fact",
+                1.0,
+                o["id"],
+                frame,
+                f"the live rank waits in a collective for rank {facts.ranks_gone[0]}, which is gone",
+            )
+        elif d.get("waiting_in") == "collective" and frame:
             add(
                 "nccl_failure",
                 "fact",
@@ -146,6 +161,19 @@ def hang_rules(facts: Facts, observations: list[Observation], hits, add) -> None
         )
         return
     pinned, idle = pinned_gpus(facts)
+    if pinned and facts.gpu_obs and facts.ranks_gone and facts.server_alive:
+        # a rank is gone: the pinned survivor spins waiting for it, which is the consequence
+        g = pinned[0]
+        add(
+            "killed_externally",
+            "fact",
+            1.0,
+            facts.gpu_obs,
+            g.line,
+            f"GPU {g.index} spins at {g.util_pct:.0f}% with a silent log: the live rank waits in a "
+            f"collective for rank {facts.ranks_gone[0]}, which is gone",
+        )
+        return
     if pinned and facts.gpu_obs and multi_rank(facts, observations):
         g = pinned[0]
         note = (
