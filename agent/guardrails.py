@@ -305,6 +305,8 @@ def own_fatal_since_launch(observations: list[Observation]) -> tuple[str, str] |
             ln = lines[start + i]
             if kind == "exit_signal" or proof.external_end(ln) or OOM_KILL.search(ln):
                 continue
+            if proof.peer_lost(ln):
+                continue
             return o["id"], ln
     return None
 

@@ -44,6 +44,7 @@ class _Structure(BaseModel):
     log_pid: list[str] = []
     quiet_phase: list[str] = []
     wait_message: list[str] = []
+    peer_lost: list[str] = []
 
 
 def _any(patterns: list[str]) -> re.Pattern[str]:
@@ -72,6 +73,7 @@ def _rx() -> dict[str, re.Pattern[str]]:
         "wrapper": _any(s.wrapper or ["(?!x)x"]),
         "quiet_phase": _any(s.quiet_phase or ["(?!x)x"]),
         "wait_message": _any(s.wait_message or ["(?!x)x"]),
+        "peer_lost": _any(s.peer_lost or ["(?!x)x"]),
     }
 
 
@@ -144,6 +146,12 @@ def quiet_phase(line: str) -> bool:
     """A phase that may run for minutes without printing (torch.compile, graph capture, JIT,
     autotuning, an engine build): a silence after it is not yet a stall."""
     return bool(_rx()["quiet_phase"].search(line))
+
+
+def peer_lost(line: str) -> bool:
+    """A survivor's error that only says its peer went away (gloo's "Connection closed by peer",
+    NCCL's "remote process exited"): a consequence, never the process's own cause."""
+    return bool(_rx()["peer_lost"].search(line))
 
 
 def wait_message(line: str) -> bool:

@@ -324,9 +324,12 @@ def liveness_rules(facts: Facts, observations: list[Observation], hits, add) -> 
                 line,
                 "the server is alive but its log did not advance between two reads (hung?)",
             )
+    own = [(o, m) for o, m in fatal if not proof.peer_lost(m.line)]
     if fatal:
         o, m = fatal[-1]
         add("still_starting", "fact", -3.0, o["id"], m.line, "a fatal error ended the start-up")
+    if own:
+        o, m = own[-1]
         add(
             "killed_externally",
             "fact",
@@ -334,6 +337,25 @@ def liveness_rules(facts: Facts, observations: list[Observation], hits, add) -> 
             o["id"],
             m.line,
             "the process printed its own fatal error",
+        )
+    elif fatal and facts.server_alive is False:
+        # the only error says a peer went away: what ended the peer is the cause
+        o, m = fatal[-1]
+        add(
+            "killed_externally",
+            "fact",
+            2.0,
+            o["id"],
+            m.line,
+            "the only error is a survivor's: its peer went away without an error of its own",
+        )
+        add(
+            m.label,
+            "fact",
+            -1.5,
+            o["id"],
+            m.line,
+            "this error says a peer vanished: the consequence, not the cause",
         )
     elif facts.server_alive is False:
         logs = [o for o in latest_text_observations(observations) if o["tool"] in LOG_TOOLS]
@@ -345,7 +367,9 @@ def liveness_rules(facts: Facts, observations: list[Observation], hits, add) -> 
             # "Ignore import error ..." warning is not one; a signal line from outside is not one)
             since = text[last_launch(text) :]
             own_error = any(
-                kind != "exit_signal" and not proof.external_end(since[i])
+                kind != "exit_signal"
+                and not proof.external_end(since[i])
+                and not proof.peer_lost(since[i])
                 for i, kind in proof.fatal_lines(since)
             )
             if not own_error:  # an error of its own is weighed by the structure rules

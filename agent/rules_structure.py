@@ -43,6 +43,8 @@ def own_fatal_lines(
             ln = lines[idx]
             if (o["id"], idx) in known or kind == "exit_signal" or proof.external_end(ln):
                 continue
+            if proof.peer_lost(ln):
+                continue
             if facts.server_alive and kind != "exception" and _progress_after(o, idx, hits):
                 continue
             out.append((o, idx, ln, kind))
