@@ -47,6 +47,33 @@ _LOG_NAMES = [
     "*crash*.txt",
 ]
 _LOG_PATHS = ["*/logs/*.txt", "*/log/*.txt"]
+#: Any other .txt may be a launch's output teed to a file (`| tee all_reduce_4_gpus.txt`,
+#: `modal-container.txt`): listed after the named logs, never before them. Text files that are
+#: known not to be output are left out.
+_WEAK_LOG_NAMES = ["*.txt"]
+_NOT_OUTPUT_TXT = [
+    "requirements*.txt",
+    "constraints*.txt",
+    "LICENSE*",
+    "COPYING*",
+    "NOTICE*",
+    "README*",
+    "CHANGELOG*",
+    "CMakeLists.txt",
+    "*vocab*.txt",
+    "merges.txt",
+    "*tokenizer*",
+    "robots.txt",
+    "entry_points.txt",
+    "top_level.txt",
+    "SOURCES.txt",
+    "dependency_links.txt",
+    "*.dist-info",
+    "*.egg-info",
+    "*notes*.txt",
+    "*todo*.txt",
+    "*TODO*.txt",
+]
 _CONFIG_NAMES = [
     "sitecustomize.py",
     "usercustomize.py",
@@ -144,7 +171,21 @@ def classify(path: str) -> Literal["log", "config"] | None:
         fnmatch.fnmatch(path, p) for p in _CONFIG_DIRS
     ):
         return "config"
+    if weak_log(path):
+        return "log"
     return None
+
+
+def weak_log(path: str) -> bool:
+    """A .txt that may be a launch's teed output: a log candidate after the named ones."""
+    name = posixpath.basename(path)
+    if not any(fnmatch.fnmatch(name, p) for p in _WEAK_LOG_NAMES):
+        return False
+    if any(fnmatch.fnmatch(path, p) for p in _LOG_PATHS) or any(
+        fnmatch.fnmatch(name, p) for p in _LOG_NAMES
+    ):
+        return False
+    return not any(fnmatch.fnmatch(name, p) for p in _NOT_OUTPUT_TXT)
 
 
 def _root_arg(root: str) -> str:
@@ -162,7 +203,10 @@ def _or(flag: str, patterns: list[str]) -> str:
 
 def build_command(args: Args) -> str:
     not_under = " ".join(f"-not -path {shlex.quote(p)}" for p in _NOT_UNDER)
-    logs = f"\\( {_or('-name', _LOG_NAMES)} -o {_or('-path', _LOG_PATHS)} \\) {not_under}"
+    logs = (
+        f"\\( {_or('-name', _LOG_NAMES)} -o {_or('-path', _LOG_PATHS)}"
+        f" -o {_or('-name', _WEAK_LOG_NAMES)} \\) {not_under}"
+    )
     configs = (
         f"-name 'sitecustomize.py*' -o -name usercustomize.py"
         f" -o \\( \\( {_or('-name', _CONFIG_NAMES[2:])} \\) {not_under} \\)"
@@ -214,8 +258,10 @@ def run(host: Host, args: Args) -> Result:
             continue
         seen.add(path)
         bucket = logs if kind == "log" else configs
-        if len(bucket) < args.limit:
-            bucket.append(FoundFile(path=path, kind=kind, mtime=mtime, size=size, line=line))
+        bucket.append(FoundFile(path=path, kind=kind, mtime=mtime, size=size, line=line))
+    # named logs first (newest first within each group), teed .txt candidates after them
+    logs.sort(key=lambda f: weak_log(f.path))
+    logs, configs = logs[: args.limit], configs[: args.limit]
     return Result(
         host=host.name,
         command=command,
