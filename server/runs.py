@@ -139,7 +139,14 @@ class RunHub:
         return req
 
     def message(self, session_id: str, text: str) -> None:
+        """A question is answered in prose from the board, even while the run goes on; a request
+        for another read resumes the graph, so it waits until the run pauses or ends."""
         st = self._session_for(session_id)
+        question = self.runner.is_question(session_id, text)
+        if question and st.phase in ("queued", "running"):
+            # read-only: the latest checkpoint answers; the run's phase and stream go on as they are
+            self._pool.submit(self._answer_live, st, text)
+            return
         if st.phase in ("queued", "running"):
             raise Busy(f"session {session_id} is still running; send the message when it pauses")
         host = self._host(st)
@@ -147,7 +154,24 @@ class RunHub:
         def work(on_event: Callable[[Event], None]) -> Report:
             return self.runner.message(host, session_id, text, on_event=on_event)
 
-        self._submit(st, work)
+        # an answer is not a new outcome: no conclusion is repeated after it
+        self._submit(st, work, conclude=not question)
+
+    def _answer_live(self, st: SessionState, text: str) -> None:
+        def on_event(ev: Event) -> None:
+            self._call(self._fanout, st.session_id, self._store(st.session_id, ev))
+
+        try:
+            self.runner.answer(st.session_id, text, on_event, running=True)
+        except Exception as exc:  # the run itself goes on; say why this answer is missing
+            log.exception("answer in session %s failed", st.session_id)
+            on_event(
+                Event(
+                    session_id=st.session_id,
+                    type="error",
+                    data={"error": f"{type(exc).__name__}: {exc}"},
+                )
+            )
 
     def _session_for(self, session_id: str) -> SessionState:
         st = self._sessions.get(session_id)
@@ -171,13 +195,23 @@ class RunHub:
         return st.host
 
     # -- the worker side -------------------------------------------------------------------------
-    def _submit(self, st: SessionState, work: Callable[[Callable[[Event], None]], Report]) -> None:
+    def _submit(
+        self,
+        st: SessionState,
+        work: Callable[[Callable[[Event], None]], Report],
+        conclude: bool = True,
+    ) -> None:
         assert self._loop is not None, "RunHub.bind(loop) is called in the app's lifespan"
         st.phase = "queued"
         st.error = None
-        self._pool.submit(self._run, st, work)
+        self._pool.submit(self._run, st, work, conclude)
 
-    def _run(self, st: SessionState, work: Callable[[Callable[[Event], None]], Report]) -> None:
+    def _run(
+        self,
+        st: SessionState,
+        work: Callable[[Callable[[Event], None]], Report],
+        conclude: bool = True,
+    ) -> None:
         concluded = failed = False
         self._call(self._set_phase, st, "running")
 
@@ -197,7 +231,7 @@ class RunHub:
                 on_event(Event(session_id=st.session_id, type="error", data={"error": st.error}))
             self._call(self._finish, st, None)
             return
-        if report.status != "awaiting_approval" and not concluded:
+        if conclude and report.status != "awaiting_approval" and not concluded:
             on_event(
                 Event(
                     session_id=st.session_id,
