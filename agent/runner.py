@@ -23,6 +23,7 @@ from agent.followup import Answer, Intent, Known, answer, intent_of, known_from_
 from agent.graph import build_graph
 from agent.memory import Memory
 from agent.models import ApprovalRequest, Decision, Event, Evidence, HypothesisView, Report
+from agent.narrate import step
 from agent.settings import Settings, get_settings
 from tools.host import Host
 
@@ -174,6 +175,9 @@ class Runner:
 
     def _sink(self, sid: str, on_event: EventSink | None) -> Callable[[str, dict[str, Any]], None]:
         def emit(kind: str, data: dict[str, Any]) -> None:
+            if kind in ("observation", "approval_request") and data.get("tool"):
+                # the step as a plain sentence, for every live view (page, terminal)
+                data = {**data, "say": step(str(data["tool"]), dict(data.get("args") or {}))}
             ev = self.memory.append_event(Event(session_id=sid, type=kind, data=data))  # type: ignore[arg-type]
             if kind == "observation":
                 self.memory.record_observation(sid, data)
