@@ -103,11 +103,14 @@ class Chat:
                 return
             if not line:
                 continue
-            if line.startswith("/"):
-                if not self.command(line):
-                    return
-                continue
-            self.talk(line)
+            try:
+                if line.startswith("/"):
+                    if not self.command(line):
+                        return
+                    continue
+                self.talk(line)
+            except Exception as exc:  # a failed run is said, and the conversation goes on
+                self.say(f"That failed: {type(exc).__name__}: {exc}")
 
     def talk(self, text: str) -> None:
         if self.session_id is None:
