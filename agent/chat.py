@@ -293,7 +293,10 @@ def chat(
         list[str] | None, typer.Option("--config", help="a config to read (repeatable)")
     ] = None,
 ) -> None:
-    """Talk to Pivot in the terminal: type the symptom, watch the steps, approve, ask why."""
+    """Talk to Pivot in the terminal: type the symptom, watch the steps, approve, ask why.
+
+    In the chat: /resume [id], /todo [text], /handoff [text], /approve, /deny, /help, /quit.
+    Sessions are the ones `pivot serve` shows (same PIVOT_HOME)."""
     from agent.settings import get_settings
 
     if sum(bool(x) for x in (host, local, card)) != 1:
