@@ -77,6 +77,13 @@ def step(tool: str, args: dict[str, Any]) -> str:
     return _fill(template, args)
 
 
+def _note(note: str) -> str:
+    """A finding's note in words: `signature X` is the name of a known failure a line matched."""
+    if note.startswith("signature "):
+        return f"a line matches the known failure {note.split(' ', 1)[1]}"
+    return note
+
+
 def sentence(ev: Event, seen: dict[str, str] | None = None) -> str | None:
     """One line for a live view, or None for events that are not a step (findings, scores).
 
@@ -93,10 +100,10 @@ def sentence(ev: Event, seen: dict[str, str] | None = None) -> str | None:
                 return None
             seen[label] = status
         if status == "refuted":
-            why = (d.get("against") or [{}])[0].get("note", "")
+            why = _note((d.get("against") or [{}])[0].get("note", ""))
             return f"Ruling out {label}" + (f": {why}." if why else ".")
         if status == "supported":
-            why = (d.get("evidence") or [{}])[0].get("note", "")
+            why = _note((d.get("evidence") or [{}])[0].get("note", ""))
             return f"{label} gains support" + (f": {why}." if why else ".")
         if status == "confirmed":
             return f"{label} is confirmed."

@@ -60,3 +60,18 @@ def test_trace_lines_are_not_repeated_and_a_standing_is_said_once() -> None:
     assert sentence(ev("observation", tool="dmesg", args={}, ok=False)) == (
         "Reading the kernel log for OOM kills and GPU errors (it could not be read)."
     )
+
+
+def test_a_signature_note_reads_as_words() -> None:
+    supported = Event(
+        session_id="s",
+        type="hypothesis",
+        data={
+            "label": "kv_cache_no_room",
+            "status": "supported",
+            "evidence": [{"note": "signature sglang-kv-pool-no-room"}],
+        },
+    )
+    assert sentence(supported, {}) == (
+        "kv_cache_no_room gains support: a line matches the known failure sglang-kv-pool-no-room."
+    )
