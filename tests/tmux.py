@@ -5,6 +5,7 @@ Missing tmux is a failure, never a skip: scripts/system-deps.sh installs it in C
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import time
@@ -82,9 +83,12 @@ class Terminal:
             time.sleep(0.2)
 
     def close(self) -> None:
+        """Stop this test's tmux server (only ours: its own socket) and remove the socket file."""
         subprocess.run(
             [self.exe, "-L", self.socket, "kill-server"],
             env=self.env,
             capture_output=True,
             timeout=30,
         )
+        tmpdir = Path(self.env.get("TMUX_TMPDIR") or "/tmp")
+        (tmpdir / f"tmux-{os.getuid()}" / self.socket).unlink(missing_ok=True)
