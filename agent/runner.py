@@ -19,9 +19,11 @@ from langgraph.types import Command
 
 from agent.brains import make_brain
 from agent.context import RunContext
+from agent.followup import Answer, Intent, Known, answer, intent_of, known_from_state
 from agent.graph import build_graph
 from agent.memory import Memory
 from agent.models import ApprovalRequest, Decision, Event, Evidence, HypothesisView, Report
+from agent.narrate import step
 from agent.settings import Settings, get_settings
 from tools.host import Host
 
@@ -93,14 +95,58 @@ class Runner:
     def message(
         self, host: Host, session_id: str, text: str, on_event: EventSink | None = None
     ) -> Report:
+        """A follow-up: a question is answered in prose from the board (no tools run, no new
+        conclusion); a request for another read ("check dmesg too") resumes the graph."""
+        row = self.memory.get_session(session_id)
+        if row is None:
+            raise KeyError(f"no session {session_id}")
+        sink = self._sink(session_id, on_event)
+        if self.is_question(session_id, text):
+            self.answer(session_id, text, on_event)
+            return self._report(session_id, host, sink, save=False)
+        sink("message", {"role": "user", "text": text})
+        return self._drive(
+            session_id, host, row.brain, {"messages": [text], "status": "running"}, sink, [], []
+        )
+
+    def known(self, session_id: str, running: bool = False) -> Known:
+        """What the session knows at its latest checkpoint (readable while it runs)."""
+        values = self.graph.get_state(self._config(session_id)).values or {}
+        return known_from_state(values, self.pending(session_id), running=running)
+
+    def is_question(self, session_id: str, text: str) -> bool:
+        """True when the follow-up asks about what is known, not for a new read."""
+        return intent_of(text, self.known(session_id)) is not Intent.check
+
+    def answer(
+        self, session_id: str, text: str, on_event: EventSink | None = None, running: bool = False
+    ) -> Answer:
+        """Store the question and one prose answer as `message` events; touches no host and
+        leaves the graph where it is (a paused approval stays pending)."""
         row = self.memory.get_session(session_id)
         if row is None:
             raise KeyError(f"no session {session_id}")
         sink = self._sink(session_id, on_event)
         sink("message", {"role": "user", "text": text})
-        return self._drive(
-            session_id, host, row.brain, {"messages": [text], "status": "running"}, sink, [], []
+        known = self.known(session_id, running=running)
+        ans = answer(text, known)
+        try:
+            brain = make_brain(row.brain, self.settings)
+        except ValueError:  # the session's model endpoint is gone: the rulebook's words stand
+            brain = make_brain("rulebook", self.settings)
+        ans = ans.model_copy(update={"text": brain.explain(text, ans, known)})
+        sink(
+            "message",
+            {
+                "role": "agent",
+                "kind": "answer",
+                "intent": ans.intent.value,
+                "about": ans.about,
+                "text": ans.text,
+                "cites": [c.model_dump() for c in ans.cites],
+            },
         )
+        return ans
 
     def pending(self, session_id: str) -> ApprovalRequest | None:
         snap = self.graph.get_state(self._config(session_id))
@@ -129,6 +175,9 @@ class Runner:
 
     def _sink(self, sid: str, on_event: EventSink | None) -> Callable[[str, dict[str, Any]], None]:
         def emit(kind: str, data: dict[str, Any]) -> None:
+            if kind in ("observation", "approval_request") and data.get("tool"):
+                # the step as a plain sentence, for every live view (page, terminal)
+                data = {**data, "say": step(str(data["tool"]), dict(data.get("args") or {}))}
             ev = self.memory.append_event(Event(session_id=sid, type=kind, data=data))  # type: ignore[arg-type]
             if kind == "observation":
                 self.memory.record_observation(sid, data)
@@ -171,7 +220,9 @@ class Runner:
             raise
         return self._report(sid, host, sink)
 
-    def _report(self, sid: str, host: Host, sink: Callable[[str, dict[str, Any]], None]) -> Report:
+    def _report(
+        self, sid: str, host: Host, sink: Callable[[str, dict[str, Any]], None], save: bool = True
+    ) -> Report:
         snap = self.graph.get_state(self._config(sid))
         values = snap.values
         pending = self.pending(sid)
@@ -203,6 +254,8 @@ class Runner:
             unknowns=base.get("unknowns", []),
             pending_approval=pending,
         )
+        if not save:  # a prose answer changed nothing: the stored outcome stands as it is
+            return report
         if report.status == "concluded":
             report.seen_before = self._seen_before(report)
         self.memory.save_report(report)

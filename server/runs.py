@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -47,6 +48,8 @@ class SessionState:
     report: Report | None = None
     error: str | None = None
     subscribers: set[asyncio.Queue[Any]] = field(default_factory=set)
+    #: answers to questions asked while the run went on, not yet said: streams stay open for them
+    answering: int = 0
 
 
 class RunHub:
@@ -56,6 +59,7 @@ class RunHub:
         self.catalog = catalog
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="pivot-run")
         self._sessions: dict[str, SessionState] = {}
+        self._count = threading.Lock()  # SessionState.answering: routers' threads and the loop
         self._pending: dict[str, ApprovalRequest] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -101,8 +105,10 @@ class RunHub:
         return sorted(self._pending.values(), key=lambda a: a.created)
 
     def active(self, session_id: str) -> bool:
-        """True while more events may come without anyone asking (queued or running)."""
-        return self.phase(session_id) in ("queued", "running")
+        """True while more events may come without anyone asking (queued or running, or an
+        answer to a question asked mid-run still on its way)."""
+        st = self._sessions.get(session_id)
+        return st is not None and (st.phase in ("queued", "running") or st.answering > 0)
 
     def waiting(self, session_id: str) -> bool:
         return self.phase(session_id) == "awaiting_approval"
@@ -139,7 +145,16 @@ class RunHub:
         return req
 
     def message(self, session_id: str, text: str) -> None:
+        """A question is answered in prose from the board, even while the run goes on; a request
+        for another read resumes the graph, so it waits until the run pauses or ends."""
         st = self._session_for(session_id)
+        question = self.runner.is_question(session_id, text)
+        if question and st.phase in ("queued", "running"):
+            # read-only: the latest checkpoint answers; the run's phase and stream go on as they are
+            with self._count:
+                st.answering += 1
+            self._pool.submit(self._answer_live, st, text)
+            return
         if st.phase in ("queued", "running"):
             raise Busy(f"session {session_id} is still running; send the message when it pauses")
         host = self._host(st)
@@ -147,7 +162,26 @@ class RunHub:
         def work(on_event: Callable[[Event], None]) -> Report:
             return self.runner.message(host, session_id, text, on_event=on_event)
 
-        self._submit(st, work)
+        # an answer is not a new outcome: no conclusion is repeated after it
+        self._submit(st, work, conclude=not question)
+
+    def _answer_live(self, st: SessionState, text: str) -> None:
+        def on_event(ev: Event) -> None:
+            self._call(self._fanout, st.session_id, self._store(st.session_id, ev))
+
+        try:
+            self.runner.answer(st.session_id, text, on_event, running=True)
+        except Exception as exc:  # the run itself goes on; say why this answer is missing
+            log.exception("answer in session %s failed", st.session_id)
+            on_event(
+                Event(
+                    session_id=st.session_id,
+                    type="error",
+                    data={"error": f"{type(exc).__name__}: {exc}"},
+                )
+            )
+        finally:
+            self._call(self._answered, st)
 
     def _session_for(self, session_id: str) -> SessionState:
         st = self._sessions.get(session_id)
@@ -171,13 +205,23 @@ class RunHub:
         return st.host
 
     # -- the worker side -------------------------------------------------------------------------
-    def _submit(self, st: SessionState, work: Callable[[Callable[[Event], None]], Report]) -> None:
+    def _submit(
+        self,
+        st: SessionState,
+        work: Callable[[Callable[[Event], None]], Report],
+        conclude: bool = True,
+    ) -> None:
         assert self._loop is not None, "RunHub.bind(loop) is called in the app's lifespan"
         st.phase = "queued"
         st.error = None
-        self._pool.submit(self._run, st, work)
+        self._pool.submit(self._run, st, work, conclude)
 
-    def _run(self, st: SessionState, work: Callable[[Callable[[Event], None]], Report]) -> None:
+    def _run(
+        self,
+        st: SessionState,
+        work: Callable[[Callable[[Event], None]], Report],
+        conclude: bool = True,
+    ) -> None:
         concluded = failed = False
         self._call(self._set_phase, st, "running")
 
@@ -197,7 +241,7 @@ class RunHub:
                 on_event(Event(session_id=st.session_id, type="error", data={"error": st.error}))
             self._call(self._finish, st, None)
             return
-        if report.status != "awaiting_approval" and not concluded:
+        if conclude and report.status != "awaiting_approval" and not concluded:
             on_event(
                 Event(
                     session_id=st.session_id,
@@ -238,8 +282,17 @@ class RunHub:
                 self._pending[report.pending_approval.id] = report.pending_approval
             return
         st.phase = "done"
-        for q in st.subscribers:
-            q.put_nowait(END)
+        if st.answering == 0:  # else the last answer's _answered ends the streams
+            for q in st.subscribers:
+                q.put_nowait(END)
+
+    def _answered(self, st: SessionState) -> None:
+        with self._count:
+            st.answering -= 1
+            last = st.answering == 0
+        if last and st.phase == "done":
+            for q in st.subscribers:
+                q.put_nowait(END)
 
     def subscribe(self, session_id: str) -> asyncio.Queue[Any]:
         q: asyncio.Queue[Any] = asyncio.Queue()

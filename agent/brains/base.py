@@ -8,6 +8,7 @@ from pydantic import BaseModel, ConfigDict
 
 from agent.checks import CheckOption
 from agent.facts import Facts
+from agent.followup import Answer, Known
 from agent.state import Action, State
 
 
@@ -31,6 +32,10 @@ class Brain(Protocol):
 
     def follow_up(self, state: State, text: str, ctx: Context) -> tuple[str, list[Action]]:
         """Answer an operator's follow-up and name the checks it asks for."""
+        ...
+
+    def explain(self, question: str, answer: Answer, known: Known) -> str:
+        """Say `answer` (the rulebook's reply over `known`) to the operator, in prose."""
         ...
 
     def tokens_used(self) -> int: ...

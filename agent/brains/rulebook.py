@@ -15,6 +15,7 @@ import yaml
 
 from agent.board import alluded, ranked
 from agent.brains.base import Context
+from agent.followup import Answer, Known
 from agent.signatures import load_signatures
 from agent.state import Action, State
 
@@ -137,6 +138,10 @@ class RulebookBrain:
             next_step=next_step_for(state),
             summary=f"{top['label']}: {top['evidence'][0].get('note', '') if top['evidence'] else ''}",
         )
+
+    def explain(self, question: str, answer: Answer, known: Known) -> str:
+        """The rulebook's answer is already prose over the board: it stands as written."""
+        return answer.text
 
     def follow_up(self, state: State, text: str, ctx: Context) -> tuple[str, list[Action]]:
         board = state.get("hypotheses", {})

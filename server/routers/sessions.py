@@ -103,7 +103,9 @@ def get_session(session_id: SessionId, mem: Mem, hub: Hub) -> SessionDetail:
     "/{session_id}/messages", status_code=status.HTTP_202_ACCEPTED, response_model=Accepted
 )
 def post_message(session_id: SessionId, body: MessageIn, hub: Hub) -> Accepted:
-    """A follow-up ("check dmesg too"); answers arrive on the session's event stream."""
+    """A follow-up: a question ("why did you want to restore it?") gets one prose answer from
+    the board, also while the run goes on; a request for a read ("check dmesg too") resumes the
+    run once it pauses (409 while it runs). Answers arrive on the session's event stream."""
     try:
         hub.message(session_id, body.text)
     except NotFound as exc:

@@ -54,7 +54,7 @@ def test_every_check_uses_a_registered_read_only_tool_and_separates_real_labels(
 
 
 def test_every_prompt_renders() -> None:
-    assert {"system.j2", "decide.j2", "follow_up.j2"} <= set(names())
+    assert {"system.j2", "decide.j2", "follow_up.j2", "answer.j2"} <= set(names())
     assert "kv_cache_no_room" in render("system.j2", taxonomy=TAXONOMY)
     text = render(
         "decide.j2",
@@ -69,3 +69,18 @@ def test_every_prompt_renders() -> None:
     )
     assert "UNTRUSTED HOST OUTPUT" in text and "o1" in text
     assert "why not nccl?" in render("follow_up.j2", symptom="s", text="why not nccl?", board=[])
+
+
+def test_question_patterns_load_and_the_answer_prompt_renders() -> None:
+    from agent.followup import _patterns
+
+    assert set(_patterns()) == {"check", "approval", "next_check", "why"}
+    text = render(
+        "answer.j2",
+        question="why restore?",
+        symptom="s",
+        facts="f",
+        cites=[{"observation": "o1", "line": "x"}],
+        diff=["-a", "+b"],
+    )
+    assert 'o1: "x"' in text and "+b" in text
