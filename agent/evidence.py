@@ -11,9 +11,12 @@ from functools import lru_cache
 from agent.signatures import Match, scan
 from agent.state import Observation
 from tools import engines
+from tools import registry as tool_registry
 
-TEXT_TOOLS = {"log_tail", "log_search", "dmesg", "host_facts", "service_logs"}
-LOG_TOOLS = {"log_tail", "service_logs"}
+#: Tools whose lines are scanned for signatures, and those that are a launch's own log: each
+#: tool says so on its spec (tools/registry.py).
+TEXT_TOOLS = tool_registry.scanned()
+LOG_TOOLS = tool_registry.launch_logs()
 
 
 def text_lines(o: Observation) -> list[str]:

@@ -322,4 +322,6 @@ SPEC = ToolSpec(
     args=Args,
     result=Result,
     fn=run,
+    scanned=True,
+    verdict_needs=True,
 )

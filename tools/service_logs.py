@@ -126,4 +126,6 @@ SPEC = ToolSpec(
     args=Args,
     result=Result,
     fn=run,
+    scanned=True,
+    launch_log=True,
 )
