@@ -225,9 +225,7 @@ def derive(observations: list[Observation]) -> Facts:
     return f
 
 
-_LAUNCHER = re.compile(
-    r"(?i)(?:^|/|\s)(?:python[\d.]*|mpirun|mpiexec|srun|torchrun|deepspeed|accelerate|\S*_perf|\S*nccl\S*)(?:\s|$)"
-)
+_LAUNCHER = engines.workload_pattern()  # tools/engines.yaml common.workload_programs
 _HOME = re.compile(r"^/home/([^/]+)/")
 
 

@@ -27,6 +27,7 @@ from agent.findings import compute
 from agent.guardrails import check_conclusion, qualify
 from agent.observe import run_many
 from agent.state import Action, Observation, State
+from tools import registry as tool_registry
 from tools.registry import TOOLS
 
 MAX_LOGS, MAX_CONFIGS = 3, 4
@@ -63,17 +64,16 @@ def sweep(state: State, runtime: Runtime[RunContext]) -> dict[str, Any]:
             "text": f"Sweeping {host.name}: GPUs, processes, kernel log, disk, ports, logs and configs.",
         },
     )
+    # each tool says on its spec whether (and where, with which arguments) it joins wave 1
     wave1: list[tuple[str, dict[str, Any]]] = [
-        (t, {"logs": list(ctx.extra_logs)} if t == "processes" and ctx.extra_logs else {})
-        for t in ("gpu_status", "processes", "dmesg", "disk", "ports", "host_facts")
-        if t in TOOLS
+        (
+            s.name,
+            {"logs": list(ctx.extra_logs)}
+            if s.name == "processes" and ctx.extra_logs
+            else dict(s.first_sweep_args),
+        )
+        for s in tool_registry.first_sweep()
     ]
-    if "find_logs" in TOOLS:
-        # the usual places first, then the whole tree shallowly: containers put logs in /app,
-        # /tensorrtllm_backend, /home/<user>/..., wherever the launch script ran
-        from tools.find_logs import DEFAULT_ROOTS
-
-        wave1.append(("find_logs", {"roots": [*DEFAULT_ROOTS, "/home", "/"], "max_depth": 4}))
     obs1 = run_many(host, wave1, 1, 0)
     for o in obs1:
         _emit("observation", _obs_event(o))
@@ -402,7 +402,7 @@ def conclude(state: State, runtime: Runtime[RunContext]) -> dict[str, Any]:
 
 
 #: Reads whose failure leaves a hypothesis unknown (not refuted): say so, with the fix.
-_UNKNOWN_MATTERS = ("dmesg", "processes", "ports", "gpu_status", "disk", "log_tail", "log_search")
+_UNKNOWN_MATTERS = tool_registry.verdict_needs()
 
 
 def unknowns(observations: list[Observation]) -> list[str]:

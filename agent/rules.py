@@ -12,6 +12,7 @@ from agent.evidence import LOG_TOOLS, last_launch, latest_text_observations, tex
 from agent.facts import Facts
 from agent.signatures import Match
 from agent.state import Observation
+from tools import engines
 
 WEIGHT = {"fatal": 3.0, "strong": 1.5, "weak": 0.25}
 STRONG_CAP = 3.0  # repeated warnings must not outweigh one fatal line
@@ -23,9 +24,7 @@ ALLOC = re.compile(r"Tried to allocate ([\d.]+) ([GM]iB).*?total capac\w* of ([\
 #: by themselves make other holders suspects.
 OOM_NAMES_A_PID = {"cuda-oom-other-process-holds-memory"}
 #: Worker processes of a multi-process server (what outlives a crashed or removed launch).
-WORKER = re.compile(
-    r"(?i)::|\bworker\b|scheduler|engine_?core|detokenizer|tp_?rank|ray::|multiprocessing"
-)
+WORKER = engines.worker_pattern()  # tools/engines.yaml common.worker_words
 OTHER_PROC_MEM = re.compile(r"Process (\d+) has ([\d.]+) ([GM]iB) memory in use")
 EXCEPTION_LINE = re.compile(r"\b[A-Z]\w*(?:Error|Exception): ")
 #: nvidia-smi failures that look like the hardware itself (not a driver/library mismatch)

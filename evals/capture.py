@@ -22,6 +22,7 @@ import yaml
 from pydantic import BaseModel, Field
 
 from evals.redact import Redaction, Redactor
+from tools import engines
 from tools.cards import IncidentCard, card_text_bytes, load_card
 from tools.gpu_status import APPS_QUERY, CARD_QUERY
 from tools.host import Host
@@ -185,15 +186,8 @@ def _run(host: Host, command: str) -> tuple[str | None, str | None]:
 
 
 def _guess_engine(texts: list[str]) -> str:
-    blob = "\n".join(texts).lower()
-    counts = {
-        "sglang": blob.count("sglang"),
-        "vllm": blob.count("vllm"),
-        "trtllm": blob.count("tensorrt_llm") + blob.count("trtllm") + blob.count("tritonserver"),
-        "torch": blob.count("torchrun") + blob.count("torch.distributed"),
-    }
-    best = max(counts, key=lambda k: counts[k])
-    return best if counts[best] else "other"
+    """The engine the capture names most often, by the registry's `names` (tools/engines.yaml)."""
+    return engines.guess_engine(texts)
 
 
 def collect(host: Host, options: CaptureOptions) -> tuple[dict[str, Any], list[str], Redaction]:

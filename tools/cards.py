@@ -1,4 +1,4 @@
-"""Incident cards (../shared/incident-format.md) as pydantic models.
+"""Incident cards (docs/incident-format.md) as pydantic models.
 
 A card freezes a host as it looked during an investigation. `ReplayHost` sees only `host`;
 `expected` and `transcript` are for the eval harness and never reach a tool.
@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import re
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 import yaml
 from pydantic import (
@@ -25,7 +25,10 @@ from pydantic import (
     model_validator,
 )
 
-ENGINES = ("sglang", "vllm", "trtllm", "torch", "other")
+from tools import engines
+
+#: A card's engine: a registry engine (tools/engines.yaml) or `other`.
+ENGINES = engines.card_engines()
 
 
 class TimedSnapshot(BaseModel):
@@ -163,7 +166,15 @@ class IncidentCard(BaseModel):
     id: str = Field(pattern=r"^[a-z0-9][a-z0-9-]*$")
     title: str
     source: str
-    engine: Literal["sglang", "vllm", "trtllm", "torch", "other"]
+    engine: str
+
+    @field_validator("engine")
+    @classmethod
+    def _known_engine(cls, v: str) -> str:
+        if v not in ENGINES:
+            raise ValueError(f"engine {v!r} is not in tools/engines.yaml (nor 'other')")
+        return v
+
     symptom: str
     synthesized: list[str] = Field(default_factory=list)
     host: HostSnapshot = Field(default_factory=HostSnapshot)

@@ -282,4 +282,8 @@ SPEC = ToolSpec(
     args=Args,
     result=Result,
     fn=run,
+    # the usual places first, then the whole tree shallowly: containers put logs in /app,
+    # /tensorrtllm_backend, /home/<user>/..., wherever the launch script ran
+    first_sweep=7,
+    first_sweep_args={"roots": [*DEFAULT_ROOTS, "/home", "/"], "max_depth": 4},
 )

@@ -188,4 +188,6 @@ SPEC = ToolSpec(
     args=Args,
     result=Result,
     fn=run,
+    first_sweep=6,
+    scanned=True,
 )

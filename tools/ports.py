@@ -280,4 +280,7 @@ SPEC = ToolSpec(
     args=Args,
     result=Result,
     fn=run,
+    first_sweep=5,
+    verdict_needs=True,
+    facts=("listeners",),
 )

@@ -9,6 +9,7 @@ import yaml
 
 from agent.checks import catalogue, deciding_checks
 from prompts import names, render
+from tools import engines
 from tools.registry import TOOLS
 from tools.taxonomy import LABELS, TAXONOMY
 
@@ -42,7 +43,7 @@ def test_rival_and_followup_patterns_compile_and_name_real_tools() -> None:
     for pattern, tool in yaml.safe_load((KB / "followups.yaml").read_text()).items():
         re.compile(pattern)
         assert tool in TOOLS, tool
-    for pattern in yaml.safe_load((KB / "launch_markers.yaml").read_text()):
+    for pattern in engines.launch_patterns():  # launch markers live in the engine registry
         re.compile(pattern)
 
 
