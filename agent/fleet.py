@@ -142,7 +142,8 @@ def run_fleet(
         )
         runner = Runner(s)
         try:
-            probe = host.run("true", timeout=min(connect_timeout, deadline_s))
+            # the connect is bounded by connect_timeout inside SSHHost; `true` by the deadline
+            probe = host.run("true", timeout=deadline_s)
             if probe.error or probe.rc != 0:
                 sid = runner.memory.create_session(alias, symptom, brain_name)
                 runner.memory.set_host_spec(sid, f"ssh:{alias}")

@@ -171,9 +171,10 @@ def test_bounded_connections_one_per_host_reused(fleet: Fleet, tmp_path: Path) -
         open_host=opener,
     )
     assert [r.host for r in report.hosts] == hosts
-    assert all(r.health is not Health.no_answer for r in report.hosts)
-    assert peak == 2 and not live
-    assert {a: opened[a].connects for a in hosts} == {a: 1 for a in hosts}  # type: ignore[attr-defined]
+    assert all(r.health is not Health.no_answer for r in report.hosts), report
+    assert peak == 2 and not live, (peak, live)
+    connects = {a: opened[a].connects for a in hosts}  # type: ignore[attr-defined]
+    assert connects == {a: 1 for a in hosts}, connects
     assert all(r.session_id for r in report.hosts)
     close_all()
 
