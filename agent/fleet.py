@@ -133,6 +133,9 @@ def run_fleet(
     opener = open_host or open_ssh()
     brain_name = brain or s.default_brain
     started: dict[str, float] = {}
+    # One Runner for all hosts, as the service shares one across its worker threads: one
+    # compiled graph and one set of database connections instead of one per host.
+    runner = Runner(s)
 
     def one(alias: str) -> HostOutcome:
         t0 = time.monotonic()
@@ -140,7 +143,6 @@ def run_fleet(
         host = DeadlineHost(
             opener(alias, min(connect_timeout, deadline_s)), t0 + deadline_s, deadline_s
         )
-        runner = Runner(s)
         try:
             # the connect is bounded by connect_timeout inside SSHHost; `true` by the deadline
             probe = host.run("true", timeout=deadline_s)
@@ -176,7 +178,6 @@ def run_fleet(
                 row.fix = f"investigate {alias} alone (pivot investigate --host {alias}) or raise --deadline"
             return row
         finally:
-            runner.close()
             host.close()
 
     t_start = time.monotonic()
@@ -184,6 +185,7 @@ def run_fleet(
     pool = ThreadPoolExecutor(max(1, min(max_connections, len(aliases))), "fleet")
     futures: dict[Future[HostOutcome], str] = {pool.submit(one, a): a for a in aliases}
     pending = set(futures)
+    abandoned = False
     try:
         while pending:
             done, pending = wait(pending, timeout=0.25, return_when=FIRST_COMPLETED)
@@ -209,6 +211,7 @@ def run_fleet(
                 t0 = started.get(alias)
                 if t0 is not None and now > t0 + deadline_s + GRACE_S:
                     pending.discard(f)
+                    abandoned = True
                     row = HostOutcome(
                         host=alias,
                         health=Health.no_answer,
@@ -223,6 +226,9 @@ def run_fleet(
                         on_done(row)
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
+        # an abandoned worker may still write to memory; the process exit closes it then
+        if not pending and not abandoned:
+            runner.close()
     return FleetReport(
         hosts=[results[a] for a in aliases],
         seconds=time.monotonic() - t_start,
