@@ -62,7 +62,12 @@ class HostOutcome(BaseModel):
         if self.health is Health.no_answer:
             return f"did not answer: {self.error} — {self.fix}"
         if self.health is Health.unhealthy:
-            return f"{self.label}: {self.line}" if self.line else str(self.label)
+            why = f"{self.label}: {self.line}" if self.line else str(self.label)
+            if self.status == "awaiting_approval":
+                why += (
+                    f" (paused for a fix: pivot investigate --resume {self.session_id} --approve)"
+                )
+            return why
         return f"no failure proven ({self.status})"
 
 
@@ -85,7 +90,7 @@ def classify(report: Report, seconds: float) -> HostOutcome:
         session_id=report.session_id,
         seconds=seconds,
     )
-    if report.status == "concluded":
+    if report.status == "concluded" or (report.status == "awaiting_approval" and report.root_cause):
         row.health = Health.unhealthy
         row.label = report.root_cause
         row.line = report.evidence[0].line if report.evidence else None
