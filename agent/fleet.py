@@ -12,6 +12,7 @@ single investigation: the session and, when a failure is proven, its conclusion.
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
@@ -138,6 +139,7 @@ def run_fleet(
     opener = open_host or open_ssh()
     brain_name = brain or s.default_brain
     started: dict[str, float] = {}
+    opened: dict[str, Host] = {}
     # One Runner for all hosts, as the service shares one across its worker threads: one
     # compiled graph and one set of database connections instead of one per host.
     runner = Runner(s)
@@ -148,6 +150,7 @@ def run_fleet(
         host = DeadlineHost(
             opener(alias, min(connect_timeout, deadline_s)), t0 + deadline_s, deadline_s
         )
+        opened[alias] = host
         try:
             # the connect is bounded by connect_timeout inside SSHHost; `true` by the deadline
             probe = host.run("true", timeout=deadline_s)
@@ -177,8 +180,8 @@ def run_fleet(
                 # reads were cut short: "no failure proven" would be a guess, not a finding
                 row.health = Health.no_answer
                 row.error = (
-                    f"{alias} was still answering when its {deadline_s:g}s deadline passed; "
-                    "the reads left were not run"
+                    f"{alias} had not finished its reads when its {deadline_s:g}s deadline "
+                    "passed; the reads left were cut short"
                 )
                 row.fix = f"investigate {alias} alone (pivot investigate --host {alias}) or raise --deadline"
             return row
@@ -217,6 +220,10 @@ def run_fleet(
                 if t0 is not None and now > t0 + deadline_s + GRACE_S:
                     pending.discard(f)
                     abandoned = True
+                    if alias in opened:
+                        # a read stuck past the deadline ends when its connection goes; closing
+                        # may wait for a connect in progress, so not on this thread
+                        threading.Thread(target=opened[alias].close, daemon=True).start()
                     row = HostOutcome(
                         host=alias,
                         health=Health.no_answer,

@@ -7,10 +7,14 @@ is lives in bench/fleet_sweep.py; here we check what it says and what it stores.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -200,3 +204,98 @@ def test_a_host_past_its_deadline_is_cut_off_and_does_not_hold_the_rest(tmp_path
         assert f"pivot investigate --host {stuck}" in (rows[stuck].fix or "")
         assert report.seconds < 60
         close_all()
+
+
+@pytest.fixture
+def pair() -> Iterator[Fleet]:
+    yield from _fleet(2, 0)
+
+
+def test_a_host_that_stops_answering_mid_sweep_is_reported_and_let_go(
+    pair: Fleet, tmp_path: Path
+) -> None:
+    """Right after its first read, one host's sshd freezes (SIGSTOP: nothing answers, nothing
+    closes). Its row says it did not answer, the other host's is as usual, and every read of
+    the frozen host ends at its deadline, so no worker thread stays behind."""
+    fleet = pair
+    frozen, well = "node-01", "node-02"
+    server = fleet.servers[frozen]
+    inner = open_ssh(fleet.ssh_config)
+
+    class FreezesAfterFirstRead:
+        def __init__(self, h: Host) -> None:
+            self.h, self.name, self.reads = h, h.name, 0
+
+        def __getattr__(self, attr: str) -> object:
+            return getattr(self.h, attr)
+
+        def run(self, command: str, **kw: object) -> object:
+            out = self.h.run(command, **kw)  # type: ignore[arg-type]
+            self.reads += 1
+            if self.reads == 1:
+                for pid in server.connection_pids():
+                    os.kill(pid, signal.SIGSTOP)
+            return out
+
+    def opener(alias: str, timeout: float) -> Host:
+        h = inner(alias, timeout)
+        return FreezesAfterFirstRead(h) if alias == frozen else h  # type: ignore[return-value]
+
+    try:
+        report = run_fleet(
+            [frozen, well],
+            "sweep",
+            logs=[fleet.log_template()],
+            deadline_s=4,
+            settings=Settings(home=tmp_path / "pivot"),
+            open_host=opener,
+        )
+        rows = {r.host: r for r in report.hosts}
+        assert rows[well].health is Health.healthy
+        assert rows[frozen].health is Health.no_answer, rows[frozen]
+        assert "4s deadline" in (rows[frozen].error or "")
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and any(
+            t.name.startswith("fleet") for t in threading.enumerate()
+        ):
+            time.sleep(0.1)
+        assert not [t.name for t in threading.enumerate() if t.name.startswith("fleet")]
+    finally:
+        for pid in server.connection_pids():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+        close_all()
+
+
+def test_a_worker_stuck_past_the_deadline_is_abandoned_and_its_host_closed(
+    tmp_path: Path,
+) -> None:
+    """The backstop behind the clipped reads: a Host whose read ignores its timeout (the one
+    seam faked here; a real read honours it) is reported after deadline + grace, and its
+    connection is closed so the stuck read can end."""
+    released = threading.Event()
+
+    class IgnoresTimeouts:
+        name = "stuck-1"
+
+        def run(self, command: str, timeout: float = 0, max_bytes: int = 0) -> object:
+            released.wait(60)
+            raise AssertionError("the abandoned read came back")
+
+        def clock(self) -> float:
+            return time.monotonic()
+
+        def close(self) -> None:
+            released.set()
+
+    report = run_fleet(
+        ["stuck-1"],
+        "sweep",
+        deadline_s=1,
+        settings=Settings(home=tmp_path / "pivot"),
+        open_host=lambda alias, t: IgnoresTimeouts(),  # type: ignore[arg-type,return-value]
+    )
+    row = report.hosts[0]
+    assert row.health is Health.no_answer and row.error == "no result within its 1s deadline"
+    assert "pivot investigate --host stuck-1" in (row.fix or "")
+    assert released.wait(5)
