@@ -144,9 +144,19 @@ def start_fleet(
     n = healthy + unhealthy
     names = [f"node-{i + 1:02d}" for i in range(n)]
     try:
+        # the first alone: it may create the SSH test user, which must not race with itself
+        if n:
+            fleet.servers[names[0]] = start_sshd()
         with ThreadPoolExecutor(min(8, max(1, n))) as pool:
-            servers = list(pool.map(lambda _: start_sshd(), names))
-        fleet.servers = dict(zip(names, servers, strict=True))
+            futures = [pool.submit(start_sshd) for _ in names[1:]]
+        failed: BaseException | None = None
+        for name, fut in zip(names[1:], futures, strict=True):
+            try:
+                fleet.servers[name] = fut.result()  # kept even if another failed: stop() ends it
+            except BaseException as exc:
+                failed = exc
+        if failed is not None:
+            raise failed
         labels = list(FAILURES)
         for i, (alias, server) in enumerate(fleet.servers.items()):
             log = root / "logs" / alias / "server.log"
