@@ -117,6 +117,12 @@ def investigate(
     if hosts:
         if host or local or replay or resume:
             raise typer.BadParameter("--hosts replaces --host/--local/--replay/--resume")
+        if yes:
+            raise typer.BadParameter(
+                "--yes is for one host: a fleet run leaves each fix paused for its own "
+                "`pivot investigate --resume SESSION --approve`",
+                param_hint="--yes",
+            )
         run_and_print(
             hosts,
             symptom or DEFAULT_SYMPTOM,

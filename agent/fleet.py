@@ -135,7 +135,13 @@ def run_fleet(
     from agent.runner import Runner  # langgraph: loaded only when a fleet really runs
 
     s = settings or get_settings()
-    s = s.model_copy(update={"budget": s.budget.model_copy(update={"max_seconds": deadline_s})})
+    s = s.model_copy(
+        update={
+            "budget": s.budget.model_copy(
+                update={"max_seconds": min(s.budget.max_seconds, deadline_s)}
+            )
+        }
+    )
     opener = open_host or open_ssh()
     brain_name = brain or s.default_brain
     started: dict[str, float] = {}

@@ -132,6 +132,9 @@ def test_unknown_host_or_group_is_a_usage_error(fleet: Fleet, tmp_path: Path) ->
     assert p.returncode == 2
     err = " ".join(p.stderr.replace("│", " ").split())
     assert "unknown host or group 'node-99'" in err and "Groups: answering, gpu" in err
+    p = _pivot(fleet, fleet.fleet_file.parent, "investigate", "--hosts", "gpu", "--yes")
+    assert p.returncode == 2
+    assert "--yes is for one host" in " ".join(p.stderr.replace("│", " ").split())
 
 
 def test_bounded_connections_one_per_host_reused(fleet: Fleet, tmp_path: Path) -> None:
