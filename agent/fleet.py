@@ -98,6 +98,10 @@ def classify(report: Report, seconds: float) -> HostOutcome:
     return row
 
 
+def _alone(alias: str) -> str:
+    return f"investigate {alias} alone (pivot investigate --host {alias}) or raise --deadline"
+
+
 def open_ssh(ssh_config: str | os.PathLike[str] | None = None) -> HostOpener:
     """The process-wide SSHHost per alias (tools.hosts), resolved like `ssh ALIAS`."""
     from tools.hosts import ssh_host
@@ -189,7 +193,7 @@ def run_fleet(
                     f"{alias} had not finished its reads when its {deadline_s:g}s deadline "
                     "passed; the reads left were cut short"
                 )
-                row.fix = f"investigate {alias} alone (pivot investigate --host {alias}) or raise --deadline"
+                row.fix = _alone(alias)
             return row
         finally:
             host.close()
@@ -235,8 +239,7 @@ def run_fleet(
                         health=Health.no_answer,
                         status=NO_ANSWER_STATUS,
                         error=f"no result within its {deadline_s:g}s deadline",
-                        fix=f"investigate {alias} alone (pivot investigate --host {alias}) "
-                        "or raise --deadline",
+                        fix=_alone(alias),
                         seconds=now - t0,
                     )
                     results[alias] = row
