@@ -9,6 +9,8 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from agent.cli_fleet import DeadlineOpt, MaxConnOpt, run_and_print
+from agent.fleet import DEADLINE_S, MAX_CONNECTIONS
 from agent.models import Decision
 from agent.render import live_printer, print_report
 
@@ -87,6 +89,15 @@ def investigate(
     approve: Annotated[
         bool | None, typer.Option("--approve/--deny", help="decision for --resume")
     ] = None,
+    hosts: Annotated[
+        str | None,
+        typer.Option(
+            "--hosts",
+            help="several hosts at once: a fleet.yaml group or aliases a,b,c (see pivot sweep)",
+        ),
+    ] = None,
+    max_connections: MaxConnOpt = MAX_CONNECTIONS,
+    deadline: DeadlineOpt = DEADLINE_S,
 ) -> None:
     """Find why a launch died: sweep the host, weigh hypotheses, cite the log lines that prove it."""
     from agent.runner import Runner
@@ -102,6 +113,25 @@ def investigate(
             "the llm brain needs an OpenAI-compatible endpoint: set PIVOT_LLM_BASE_URL "
             "(and PIVOT_LLM_MODEL, PIVOT_LLM_API_KEY), or use --brain rulebook",
             param_hint="--brain",
+        )
+    if hosts:
+        if host or local or replay or resume:
+            raise typer.BadParameter("--hosts replaces --host/--local/--replay/--resume")
+        if yes:
+            raise typer.BadParameter(
+                "--yes is for one host: a fleet run leaves each fix paused for its own "
+                "`pivot investigate --resume SESSION --approve`",
+                param_hint="--yes",
+            )
+        run_and_print(
+            hosts,
+            symptom or DEFAULT_SYMPTOM,
+            brain=brain,
+            logs=log,
+            configs=config,
+            max_connections=max_connections,
+            deadline=deadline,
+            as_json=as_json,
         )
     console = Console(stderr=as_json)
     runner = Runner()
