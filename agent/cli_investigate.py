@@ -100,7 +100,6 @@ def investigate(
     deadline: DeadlineOpt = DEADLINE_S,
 ) -> None:
     """Find why a launch died: sweep the host, weigh hypotheses, cite the log lines that prove it."""
-    from agent.runner import Runner
     from agent.settings import get_settings
 
     s = get_settings()
@@ -134,6 +133,17 @@ def investigate(
             as_json=as_json,
         )
     console = Console(stderr=as_json)
+    h = prefetch = None
+    if not resume:
+        h = _host(host, local, replay, trust_new_host_key)
+        if host:
+            _reachable_or_exit(h)
+        from agent.observe import Prefetch, first_wave
+
+        # the sweep's first reads start now and overlap the graph machinery's imports below
+        prefetch = Prefetch(h, first_wave(list(log or [])))
+    from agent.runner import Runner
+
     runner = Runner()
     on_event = live_printer(console)
     try:
@@ -146,9 +156,6 @@ def investigate(
                 raise typer.BadParameter("--resume needs --approve or --deny")
             report = runner.resume(h, resume, Decision(approve=approve, reason="cli"), on_event)
         else:
-            h = _host(host, local, replay, trust_new_host_key)
-            if host:
-                _reachable_or_exit(h)
             text = symptom
             if not text and replay:
                 from tools.cards import load_card
@@ -162,6 +169,7 @@ def investigate(
                 host_spec=_host_spec(host, local, replay),
                 logs=log,
                 configs=config,
+                prefetched=prefetch,
             )
         while report.status == "awaiting_approval" and report.pending_approval:
             p = report.pending_approval

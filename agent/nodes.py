@@ -25,7 +25,7 @@ from agent.checks import (
 from agent.context import RunContext
 from agent.findings import compute
 from agent.guardrails import check_conclusion, qualify
-from agent.observe import run_many
+from agent.observe import first_wave, run_many
 from agent.state import Action, Observation, State
 from tools import registry as tool_registry
 from tools.registry import TOOLS
@@ -65,16 +65,9 @@ def sweep(state: State, runtime: Runtime[RunContext]) -> dict[str, Any]:
         },
     )
     # each tool says on its spec whether (and where, with which arguments) it joins wave 1
-    wave1: list[tuple[str, dict[str, Any]]] = [
-        (
-            s.name,
-            {"logs": list(ctx.extra_logs)}
-            if s.name == "processes" and ctx.extra_logs
-            else dict(s.first_sweep_args),
-        )
-        for s in tool_registry.first_sweep()
-    ]
-    obs1 = run_many(host, wave1, 1, 0)
+    wave1 = first_wave(list(ctx.extra_logs))
+    early = ctx.prefetched.take(host, wave1) if ctx.prefetched is not None else None
+    obs1 = early if early is not None else run_many(host, wave1, 1, 0)
     for o in obs1:
         _emit("observation", _obs_event(o))
     paths = listed_paths(obs1)

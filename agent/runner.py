@@ -24,6 +24,7 @@ from agent.graph import build_graph
 from agent.memory import Memory
 from agent.models import ApprovalRequest, Decision, Event, Evidence, HypothesisView, Report
 from agent.narrate import step
+from agent.observe import Prefetch
 from agent.settings import Settings, get_settings
 from tools.host import Host
 
@@ -55,6 +56,7 @@ class Runner:
         host_spec: str | None = None,
         logs: list[str] | None = None,
         configs: list[str] | None = None,
+        prefetched: Prefetch | None = None,
     ) -> Report:
         brain_name = brain or self.settings.default_brain
         sid = self.memory.create_session(
@@ -74,7 +76,9 @@ class Runner:
             "notes": notes,
             "messages": [],
         }
-        return self._drive(sid, host, brain_name, state, sink, logs or [], configs or [])
+        return self._drive(
+            sid, host, brain_name, state, sink, logs or [], configs or [], prefetched
+        )
 
     def resume(
         self, host: Host, session_id: str, decision: Decision, on_event: EventSink | None = None
@@ -195,6 +199,7 @@ class Runner:
         sink: Callable[[str, dict[str, Any]], None],
         logs: list[str],
         configs: list[str],
+        prefetched: Prefetch | None = None,
     ) -> Report:
         ctx = RunContext(
             host=host,
@@ -203,6 +208,7 @@ class Runner:
             started=time.monotonic(),
             extra_logs=logs,
             extra_configs=configs,
+            prefetched=prefetched,
         )
         try:
             for mode, chunk in self.graph.stream(
