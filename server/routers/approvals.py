@@ -8,7 +8,7 @@ from fastapi import APIRouter, HTTPException, Path, status
 from pydantic import BaseModel
 
 from agent.models import ApprovalRequest, Decision
-from server.deps import Catalog, Hub
+from server.deps import Catalog, Config, Hub
 from server.paths import PathRefused, check_lexical
 from server.runs import Busy, NotFound
 from server.schemas import DecisionIn
@@ -38,7 +38,11 @@ def pending(hub: Hub) -> list[ApprovalRequest]:
 
 @router.post("/{approval_id}", status_code=status.HTTP_202_ACCEPTED, response_model=Decided)
 def decide(
-    approval_id: Annotated[str, Path(max_length=100)], body: DecisionIn, hub: Hub, catalog: Catalog
+    approval_id: Annotated[str, Path(max_length=100)],
+    body: DecisionIn,
+    hub: Hub,
+    catalog: Catalog,
+    config: Config,
 ) -> Decided:
     """Approve or deny; the run resumes in the background and streams on the session's events."""
     req = next((a for a in hub.pending() if a.id == approval_id), None)
@@ -47,9 +51,10 @@ def decide(
     if body.approve:
         st = hub.state(req.session_id)
         roots = catalog.roots(st.host_name if st else "*")
+        protected = config.protected_now()  # a change never writes Pivot's own state
         try:
             for p in _paths(req.args):
-                check_lexical(p, roots)
+                check_lexical(p, roots, None, protected)
         except PathRefused as exc:
             raise HTTPException(exc.status, f"refusing to approve: {exc.message}") from exc
     try:
