@@ -14,13 +14,15 @@ from typing import Any
 
 from fastapi import Depends, FastAPI
 from fastapi.staticfiles import StaticFiles
+from swagger_ui_bundle import swagger_ui_path
 
 from server.auth import BearerGate, TokenVerifier, ensure_token
 from server.config import ServeConfig
 from server.deps import require_token
+from server.headers import SecurityHeaders
 from server.hosts import HostCatalog
 from server.limits import BodyLimit
-from server.routers import approvals, evals, events, health, hosts, loop, memory, sessions
+from server.routers import approvals, evals, events, health, hosts, loop, memory, pages, sessions
 from server.runs import RunHub
 
 STATIC = Path(__file__).resolve().parent / "static"
@@ -73,6 +75,8 @@ def create_app(
         summary="Hypothesis-driven debugging agent for GPU LLM inference servers",
         version="0.1.0",
         lifespan=lifespan,
+        docs_url=None,  # served offline by routers/pages.py
+        redoc_url=None,
     )
     app.state.config = config
     app.state.settings = settings
@@ -81,10 +85,13 @@ def create_app(
     app.state.evals = {}
 
     app.include_router(health.router)
+    app.include_router(pages.router)
     authed = [Depends(require_token)]
     for r in (sessions, events, approvals, memory, hosts, evals, loop):
         app.include_router(r.router, dependencies=authed)
     app.add_middleware(BodyLimit, max_bytes=config.max_body_bytes)
-    app.add_middleware(BearerGate, verifier=verifier, public=("/api/health",))  # outermost
+    app.add_middleware(BearerGate, verifier=verifier, public=("/api/health",))
+    app.add_middleware(SecurityHeaders)  # outermost: even a 401 carries the headers
+    app.mount("/_docs", StaticFiles(directory=swagger_ui_path), name="swagger-ui")
     app.mount("/", StaticFiles(directory=STATIC, html=True), name="page")
     return app

@@ -17,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from agent.brains import make_brain
 from agent.models import ApprovalRequest, Decision, Event, Report
 from server.hosts import HostCatalog
 from tools.host import Host
@@ -35,6 +36,15 @@ class Busy(Exception):
 
 class NotFound(Exception):
     pass
+
+
+class BrainFailed(Exception):
+    """The brain could not start (an LLM with no endpoint): the session is recorded as failed."""
+
+    def __init__(self, session_id: str, error: str) -> None:
+        super().__init__(error)
+        self.session_id = session_id
+        self.error = error
 
 
 @dataclass
@@ -113,6 +123,18 @@ class RunHub:
         session_id = self.memory.create_session(host_name, symptom, brain)
         st = SessionState(session_id=session_id, host_name=host_name, brain=brain, host=host)
         self._sessions[session_id] = st
+        try:  # before any thread: a brain that cannot start ends the session now, by name
+            make_brain(brain, self.runner.settings)
+        except Exception as exc:
+            st.error = f"the {brain} brain could not start: {exc}"
+            st.phase = "done"
+            host.close()
+            st.host = None
+            self.memory.append_event(
+                Event(session_id=session_id, type="error", data={"error": st.error})
+            )
+            self.memory.set_status(session_id, "error")
+            raise BrainFailed(session_id, st.error) from exc
 
         def work(on_event: Callable[[Event], None]) -> Report:
             return self.runner.start(
@@ -193,6 +215,7 @@ class RunHub:
         except Exception as exc:  # a bug in the agent must end the stream, not hang it
             log.exception("run of session %s failed", st.session_id)
             st.error = f"{type(exc).__name__}: {exc}"
+            self.memory.set_status(st.session_id, "error")  # never "running" forever
             if not failed:
                 on_event(Event(session_id=st.session_id, type="error", data={"error": st.error}))
             self._call(self._finish, st, None)

@@ -8,7 +8,7 @@ from fastapi import APIRouter, HTTPException, Path, Query, status
 
 from server.deps import Catalog, Config, Hub, Mem
 from server.hosts import UnknownHost
-from server.runs import Busy, NotFound
+from server.runs import BrainFailed, Busy, NotFound
 from server.schemas import (
     Accepted,
     MessageIn,
@@ -22,7 +22,12 @@ router = APIRouter(prefix="/api/sessions", tags=["sessions"])
 SessionId = Annotated[str, Path(max_length=100, pattern=r"^[A-Za-z0-9_-]+$")]
 
 
-@router.post("", status_code=status.HTTP_201_CREATED, response_model=SessionCreated)
+@router.post(
+    "",
+    status_code=status.HTTP_201_CREATED,
+    response_model=SessionCreated,
+    responses={422: {"description": "bad body, or the brain could not start (session failed)"}},
+)
 def create_session(
     body: SessionCreate, hub: Hub, config: Config, catalog: Catalog
 ) -> SessionCreated:
@@ -33,6 +38,9 @@ def create_session(
         sid = hub.start(body.host, body.symptom, body.brain or config.default_brain)
     except UnknownHost as exc:
         raise HTTPException(404, str(exc)) from exc
+    except BrainFailed as exc:
+        detail = {"error": exc.error, "session_id": exc.session_id, "status": "error"}
+        raise HTTPException(422, detail) from exc
     return SessionCreated(session_id=sid, events_url=f"/api/sessions/{sid}/events")
 
 

@@ -264,7 +264,16 @@ async function send() {
   } catch (err) { say("error", String(err)); }
 }
 
+function tokenFromLink() {
+  // `pivot serve` prints a one-time sign-in link `/#token=…`: keep the token, drop it from the URL.
+  const m = /(?:^#|&)token=([^&]+)/.exec(location.hash);
+  if (!m) return;
+  S.token = decodeURIComponent(m[1]); localStorage.setItem("pivot.token", S.token);
+  history.replaceState(null, "", location.pathname + location.search);
+}
+
 function boot() {
+  tokenFromLink();
   $("#chat-form").addEventListener("submit", (e) => { e.preventDefault(); send(); });
   $("#chat-text").addEventListener("keydown", (e) => { if (e.key === "Enter" && !e.shiftKey) { e.preventDefault(); send(); } });
   $("#new-session").addEventListener("click", () => { if (S.stream) S.stream.abort(); S.session = null; resetView(); loadSessions(); status("New investigation: describe the symptom."); $("#chat-text").focus(); });
