@@ -7,6 +7,7 @@ with a temp home, their card directories and a known token.
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -14,7 +15,6 @@ from typing import Any
 
 from fastapi import Depends, FastAPI
 from fastapi.staticfiles import StaticFiles
-from swagger_ui_bundle import swagger_ui_path
 
 from server.auth import BearerGate, TokenVerifier, ensure_token
 from server.config import ServeConfig
@@ -26,6 +26,14 @@ from server.routers import approvals, evals, events, health, hosts, loop, memory
 from server.runs import RunHub
 
 STATIC = Path(__file__).resolve().parent / "static"
+
+
+def swagger_ui_static() -> Path:
+    """Swagger UI 5 (OpenAPI 3.1) as shipped in the pinned `swagger-ui-py` wheel; not imported."""
+    spec = importlib.util.find_spec("swagger_ui")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("swagger-ui-py is not installed (requirements.lock pins it)")
+    return Path(next(iter(spec.submodule_search_locations))) / "static"
 
 
 def _open_memory(settings: Any) -> Any:
@@ -92,6 +100,6 @@ def create_app(
     app.add_middleware(BodyLimit, max_bytes=config.max_body_bytes)
     app.add_middleware(BearerGate, verifier=verifier, public=("/api/health",))
     app.add_middleware(SecurityHeaders)  # outermost: even a 401 carries the headers
-    app.mount("/_docs", StaticFiles(directory=swagger_ui_path), name="swagger-ui")
+    app.mount("/_docs", StaticFiles(directory=swagger_ui_static()), name="swagger-ui")
     app.mount("/", StaticFiles(directory=STATIC, html=True), name="page")
     return app

@@ -1,7 +1,7 @@
 """Security headers on every response, as plain ASGI so SSE streams pass through untouched.
 
 The page loads only its own files (no CDN, no inline script), so its policy is strict. The API
-docs run Swagger UI from the pinned `swagger-ui-bundle` package; Swagger UI sets inline styles,
+docs run Swagger UI from the pinned `swagger-ui-py` package; Swagger UI sets inline styles,
 so /docs alone allows those.
 """
 

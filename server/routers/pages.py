@@ -1,7 +1,7 @@
 """The page's own routes besides its static files: deep links, offline API docs, the favicon.
 
 `/s/<session>` serves the same page; the page reads the id from its URL, so a link or a reload
-opens that session. /docs uses Swagger UI from the pinned `swagger-ui-bundle` package (mounted
+opens that session. /docs uses Swagger UI from the pinned `swagger-ui-py` package (mounted
 at /_docs by the app factory), so it works with no network.
 """
 

@@ -50,9 +50,20 @@ def list_sessions(
     hub: Hub,
     host: Annotated[str | None, Query(max_length=200)] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
+    q: Annotated[
+        str,
+        Query(max_length=200, description="words that must all appear in host, symptom or cause"),
+    ] = "",
 ) -> list[SessionSummary]:
+    """Newest first; `q` searches past sessions by host, symptom and root cause."""
+    words = q.lower().split()
     out = []
-    for row in mem.list_sessions(host=host, limit=limit):
+    for row in mem.list_sessions(host=host, limit=500 if words else limit):
+        hay = f"{row.host} {row.symptom} {row.root_cause or ''} {row.id}".lower()
+        if words and not all(w in hay for w in words):
+            continue
+        if len(out) >= limit:
+            break
         phase = hub.phase(row.id)
         out.append(
             SessionSummary(
