@@ -230,6 +230,7 @@ async function onApprovalRequest(d) {
   setWaiting(true);
   const req = await findRequest(S.session);
   if (!req || !card.isConnected) { card.querySelector(".pending").textContent = "this request is no longer pending"; return; }
+  loadSessions(); // the list says "waiting for your approval" too, from the server's own state
   fillApproval(card, req);
 }
 
@@ -264,7 +265,7 @@ async function fillApproval(card, req) {
     try { await api(`/api/approvals/${encodeURIComponent(req.id)}`, { method: "POST", body: { approve, reason: reason.value } }); }
     catch (err) { say("error", `could not send the decision: ${err.message}`); btns.forEach((b) => (b.disabled = false)); return; }
     card.querySelector(".row").replaceWith(el("p", { class: "muted" }, approve ? "approved; the agent continues" : "denied; the agent continues without it"));
-    setWaiting(false); status(`session ${S.session}: running`);
+    setWaiting(false); status(`session ${S.session}: running`); loadSessions();
     if (!S.stream) follow(S.session);
   };
   const yes = el("button", { type: "button", class: "primary" }, "Approve");

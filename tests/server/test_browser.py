@@ -23,6 +23,9 @@ FOLLOW_UP = "why did you want to restore sitecustomize.py?"
 
 
 def _browser(p: Any) -> Any:
+    from playwright.sync_api import expect
+
+    expect.set_options(timeout=60_000)  # a wait, not a limit: CI machines are shared
     # No skip: a missing /usr/bin/chromium fails here (scripts/system-deps.sh installs it).
     return p.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
 
@@ -44,7 +47,7 @@ def test_full_incident_in_the_page(tmp_path: Path) -> None:
         with sync_playwright() as p:
             browser = _browser(p)
             page = browser.new_page(viewport={"width": 1280, "height": 900})
-            page.set_default_timeout(20_000)
+            page.set_default_timeout(60_000)
             console = Console(page)
             page.goto(link)  # sign in: the link carries the token once
             expect(page.locator(f'#host option[value="{SEED}"]')).to_have_count(1)
@@ -177,7 +180,7 @@ def test_layout_memory_and_loop_at_three_widths(tmp_path: Path) -> None:
                 ctx = browser.new_context(viewport={"width": width, "height": 800})
                 ctx.add_init_script(f"localStorage.setItem('pivot.token', {TOKEN!r})")
                 page = ctx.new_page()
-                page.set_default_timeout(20_000)
+                page.set_default_timeout(60_000)
                 console = Console(page)
                 page.goto(f"{live.base_url}/s/{sid}")
                 expect(page.locator("#conclusion")).to_contain_text("port")
