@@ -91,6 +91,7 @@ def create_app(
     app.state.verifier = verifier
     app.state.catalog = HostCatalog(config)
     app.state.evals = {}
+    app.state.eval_reports = {}  # eval id -> (report key, the harness's run)
 
     app.include_router(health.router)
     app.include_router(pages.router)

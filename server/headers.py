@@ -15,6 +15,10 @@ PAGE_CSP = (
     "frame-ancestors 'none'"
 )
 DOCS_CSP = PAGE_CSP.replace("style-src 'self'", "style-src 'self' 'unsafe-inline'")
+#: Eval reports are self-contained HTML (inline styles, no script), framed by the eval page.
+REPORT_CSP = (
+    "default-src 'none'; style-src 'unsafe-inline'; img-src data:; frame-ancestors 'self'; sandbox"
+)
 
 
 class SecurityHeaders:
@@ -27,6 +31,9 @@ class SecurityHeaders:
             return
         path = scope.get("path", "")
         csp = DOCS_CSP if path == "/docs" or path.startswith("/_docs/") else PAGE_CSP
+        frame = b"DENY"
+        if path.startswith("/reports/"):
+            csp, frame = REPORT_CSP, b"SAMEORIGIN"
 
         async def with_headers(message: dict[str, Any]) -> None:
             if message["type"] == "http.response.start":
@@ -42,7 +49,7 @@ class SecurityHeaders:
                 ]
                 headers += [
                     (b"content-security-policy", csp.encode()),
-                    (b"x-frame-options", b"DENY"),
+                    (b"x-frame-options", frame),
                     (b"x-content-type-options", b"nosniff"),
                     (b"referrer-policy", b"no-referrer"),
                 ]

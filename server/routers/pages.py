@@ -7,10 +7,11 @@ at /_docs by the app factory), so it works with no network.
 
 from __future__ import annotations
 
+import hmac
 from pathlib import Path
 from typing import Annotated
 
-from fastapi import APIRouter
+from fastapi import APIRouter, HTTPException, Request
 from fastapi import Path as PathParam
 from fastapi.responses import FileResponse, HTMLResponse
 
@@ -37,6 +38,22 @@ def session_page(
 @router.get("/docs")
 def docs() -> HTMLResponse:
     return HTMLResponse(DOCS_HTML)
+
+
+@router.get("/reports/{eval_id}.html")
+def eval_report(
+    eval_id: Annotated[str, PathParam(max_length=100, pattern=r"^[A-Za-z0-9_-]+$")],
+    key: str,
+    request: Request,
+) -> HTMLResponse:
+    """An eval run's HTML report. The key in its URL is the capability (an iframe cannot send
+    the bearer header); only an authenticated GET /api/evals/{id} hands it out."""
+    got = request.app.state.eval_reports.get(eval_id)
+    if got is None or not hmac.compare_digest(got[0], key):
+        raise HTTPException(404, "no such report")
+    from evals.report_html import render
+
+    return HTMLResponse(render(got[1]), headers={"Cache-Control": "no-store"})
 
 
 @router.get("/favicon.ico")

@@ -18,6 +18,8 @@ import httpx
 from tests.server.conftest import SEED, TOKEN, Live, free_port, start_live, wait_status
 from tests.server.serve_proc import ARGS, ARTIFACTS, CHROMIUM, Console, Served, sign_in_link
 
+#: Signs the page in; skipped inside the sandboxed report frame, which has no storage.
+SET_TOKEN = f"if (window === window.top) localStorage.setItem('pivot.token', {TOKEN!r})"
 SYMPTOM = 'Died at start-up with "Not enough memory". GPUs held?'
 FOLLOW_UP = "why did you want to restore sitecustomize.py?"
 
@@ -178,7 +180,7 @@ def test_layout_memory_and_loop_at_three_widths(tmp_path: Path) -> None:
             browser = _browser(p)
             for width, min_chat in ((360, 330), (768, 420), (1280, 560)):
                 ctx = browser.new_context(viewport={"width": width, "height": 800})
-                ctx.add_init_script(f"localStorage.setItem('pivot.token', {TOKEN!r})")
+                ctx.add_init_script(SET_TOKEN)
                 page = ctx.new_page()
                 page.set_default_timeout(60_000)
                 console = Console(page)
@@ -247,3 +249,43 @@ def test_docs_render_offline(live: Live) -> None:
         expect(page.locator(".opblock").first).to_be_visible()
         browser.close()
     assert blocked == [] and console.errors == []
+
+
+def test_eval_page_runs_a_served_card_directory(tmp_path: Path) -> None:
+    """A user's own card directory given to the service is run from the eval page; its HTML
+    report opens in the page, framed only by the service itself."""
+    import shutil
+
+    from playwright.sync_api import expect, sync_playwright
+
+    from server.config import SHIPPED_CARDS
+
+    mine = tmp_path / "my-cards"
+    mine.mkdir()
+    for name in ("h200-port-in-use.yaml", "seed-sglang-fewchan-kv-oom.yaml"):
+        shutil.copy(SHIPPED_CARDS / name, mine / name)
+    live = start_live(tmp_path / "home", card_dirs=[SHIPPED_CARDS, mine])
+    try:
+        with sync_playwright() as p:
+            browser = _browser(p)
+            ctx = browser.new_context(viewport={"width": 768, "height": 900})
+            ctx.add_init_script(SET_TOKEN)
+            page = ctx.new_page()
+            console = Console(page)
+            page.goto(f"{live.base_url}/evals.html")
+            page.get_by_role("button", name="run the cards in my-cards").click()
+            expect(page.locator("#eval-summary")).to_contain_text("of 2 cards passed")
+            report = page.frame_locator("#report")
+            expect(report.locator("h1")).to_contain_text("Pivot eval")
+            page.screenshot(path=str(ARTIFACTS / "page-evals-768.png"), full_page=True)
+            assert console.errors == []
+            browser.close()
+        with live.client() as c:
+            dirs = {d["name"]: d for d in c.get("/api/evals/dirs").json()}
+            assert dirs["my-cards"]["cards"] == 2
+            assert c.post("/api/evals", json={"directory": "/etc"}).status_code == 404
+            assert c.post("/api/evals", json={}).status_code == 422
+        with httpx.Client(base_url=live.base_url) as anon:
+            assert anon.get("/reports/abc.html", params={"key": "guess"}).status_code == 404
+    finally:
+        live.stop()

@@ -101,10 +101,24 @@ def test_serve_prints_the_url_and_a_sign_in_link(tmp_path: Path) -> None:
     finally:
         proc.terminate()
         proc.wait(timeout=20)
-    proc, lines = _serve(tmp_path / "home", port)  # second start: no token to show, say how
+    mine = tmp_path / "my-cards"
+    mine.mkdir()
+    logs = tmp_path / "mylogs"
+    logs.mkdir()
+    (logs / "engine.txt").write_text("engine said hello\n")
+    # second start: no token to show, say how; the user's own cards and log directory
+    proc, lines = _serve(tmp_path / "home", port, "--cards", str(mine), "--read-root", str(logs))
     try:
         assert any(f"Open {url} and paste the token printed" in line for line in lines), lines
         assert not any("#token=" in line for line in lines)
+        _wait_up(url)
+        auth = {"Authorization": f"Bearer {token}"}
+        dirs = httpx.get(url + "api/evals/dirs", headers=auth).json()
+        assert [d["name"] for d in dirs] == ["incidents", "my-cards"]
+        r = httpx.get(
+            url + "api/hosts/local/file", params={"path": str(logs / "engine.txt")}, headers=auth
+        )
+        assert r.status_code == 200 and "engine said hello" in r.json()["text"]
     finally:
         proc.terminate()
         proc.wait(timeout=20)
