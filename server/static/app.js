@@ -6,7 +6,7 @@
 const $ = (sel) => document.querySelector(sel);
 const S = { token: localStorage.getItem("pivot.token") || "", session: null, lastSeq: 0,
   hyps: new Map(), stream: null, host: "", shownRequests: new Set(), report: null,
-  waiting: false, step: null, symptomShown: false, tab: "chat", side: "board", seen: new Set() };
+  waiting: false, step: null, symptomShown: false, tab: "chat", side: "board", echoes: [], replies: new Set() };
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 function el(tag, attrs = {}, ...kids) {
@@ -120,7 +120,13 @@ function onMessage(d) {
   }
   S.streaming = null;
   const text = d.text || "";
-  if (d.role === "user") { say("user", text); return; }
+  if (d.role === "user") {
+    // The page echoed it when it was sent: the stored event confirms that echo, never repeats it.
+    const echo = S.echoes.find((li) => li.textContent === text);
+    if (echo) { S.echoes = S.echoes.filter((li) => li !== echo); echo.classList.remove("sending"); return; }
+    say("user", text); return;
+  }
+  if (S.replies.has(text)) { S.replies.delete(text); return; } // already shown from the route's answer
   const m = /^Next check: (\w+) (\{.*\}) because ([\s\S]*)$/.exec(text);
   if (m) {
     let args = {}; try { args = JSON.parse(m[2].replace(/'/g, '"')); } catch { /* python repr: keep it as text */ }
@@ -277,7 +283,7 @@ async function fillApproval(card, req) {
 
 // -- one session -------------------------------------------------------------------------------
 function resetView() {
-  S.hyps.clear(); S.shownRequests.clear(); S.lastSeq = 0; S.report = null; S.step = null; S.symptomShown = false; S.streaming = null;
+  S.hyps.clear(); S.shownRequests.clear(); S.lastSeq = 0; S.echoes = []; S.replies.clear(); S.report = null; S.step = null; S.symptomShown = false; S.streaming = null;
   renderBoard(); setWaiting(false);
   for (const id of ["#chat", "#observations", "#findings"]) $(id).replaceChildren();
 }
@@ -493,8 +499,14 @@ async function send() {
   $("#chat-text").value = "";
   try {
     if (S.session) {
-      // No local echo: the follow-up comes back once, as the session's own `message` event.
-      await api(`/api/sessions/${S.session}/messages`, { method: "POST", body: { text } });
+      // Echo at once; the session's own `message` event confirms the echo instead of repeating it.
+      const echo = say("user sending", text); S.echoes.push(echo);
+      let r;
+      try { r = await api(`/api/sessions/${S.session}/messages`, { method: "POST", body: { text } }); }
+      catch (err) { echo.remove(); S.echoes = S.echoes.filter((li) => li !== echo); throw err; }
+      const answer = r && (r.answer || r.reply);
+      const answerText = typeof answer === "string" ? answer : answer && answer.text;
+      if (answerText) { S.replies.add(answerText); say("agent", answerText); } // a direct answer, once
       status(`session ${S.session}: answering…`);
       if (!S.stream) follow(S.session);
     } else {
