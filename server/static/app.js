@@ -6,7 +6,7 @@
 const $ = (sel) => document.querySelector(sel);
 const S = { token: localStorage.getItem("pivot.token") || "", session: null, lastSeq: 0,
   hyps: new Map(), stream: null, host: "", shownRequests: new Set(), report: null,
-  waiting: false, step: null, symptomShown: false, tab: "chat", side: "board", echoes: [], replies: new Set() };
+  waiting: false, step: null, symptomShown: false, tab: "chat", side: "board", echoes: [], replies: new Set(), whyNot: new Map() };
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 function el(tag, attrs = {}, ...kids) {
@@ -171,6 +171,8 @@ function addFinding(f) {
 function upsertHyp(h) {
   if (!h || !h.label) return;
   const old = S.hyps.get(h.label) || {}, merged = { ...old, ...h };
+  const note = (h.against || []).map((e) => e.note).find(Boolean);
+  if (note && !S.whyNot.has(h.label)) S.whyNot.set(h.label, note); // why it fell, in words
   for (const k of ["evidence", "against"]) if (!(h[k] || []).length && (old[k] || []).length) merged[k] = old[k];
   S.hyps.set(h.label, merged); renderBoard();
 }
@@ -184,6 +186,7 @@ function renderBoard() {
       h.statement ? el("div", {}, h.statement) : null);
     for (const e of h.evidence || []) card.append(el("div", { class: "ev", title: `for, from ${e.observation}` }, e.line));
     for (const e of h.against || []) card.append(el("div", { class: "ev against", title: `against, from ${e.observation}` }, `${e.note ? e.note + ": " : ""}${e.line}`));
+    if (h.check && (h.status === "open" || h.status === "supported")) card.append(el("div", { class: "muted" }, `Next check: ${h.check}`));
     col.append(card);
   }
 }
@@ -207,7 +210,7 @@ function showReply(r) {
   const old = $("#conclusion"); if (old) old.removeAttribute("id");
   const cause = r.root_cause ? `The cause: ${r.root_cause}` : "I could not name a cause yet";
   const conf = r.confidence ? ` (${Math.round(r.confidence * 100)}% sure)` : "";
-  const ruled = (r.ruled_out || []).map((l) => { const h = S.hyps.get(l); const why = h && h.against && h.against[0] && h.against[0].note; return el("li", {}, l, why ? el("span", { class: "muted" }, ` — ${why}`) : null); });
+  const ruled = (r.ruled_out || []).map((l) => { const why = S.whyNot.get(l); return el("li", {}, l, why ? el("span", { class: "muted" }, `: ${why}`) : null); });
   const li = el("li", { class: "reply", id: "conclusion" },
     el("h3", {}, `${cause}${conf} · `, el("span", { class: "state" })),
     r.summary ? el("p", {}, r.summary) : null,
@@ -283,7 +286,7 @@ async function fillApproval(card, req) {
 
 // -- one session -------------------------------------------------------------------------------
 function resetView() {
-  S.hyps.clear(); S.shownRequests.clear(); S.lastSeq = 0; S.echoes = []; S.replies.clear(); S.report = null; S.step = null; S.symptomShown = false; S.streaming = null;
+  S.hyps.clear(); S.shownRequests.clear(); S.lastSeq = 0; S.echoes = []; S.replies.clear(); S.whyNot.clear(); S.report = null; S.step = null; S.symptomShown = false; S.streaming = null;
   renderBoard(); setWaiting(false);
   for (const id of ["#chat", "#observations", "#findings"]) $(id).replaceChildren();
 }

@@ -96,6 +96,9 @@ def test_full_incident_in_the_page(tmp_path: Path) -> None:
                 "kv_cache_no_room"
             )
             expect(page.locator("#findings")).to_contain_text("against stale_gpu_process")
+            expect(page.locator("#conclusion")).to_contain_text(  # ruled out, with the reason
+                "stale_gpu_process: nvidia-smi shows the GPUs free"
+            )
             _wait_terminal(served.url, token, sid)
 
             page.fill("#chat-text", FOLLOW_UP)  # follow up
