@@ -21,6 +21,7 @@ from server.config import ServeConfig
 from server.deps import require_token
 from server.headers import SecurityHeaders
 from server.hosts import HostCatalog
+from server.inflight import Inflight
 from server.limits import BodyLimit
 from server.routers import approvals, evals, events, health, hosts, loop, memory, pages, sessions
 from server.runs import RunHub
@@ -67,7 +68,8 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         mem = _open_memory(settings)
         runner = _make_runner(settings, mem)
-        hub = RunHub(mem, runner, app.state.catalog, workers=config.workers)
+        inflight = Inflight(config.home)
+        hub = RunHub(mem, runner, app.state.catalog, workers=config.workers, inflight=inflight)
         hub.bind(asyncio.get_running_loop())
         hub.restore()
         app.state.memory = mem

@@ -20,6 +20,7 @@ from typing import Any, Literal
 from agent.brains import make_brain
 from agent.models import ApprovalRequest, Decision, Event, Report
 from server.hosts import HostCatalog
+from server.inflight import Inflight
 from tools.host import Host
 
 log = logging.getLogger("pivot.server")
@@ -60,8 +61,16 @@ class SessionState:
 
 
 class RunHub:
-    def __init__(self, memory: Any, runner: Any, catalog: HostCatalog, workers: int = 8) -> None:
+    def __init__(
+        self,
+        memory: Any,
+        runner: Any,
+        catalog: HostCatalog,
+        workers: int = 8,
+        inflight: Inflight | None = None,
+    ) -> None:
         self.memory = memory
+        self.inflight = inflight
         self.runner = runner
         self.catalog = catalog
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="pivot-run")
@@ -74,7 +83,20 @@ class RunHub:
         self._loop = loop
 
     def restore(self) -> int:
-        """Re-list approvals that sessions of an earlier process still wait on (checkpointed)."""
+        """Re-list approvals that sessions of an earlier process still wait on (checkpointed);
+        end as failed the runs that process lost when it was killed mid-run."""
+        if self.inflight is not None:
+            for sid in sorted(self.inflight.load()):
+                row = self.memory.get_session(sid)
+                if row is None or row.status not in ("running", "queued"):
+                    continue
+                why = (
+                    "interrupted: the service stopped while this run was going; "
+                    "ask a follow-up to continue, or start the investigation again"
+                )
+                self.memory.append_event(Event(session_id=sid, type="error", data={"error": why}))
+                self.memory.set_status(sid, "error")
+            self.inflight.reset()
         found = 0
         for row in self.memory.list_sessions(limit=500):
             if row.status != "awaiting_approval":
@@ -197,6 +219,8 @@ class RunHub:
         assert self._loop is not None, "RunHub.bind(loop) is called in the app's lifespan"
         st.phase = "queued"
         st.error = None
+        if self.inflight is not None:
+            self.inflight.add(st.session_id)
         self._pool.submit(self._run, st, work)
 
     def _run(self, st: SessionState, work: Callable[[Callable[[Event], None]], Report]) -> None:
@@ -255,6 +279,8 @@ class RunHub:
 
     def _finish(self, st: SessionState, report: Report | None) -> None:
         st.report = report
+        if self.inflight is not None:
+            self.inflight.discard(st.session_id)
         if report is not None and report.status == "awaiting_approval":
             st.phase = "awaiting_approval"
             if report.pending_approval is not None:

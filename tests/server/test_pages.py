@@ -122,3 +122,32 @@ def test_serve_prints_the_url_and_a_sign_in_link(tmp_path: Path) -> None:
     finally:
         proc.terminate()
         proc.wait(timeout=20)
+
+
+def test_a_run_lost_to_a_killed_service_ends_failed_by_name(tmp_path: Path) -> None:
+    """SIGKILL the service mid-run: the next start ends that run as failed with the reason,
+    instead of leaving it "running" forever; a CLI run of the same home is not touched."""
+    from tests.server.serve_proc import Served, sign_in_link
+
+    served = Served(tmp_path / "home", free_port())
+    token = sign_in_link(served.start()).split("#token=")[1]
+    auth = {"Authorization": f"Bearer {token}"}
+    try:
+        with httpx.Client(base_url=served.url, headers=auth, timeout=30) as c:
+            sid = c.post("/api/sessions", json={"host": "local", "symptom": "is it up?"}).json()
+            sid = sid["session_id"]
+            with c.stream("GET", f"/api/sessions/{sid}/events") as resp:
+                for line in resp.iter_lines():
+                    if line.startswith("event: observation"):
+                        break
+            assert c.get(f"/api/sessions/{sid}").json()["status"] == "running"
+        served.kill()
+        served.start()
+        with httpx.Client(base_url=served.url, headers=auth, timeout=30) as c:
+            d = c.get(f"/api/sessions/{sid}").json()
+            assert d["status"] == "error", d["status"]
+            assert "interrupted" in d["events"][-1]["data"]["error"]
+            listed = {s["session_id"]: s["status"] for s in c.get("/api/sessions").json()}
+            assert listed[sid] == "error"
+    finally:
+        served.stop()
