@@ -379,7 +379,7 @@ async function follow(id) {
     if (d.status !== "running" && d.status !== "queued") break;
     await sleep(1500); // still running but not here: keep following
   }
-  if (S.stream === ctrl) S.stream = null;
+  if (S.stream === ctrl) { S.stream = null; conn(""); }
 }
 
 function parseBlock(block) {

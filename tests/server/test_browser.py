@@ -140,6 +140,21 @@ def test_full_incident_in_the_page(tmp_path: Path) -> None:
                 "concluded"
             )
             page.screenshot(path=str(ARTIFACTS / "page-incident-done.png"), full_page=True)
+
+            page.click("#new-session")  # a third, on this machine, killed while it runs
+            page.select_option("#host", "local")
+            page.fill("#chat-text", "is the inference server up?")
+            page.press("#chat-text", "Enter")
+            expect(page).to_have_url(
+                re.compile(r"/s/[A-Za-z0-9_-]+$")
+            )  # started: a run takes seconds
+            t0 = time.monotonic()
+            served.kill()
+            expect(page.locator("#conn")).to_contain_text("reconnecting")
+            served.start()
+            expect(page.locator("#chat li.error")).to_contain_text("interrupted")
+            expect(page.locator("#status-line")).to_contain_text("failed")
+            outages.append((t0, time.monotonic() + 1))
             assert console.outside(outages) == []
             browser.close()
     finally:
