@@ -123,6 +123,12 @@ class LoopStatus(BaseModel):
     status: dict[str, Any] = Field(default_factory=dict)
 
 
+class MorningReport(BaseModel):
+    available: bool
+    detail: str = ""
+    markdown: str = ""
+
+
 class Ledger(BaseModel):
     available: bool
     plan: str | None = None

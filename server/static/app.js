@@ -461,8 +461,10 @@ async function loadNotes() {
 }
 
 async function loadLoop() {
-  const [led, st] = await Promise.all([api("/api/loop/ledger"), api("/api/loop/status")]).catch(() => [null, null]);
+  const [led, st, rep] = await Promise.all([api("/api/loop/ledger"), api("/api/loop/status"), api("/api/loop/report")]).catch(() => [null, null, null]);
   if (!led) return;
+  $("#morning-report").textContent = rep && rep.available ? rep.markdown : "";
+  $("#morning-report").hidden = !(rep && rep.available);
   const body = $("#ledger tbody"); body.replaceChildren();
   if (st && st.available) {
     const s = st.status, by = Object.entries(s.by_status || {}).map(([k, v]) => `${v} ${k}`).join(", ");

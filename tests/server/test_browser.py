@@ -175,6 +175,11 @@ def _seed_memory(live: Live) -> tuple[str, str]:
                                  kind=kind, status="ok" if metric else "failed",  # type: ignore[arg-type]
                                  metric_mean=metric))  # fmt: skip
     ledger.close()
+    from loop.report import report_dir
+
+    rdir = report_dir(night)
+    rdir.mkdir(parents=True, exist_ok=True)
+    (rdir / "report.md").write_text("# Morning report: nccl-plan\n\n- best: **nccl-buffsize**\n")
     host = "replay:h200-port-in-use"
     sids = []
     with live.client() as c:
@@ -235,6 +240,9 @@ def test_layout_memory_and_loop_at_three_widths(tmp_path: Path) -> None:
                     expect(page.locator("#ledger tbody tr")).to_have_count(4)
                     assert page.locator("#ledger-chart svg rect").count() == 3
                     expect(page.locator("#morning")).to_contain_text("4 experiments")
+                    expect(page.locator("#morning-report")).to_contain_text(
+                        "best: **nccl-buffsize**"
+                    )
                     page.screenshot(path=str(ARTIFACTS / "page-1280-loop.png"))
                 assert console.errors == [], (width, console.errors)
                 ctx.close()
