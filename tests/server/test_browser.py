@@ -8,6 +8,7 @@ a run waits, and finish it; zero console errors. Then the layout at 360, 768 and
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from pathlib import Path
@@ -197,11 +198,12 @@ def test_layout_memory_and_loop_at_three_widths(tmp_path: Path) -> None:
 
     ARTIFACTS.mkdir(exist_ok=True)
     live = start_live(tmp_path / "home")
+    widths: dict[int, int] = {}
     try:
         _, sid = _seed_memory(live)
         with sync_playwright() as p:
             browser = _browser(p)
-            for width, min_chat in ((360, 330), (768, 420), (1280, 560)):
+            for width, min_chat in ((360, 330), (768, 450), (1280, 560)):
                 ctx = browser.new_context(viewport={"width": width, "height": 800})
                 ctx.add_init_script(SET_TOKEN)
                 page = ctx.new_page()
@@ -211,6 +213,7 @@ def test_layout_memory_and_loop_at_three_widths(tmp_path: Path) -> None:
                 expect(page.locator("#conclusion")).to_contain_text("port")
                 chat = page.locator("#chat-panel").bounding_box()
                 assert chat is not None and chat["width"] >= min_chat, (width, chat)
+                widths[width] = round(chat["width"])
                 assert chat["x"] >= 0 and chat["x"] + chat["width"] <= width + 0.5
                 overflow = page.evaluate("document.scrollingElement.scrollWidth")
                 assert overflow <= width, (width, overflow)
@@ -251,6 +254,7 @@ def test_layout_memory_and_loop_at_three_widths(tmp_path: Path) -> None:
         live.stop()
     for width in (360, 768, 1280):
         assert (ARTIFACTS / f"page-{width}.png").stat().st_size > 5_000
+    (ARTIFACTS / "page-chat-widths.json").write_text(json.dumps(widths) + "\n")
 
 
 def test_docs_render_offline(live: Live) -> None:
