@@ -155,8 +155,23 @@ function onObservation(o) {
 function addObservation(o) {
   const head = `${o.id || ""} · ${sentence(o.tool, o.args)}${o.ok === false ? " (failed)" : ""}`;
   const lines = o.lines || (o.text ? o.text.split("\n") : []);
-  $("#observations").append(el("li", { id: `obs-${o.id}` }, el("div", { class: "head" }, head),
-    el("details", {}, el("summary", {}, callText(o.tool, o.args)), el("pre", {}, lines.join("\n")))));
+  const li = el("li", { id: `obs-${o.id}` }, el("div", { class: "head" }, head),
+    el("details", {}, el("summary", {}, callText(o.tool, o.args)), el("pre", {}, lines.join("\n"))));
+  const path = o.args && typeof o.args.path === "string" ? o.args.path : null;
+  if (path && S.sessionHost) {
+    const host = S.sessionHost;
+    const open = el("button", { type: "button", class: "open-file", "aria-label": `read the end of ${path}` }, "read the whole file");
+    open.addEventListener("click", async () => {
+      // Through the file API: host logs and configs only, read on the host itself.
+      const out = el("pre", { class: "file" }, "reading…"); open.replaceWith(out);
+      try {
+        const f = await api(`/api/hosts/${encodeURIComponent(host)}/file?path=${encodeURIComponent(path)}&max_bytes=64000`);
+        out.textContent = f.error ? `cannot read it: ${f.error}` : f.text;
+      } catch (err) { out.textContent = `not readable here: ${err.message}`; }
+    });
+    li.append(open);
+  }
+  $("#observations").append(li);
 }
 
 function addFinding(f) {
@@ -296,6 +311,7 @@ function handle(ev) {
   const d = ev.data || {};
   switch (ev.type) {
     case "session":
+      S.sessionHost = d.host || S.sessionHost;
       if (!S.symptomShown) { say("user", d.symptom || ""); S.symptomShown = true; }
       if ((d.notes || []).length) say("agent", `What I remember about ${d.host}:\n• ${d.notes.join("\n• ")}`);
       status(`session ${ev.session_id}: running on ${d.host || S.host}`); break;
@@ -323,6 +339,7 @@ async function openSession(id, push = true) {
   try { d = await api(`/api/sessions/${id}`); }
   catch (err) { status(`cannot open session ${id}: ${err.message}`); return; }
   if (id !== S.session) return;
+  S.sessionHost = d.host;
   if (d.host !== S.host && [...$("#host").options].some((o) => o.value === d.host)) { $("#host").value = d.host; S.host = d.host; loadNotes(); }
   if (!d.events.some((e) => e.type === "session")) { say("user", d.symptom); S.symptomShown = true; }
   for (const e of d.events) handle(e);
@@ -515,7 +532,7 @@ async function send() {
       status(`session ${S.session}: answering…`);
       if (!S.stream) follow(S.session);
     } else {
-      resetView(); say("user", text); S.symptomShown = true;
+      resetView(); say("user", text); S.symptomShown = true; S.sessionHost = S.host;
       let r;
       try { r = await api("/api/sessions", { method: "POST", body: { host: S.host, symptom: text } }); }
       catch (err) { say("error", err.message); loadSessions(); return; }

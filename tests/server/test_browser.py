@@ -239,6 +239,11 @@ def test_layout_memory_and_loop_at_three_widths(tmp_path: Path) -> None:
                     expect(page.locator("#sessions")).to_contain_text("no session matches")
                     page.fill("#session-search", "port taken")
                     expect(page.locator("#sessions button")).to_have_count(2)
+                    page.get_by_role("tab", name="Evidence").click()  # the file API, from evidence
+                    page.locator("#observations .open-file").first.click()
+                    expect(page.locator("#observations pre.file").first).to_contain_text(
+                        "Address already in use"
+                    )
                     page.get_by_role("tab", name="Loop").click()
                     expect(page.locator("#ledger tbody tr")).to_have_count(4)
                     assert page.locator("#ledger-chart svg rect").count() == 3
