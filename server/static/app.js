@@ -215,6 +215,12 @@ function renderReplyState(li, r) {
   li.classList.toggle("waiting", waiting);
   const st = li.querySelector(".state");
   if (st) st.textContent = waiting ? "waiting for your approval" : statusWord(r && r.status);
+  let link = li.querySelector("a.to-approval");
+  if (waiting && !link) { // the next step and the change that carries it out, one click apart
+    link = el("a", { href: "#approvals", class: "to-approval" }, "The change for this next step is below: review it and approve or deny.");
+    link.addEventListener("click", (e) => { const a = $("#approvals"); if (a) { e.preventDefault(); a.scrollIntoView({ block: "center" }); } });
+    li.append(link);
+  } else if (!waiting && link) link.remove();
 }
 
 function showReply(r) {

@@ -77,6 +77,7 @@ def test_full_incident_in_the_page(tmp_path: Path) -> None:
                 "waiting for your approval"
             )
             expect(page.locator("#waiting-banner")).to_be_visible()
+            expect(page.locator("#conclusion a.to-approval")).to_be_visible()  # next step -> change
             expect(approval.locator(".diff .del")).not_to_have_count(0)
             expect(approval.locator(".diff")).to_contain_text("NCCL_MIN_NCHANNELS")
             expect(approval).to_contain_text("Because of")
@@ -91,6 +92,7 @@ def test_full_incident_in_the_page(tmp_path: Path) -> None:
             expect(page.locator("#conclusion")).to_contain_text("Applied with approval")
             expect(page.locator("#conclusion .state")).to_have_text("concluded")
             expect(page.locator("#waiting-banner")).to_be_hidden()
+            expect(page.locator("#chat a.to-approval")).to_have_count(0)
             expect(page.locator("#chat")).to_contain_text("approved: revert to known-good")
             expect(page.locator("#conclusion .ev").first).to_contain_text("Not enough memory")
             expect(page.locator('#board .col[data-status="confirmed"]')).to_contain_text(
