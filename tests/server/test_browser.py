@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from tests.server.conftest import SEED, TOKEN, Live, free_port, start_live, wait_status
 from tests.server.serve_proc import ARGS, ARTIFACTS, CHROMIUM, Console, Served, sign_in_link
@@ -38,7 +39,15 @@ def _wait_terminal(url: str, token: str, sid: str) -> None:
         wait_status(c, sid, ("concluded", "insufficient_evidence", "budget_exhausted", "error"))
 
 
-def test_full_incident_in_the_page(tmp_path: Path) -> None:
+def _tab(page: Any, name: str) -> None:
+    """Bring a panel into view: a tap on its tab where the layout has one (phone, tablet)."""
+    tab = page.get_by_role("tab", name=name)
+    if tab.is_visible():
+        tab.click()
+
+
+@pytest.mark.parametrize("width", [360, 768, 1280])
+def test_full_incident_in_the_page(tmp_path: Path, width: int) -> None:
     from playwright.sync_api import expect, sync_playwright
 
     ARTIFACTS.mkdir(exist_ok=True)
@@ -49,7 +58,7 @@ def test_full_incident_in_the_page(tmp_path: Path) -> None:
     try:
         with sync_playwright() as p:
             browser = _browser(p)
-            page = browser.new_page(viewport={"width": 1280, "height": 900})
+            page = browser.new_page(viewport={"width": width, "height": 900})
             page.set_default_timeout(60_000)
             console = Console(page)
             page.goto(link)  # sign in: the link carries the token once
@@ -85,8 +94,9 @@ def test_full_incident_in_the_page(tmp_path: Path) -> None:
             expect(page.locator("#evidence-panel")).to_be_visible()
             obs = approval.locator("a[data-obs]").first.get_attribute("data-obs")
             expect(page.locator(f"#obs-{obs}")).to_be_in_viewport()
+            _tab(page, "Chat")
             page.fill("#approvals input", "revert to known-good")
-            page.screenshot(path=str(ARTIFACTS / "page-incident-approval.png"), full_page=True)
+            page.screenshot(path=str(ARTIFACTS / f"page-incident-approval-{width}.png"))
             approval.get_by_role("button", name="Approve").click()  # approve where it is read
 
             expect(page.locator("#conclusion")).to_contain_text("Applied with approval")
@@ -98,7 +108,8 @@ def test_full_incident_in_the_page(tmp_path: Path) -> None:
             expect(page.locator('#board .col[data-status="confirmed"]')).to_contain_text(
                 "kv_cache_no_room"
             )
-            expect(page.locator("#findings")).to_contain_text("against stale_gpu_process")
+            expect(page.locator("#findings li").first).to_be_attached()
+            assert "against stale_gpu_process" in page.locator("#findings").text_content()
             expect(page.locator("#conclusion")).to_contain_text(  # ruled out, with the reason
                 "stale_gpu_process: nvidia-smi shows the GPUs free"
             )
@@ -122,6 +133,7 @@ def test_full_incident_in_the_page(tmp_path: Path) -> None:
             expect(mine).to_have_count(1)
             expect(page.locator("#chat li")).to_have_count(answered)
 
+            _tab(page, "Sessions")
             page.click("#new-session")  # a second incident, killed mid-run
             expect(page).to_have_url(re.compile(r"/$"))
             page.fill("#chat-text", SYMPTOM + " (again)")
@@ -132,7 +144,7 @@ def test_full_incident_in_the_page(tmp_path: Path) -> None:
             t0 = time.monotonic()
             served.kill()
             expect(page.locator("#conn")).to_contain_text("reconnecting")
-            page.screenshot(path=str(ARTIFACTS / "page-incident-server-down.png"), full_page=True)
+            page.screenshot(path=str(ARTIFACTS / f"page-incident-server-down-{width}.png"))
             served.start()
             expect(page.locator("#conn")).to_contain_text("reconnected", timeout=30_000)
             outages.append((t0, time.monotonic() + 1))
@@ -142,8 +154,9 @@ def test_full_incident_in_the_page(tmp_path: Path) -> None:
             expect(page.locator(f'#sessions button[data-session="{second}"]')).to_contain_text(
                 "concluded"
             )
-            page.screenshot(path=str(ARTIFACTS / "page-incident-done.png"), full_page=True)
+            page.screenshot(path=str(ARTIFACTS / f"page-incident-done-{width}.png"))
 
+            _tab(page, "Sessions")
             page.click("#new-session")  # a third, on this machine, killed while it runs
             page.select_option("#host", "local")
             page.fill("#chat-text", "is the inference server up?")
