@@ -18,8 +18,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from agent.brains import make_brain
 from agent.models import ApprovalRequest, Decision, Event, Report
 from server.hosts import HostCatalog
+from server.inflight import Inflight
 from tools.host import Host
 
 log = logging.getLogger("pivot.server")
@@ -38,6 +40,15 @@ class NotFound(Exception):
     pass
 
 
+class BrainFailed(Exception):
+    """The brain could not start (an LLM with no endpoint): the session is recorded as failed."""
+
+    def __init__(self, session_id: str, error: str) -> None:
+        super().__init__(error)
+        self.session_id = session_id
+        self.error = error
+
+
 @dataclass
 class SessionState:
     session_id: str
@@ -53,8 +64,16 @@ class SessionState:
 
 
 class RunHub:
-    def __init__(self, memory: Any, runner: Any, catalog: HostCatalog, workers: int = 8) -> None:
+    def __init__(
+        self,
+        memory: Any,
+        runner: Any,
+        catalog: HostCatalog,
+        workers: int = 8,
+        inflight: Inflight | None = None,
+    ) -> None:
         self.memory = memory
+        self.inflight = inflight
         self.runner = runner
         self.catalog = catalog
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="pivot-run")
@@ -68,7 +87,20 @@ class RunHub:
         self._loop = loop
 
     def restore(self) -> int:
-        """Re-list approvals that sessions of an earlier process still wait on (checkpointed)."""
+        """Re-list approvals that sessions of an earlier process still wait on (checkpointed);
+        end as failed the runs that process lost when it was killed mid-run."""
+        if self.inflight is not None:
+            for sid in sorted(self.inflight.load()):
+                row = self.memory.get_session(sid)
+                if row is None or row.status not in ("running", "queued"):
+                    continue
+                why = (
+                    "interrupted: the service stopped while this run was going; "
+                    "ask a follow-up to continue, or start the investigation again"
+                )
+                self.memory.append_event(Event(session_id=sid, type="error", data={"error": why}))
+                self.memory.set_status(sid, "error")
+            self.inflight.reset()
         found = 0
         for row in self.memory.list_sessions(limit=500):
             if row.status != "awaiting_approval":
@@ -119,6 +151,18 @@ class RunHub:
         session_id = self.memory.create_session(host_name, symptom, brain)
         st = SessionState(session_id=session_id, host_name=host_name, brain=brain, host=host)
         self._sessions[session_id] = st
+        try:  # before any thread: a brain that cannot start ends the session now, by name
+            make_brain(brain, self.runner.settings)
+        except Exception as exc:
+            st.error = f"the {brain} brain could not start: {exc}"
+            st.phase = "done"
+            host.close()
+            st.host = None
+            self.memory.append_event(
+                Event(session_id=session_id, type="error", data={"error": st.error})
+            )
+            self.memory.set_status(session_id, "error")
+            raise BrainFailed(session_id, st.error) from exc
 
         def work(on_event: Callable[[Event], None]) -> Report:
             return self.runner.start(
@@ -214,6 +258,8 @@ class RunHub:
         assert self._loop is not None, "RunHub.bind(loop) is called in the app's lifespan"
         st.phase = "queued"
         st.error = None
+        if self.inflight is not None:
+            self.inflight.add(st.session_id)
         self._pool.submit(self._run, st, work, conclude)
 
     def _run(
@@ -237,6 +283,7 @@ class RunHub:
         except Exception as exc:  # a bug in the agent must end the stream, not hang it
             log.exception("run of session %s failed", st.session_id)
             st.error = f"{type(exc).__name__}: {exc}"
+            self.memory.set_status(st.session_id, "error")  # never "running" forever
             if not failed:
                 on_event(Event(session_id=st.session_id, type="error", data={"error": st.error}))
             self._call(self._finish, st, None)
@@ -276,6 +323,8 @@ class RunHub:
 
     def _finish(self, st: SessionState, report: Report | None) -> None:
         st.report = report
+        if self.inflight is not None:
+            self.inflight.discard(st.session_id)
         if report is not None and report.status == "awaiting_approval":
             st.phase = "awaiting_approval"
             if report.pending_approval is not None:
