@@ -24,6 +24,7 @@ from loop.knobs import set_flag
 from loop.ledger import FAILED, ExperimentRow, Ledger
 from loop.plan import Plan
 from loop.preflight import run_preflight
+from loop.stopping import Interrupted
 from tools.benchmark import Args as BenchArgs
 from tools.benchmark import benchmark
 from tools.host import Host
@@ -55,6 +56,9 @@ class Context:
     #: Run markers of experiments in flight on the other host slots of this night; pre-flight
     #: leaves their processes alone (slots may share one machine's process table).
     busy_elsewhere: Callable[[], set[str]] | None = None
+    #: True once the night is stopping (SIGTERM/SIGINT): a result measured now is not recorded,
+    #: the night's own clean-up re-queues the experiment instead.
+    stopping: Callable[[], bool] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -106,6 +110,8 @@ def env_change(change: dict[str, Any]) -> dict[str, Any]:
 
 
 def _phase(ctx: Context, row: ExperimentRow, phase: str) -> None:
+    if ctx.stopping is not None and ctx.stopping() and phase in ("apply", "launch", "ready"):
+        raise Interrupted(0)  # another thread got SIGTERM: start nothing new
     ctx.ledger.set_phase(row.id, phase)  # type: ignore[arg-type]
     row.phase = phase  # type: ignore[assignment]
     if ctx.on_phase:
@@ -141,8 +147,12 @@ def run_experiment(ctx: Context, row: ExperimentRow, repeat: int | None = None) 
             pid = None
         else:
             result, pid = _launch_and_measure(ctx, row, log_path, marker, repeat, limit)
+        if ctx.stopping is not None and ctx.stopping():
+            raise Interrupted(0)  # the server was stopped under us: not a result, not a failure
+    except Interrupted:
+        raise  # the night stops, reverts and re-queues everything in flight, and says so
     except BaseException:
-        # Ctrl-C / SIGTERM of the loop: stop what we started and revert before dying.
+        # A bug or KeyboardInterrupt outside a night: stop what we started, revert, re-raise.
         stored = led.get(row.id)
         try:
             launcher.stop(host, stored.pid if stored else None, marker, grace_s=1.0)

@@ -87,6 +87,19 @@ class NightRow(BaseModel):
     final_host: str | None = None
     note: str | None = None
     left_in_place: list[LeftChange] = Field(default_factory=list)
+    heartbeat: float | None = Field(None, description="last time the running loop said so")
+    loop_pid: int | None = None
+    loop_host: str | None = None
+
+
+class Event(BaseModel):
+    """Something that happened to the night rather than to one experiment: an interruption
+    (signal or kill -9) and what the stop or the next start did about it."""
+
+    night_id: str
+    at: float
+    kind: Literal["signal", "killed", "resumed"]
+    detail: str
 
 
 def _m001_init(db: sqlite_utils.Database) -> None:
@@ -120,9 +133,17 @@ def _m002_left_in_place(db: sqlite_utils.Database) -> None:
     db["nights"].add_column("left_in_place", str)  # JSON list of LeftChange
 
 
+def _m003_liveness_events(db: sqlite_utils.Database) -> None:
+    for col, typ in (("heartbeat", float), ("loop_pid", int), ("loop_host", str)):
+        db["nights"].add_column(col, typ)
+    db["events"].create({"night_id": str, "at": float, "kind": str, "detail": str})
+    db["events"].create_index(["night_id", "at"])
+
+
 MIGRATIONS: list[tuple[str, Callable[[sqlite_utils.Database], None]]] = [
     ("001_init", _m001_init),
     ("002_left_in_place", _m002_left_in_place),
+    ("003_liveness_events", _m003_liveness_events),
 ]
 
 
@@ -190,6 +211,18 @@ class Ledger:
             )
         with self._lock, self.db.conn:
             self.db["nights"].update(night_id, fields)
+
+    # night events
+    def add_event(self, night_id: str, kind: str, detail: str) -> None:
+        with self._lock, self.db.conn:
+            self.db["events"].insert(
+                {"night_id": night_id, "at": time.time(), "kind": kind, "detail": detail}
+            )
+
+    def events(self, night_id: str) -> list[Event]:
+        with self._lock:
+            rows = list(self.db["events"].rows_where("night_id = ?", [night_id], order_by="at"))
+        return [Event(**r) for r in rows]
 
     # baseline files
     def save_baseline_file(self, night_id: str, host: str, path: str, content: bytes) -> None:

@@ -14,7 +14,14 @@ from string import Template
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from loop.knobs import Value, knob_id
 
@@ -256,12 +263,39 @@ class Plan(_Strict):
         return self.model_copy(update={"baseline": b, "policy": policy})
 
 
+class PlanError(ValueError):
+    """A plan that cannot be read or is not valid, said in one line."""
+
+
 def load_plan(path: str | Path, variables: dict[str, str] | None = None) -> Plan:
     """Load and validate a plan; `${VAR}` is filled from `variables`, then the environment."""
-    text = Path(path).read_text(encoding="utf-8")
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise PlanError(f"{path}: cannot read the plan: {exc.strerror or exc}") from None
     text = Template(text).safe_substitute({**os.environ, **(variables or {})})
-    data: Any = yaml.safe_load(text)
-    return Plan.model_validate(data)
+    try:
+        data: Any = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark else ""
+        raise PlanError(f"{path}:{where} not valid YAML: {getattr(exc, 'problem', exc)}") from None
+    if not isinstance(data, dict):
+        raise PlanError(f"{path}: a plan is a YAML mapping (name, baseline, experiments, ...)")
+    try:
+        return Plan.model_validate(data)
+    except ValidationError as exc:
+        raise PlanError(f"{path}: {_one_line(exc)}") from None
+
+
+def _one_line(exc: ValidationError) -> str:
+    """Pydantic's first error as `where: what` (and how many more there are)."""
+    errs = exc.errors()
+    first = errs[0]
+    where = ".".join(str(p) for p in first["loc"]) or "plan"
+    msg = str(first["msg"]).removeprefix("Value error, ")
+    more = f" (and {len(errs) - 1} more)" if len(errs) > 1 else ""
+    return f"{where}: {msg}{more}"
 
 
 def plan_digest(plan: Plan) -> str:
