@@ -253,6 +253,8 @@ def _launch_and_measure(
                 workdir=plan.baseline.workdir,
                 metric_json_key=b.metric_json_key,
                 metric_regex=b.metric_regex,
+                objective=plan.maximize or plan.minimize,
+                result_file=b.result_file,
                 repeat=repeat or b.repeat,
                 timeout_s=t.benchmark_s,
             ),
@@ -272,6 +274,9 @@ def _launch_and_measure(
                 "metric_mean": br.mean,
                 "metric_spread": br.spread,
                 "metric_values": br.values,
+                "metrics": {
+                    k: [r[k] for r in br.runs if k in r] for k in sorted(set().union(*br.runs))
+                },
             }
         return result, pid
     except Exception as exc:  # a config error or a bug: recorded; _finish still cleans up

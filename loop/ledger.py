@@ -49,6 +49,10 @@ class ExperimentRow(BaseModel):
     metric_mean: float | None = None
     metric_spread: float | None = None
     metric_values: list[float] = Field(default_factory=list)
+    #: Every metric the benchmark reported, one value per run (canonical names, see
+    #: tools/bench_results.py): latency percentiles, throughputs, errors.
+    metrics: dict[str, list[float]] = Field(default_factory=dict)
+    slo: str | None = Field(None, description="SLO verdict: 'met', or what the change broke")
     gain: float | None = None
     duration_s: float | None = None
     label: str | None = None
@@ -140,10 +144,16 @@ def _m003_liveness_events(db: sqlite_utils.Database) -> None:
     db["events"].create_index(["night_id", "at"])
 
 
+def _m004_metrics_slo(db: sqlite_utils.Database) -> None:
+    db["experiments"].add_column("metrics", str)  # JSON {metric: [value per run]}
+    db["experiments"].add_column("slo", str)
+
+
 MIGRATIONS: list[tuple[str, Callable[[sqlite_utils.Database], None]]] = [
     ("001_init", _m001_init),
     ("002_left_in_place", _m002_left_in_place),
     ("003_liveness_events", _m003_liveness_events),
+    ("004_metrics_slo", _m004_metrics_slo),
 ]
 
 
@@ -268,7 +278,7 @@ class Ledger:
         return [self._load(r) for r in rows]
 
     def update(self, exp_id: str, **fields: Any) -> None:
-        for k in ("change", "metric_values"):
+        for k in ("change", "metric_values", "metrics"):
             if k in fields:
                 fields[k] = json.dumps(fields[k])
         with self._lock, self.db.conn:
@@ -289,6 +299,7 @@ class Ledger:
         d = row.model_dump()
         d["change"] = json.dumps(d["change"])
         d["metric_values"] = json.dumps(d["metric_values"])
+        d["metrics"] = json.dumps(d["metrics"])
         return d
 
     @staticmethod
@@ -296,6 +307,7 @@ class Ledger:
         r = dict(r)
         r["change"] = json.loads(r.get("change") or "{}")
         r["metric_values"] = json.loads(r.get("metric_values") or "[]")
+        r["metrics"] = json.loads(r.get("metrics") or "{}")
         return ExperimentRow(**{k: v for k, v in r.items() if v is not None})
 
     def close(self) -> None:

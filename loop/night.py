@@ -35,6 +35,7 @@ from loop.ledger import (
     NightRow,
 )
 from loop.plan import HostSpec, Plan, SearchParam, plan_digest
+from loop.slo import violations
 from loop.stopping import Interrupted, interruptible
 from tools.config_store import unified_diff
 from tools.host import Host
@@ -431,7 +432,7 @@ class Night:
         night = self.ledger.night(self.night.id)
         if row.status != "ok" or row.metric_mean is None or base is None or not night:
             return
-        sign = 1.0 if self.plan.baseline.higher_is_better else -1.0
+        sign = 1.0 if self.plan.higher_is_better else -1.0
         gain = (row.metric_mean - (base.metric_mean or 0.0)) * sign
         # Beat both the baseline's run-to-run noise (2 sigma) and 2 standard errors of the
         # difference of the two means, so neither a noisy change nor a noisy baseline wins.
@@ -439,7 +440,14 @@ class Night:
         se = ((base.metric_spread or 0.0) ** 2 / nb + (row.metric_spread or 0.0) ** 2 / ne) ** 0.5
         threshold = max(night.noise or 0.0, 2.0 * se)
         status = "kept" if gain > threshold else "discarded"
-        self.ledger.update(row.id, status=status, gain=gain)
+        fields: dict[str, Any] = {"status": status, "gain": gain}
+        slos = self.plan.slos()
+        if slos:
+            broken = violations(slos, base.metrics, row.metrics)
+            fields["slo"] = "; ".join(broken) if broken else "met"
+            if broken:
+                fields["status"] = "discarded"  # a faster server that breaks an SLO is no win
+        self.ledger.update(row.id, **fields)
 
     def _ranked_worker(self, host: Host) -> None:
         while not self._stopping.is_set():
@@ -471,7 +479,7 @@ class Night:
         study = optuna.create_study(
             study_name=self.plan.search.study,
             storage=f"sqlite:///{self.state_dir}/optuna.db",
-            direction="maximize" if self.plan.baseline.higher_is_better else "minimize",
+            direction="maximize" if self.plan.higher_is_better else "minimize",
             load_if_exists=True,
         )
         # A seeded sampler restarted after a kill would replay its random start-up sequence
@@ -552,7 +560,7 @@ class Night:
         rows = self.ledger.experiments(self.night.id)
         final = next((r for r in rows if r.name == "final"), None)
         fallback = next((r for r in rows if r.name == "final-baseline"), None)
-        sign = 1.0 if self.plan.baseline.higher_is_better else -1.0
+        sign = 1.0 if self.plan.higher_is_better else -1.0
         kept = [r for r in rows if r.status == "kept" and r.metric_mean is not None]
         best = max(kept, key=lambda r: sign * (r.metric_mean or 0.0)) if kept else None
         if final is None:

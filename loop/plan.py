@@ -24,6 +24,7 @@ from pydantic import (
 )
 
 from loop.knobs import Value, knob_id
+from loop.slo import Constraint
 
 
 class _Strict(BaseModel):
@@ -41,13 +42,12 @@ class BenchmarkSpec(_Strict):
     command: str
     metric_json_key: str | None = None
     metric_regex: str | None = None
+    result_file: str | None = Field(
+        None,
+        description="the client's result file, read after each run (vllm bench serve "
+        "--save-result --result-filename F; sglang bench_serving --output-file F)",
+    )
     repeat: int = Field(3, ge=1, le=50)
-
-    @model_validator(mode="after")
-    def _reader(self) -> BenchmarkSpec:
-        if not (self.metric_json_key or self.metric_regex):
-            raise ValueError("benchmark needs metric_json_key or metric_regex")
-        return self
 
 
 class Baseline(_Strict):
@@ -187,6 +187,39 @@ class Plan(_Strict):
     search: Search | None = None
     policy: Policy = Field(default_factory=Policy)
     budget: Budget = Field(default_factory=Budget)
+    maximize: str | None = Field(None, description="the metric to raise (output_throughput)")
+    minimize: str | None = Field(None, description="the metric to lower (p99_ttft_ms)")
+    constraints: list[str] = Field(
+        default_factory=list, description="SLOs every winner keeps: 'p99_ttft_ms <= 500'"
+    )
+
+    @property
+    def objective(self) -> str:
+        """The metric a change is ranked by."""
+        b = self.baseline.benchmark
+        return self.maximize or self.minimize or b.metric_json_key or "metric"
+
+    @property
+    def higher_is_better(self) -> bool:
+        if self.maximize or self.minimize:
+            return bool(self.maximize)
+        return self.baseline.higher_is_better
+
+    def slos(self) -> list[Constraint]:
+        return [Constraint.parse(c) for c in self.constraints]
+
+    @model_validator(mode="after")
+    def _objective(self) -> Plan:
+        if self.maximize and self.minimize:
+            raise ValueError("say maximize or minimize, not both")
+        b = self.baseline.benchmark
+        if not (self.maximize or self.minimize or b.metric_json_key or b.metric_regex):
+            raise ValueError(
+                "no objective: give maximize:/minimize: (a metric name) or "
+                "baseline.benchmark.metric_json_key / metric_regex"
+            )
+        self.slos()  # each constraint parses, or the plan is refused here
+        return self
 
     @model_validator(mode="after")
     def _checks(self) -> Plan:

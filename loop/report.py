@@ -171,7 +171,7 @@ def write_report(ledger: Ledger, night: NightRow, plan: Plan) -> Path:
         f"# Night report: {plan.name} ({night.id})",
         "",
         f"- status: **{night.status}**{' — ' + night.note if night.note else ''}",
-        f"- hosts: {', '.join(h.name for h in plan.host_specs())}; metric: {'higher' if plan.baseline.higher_is_better else 'lower'} is better",
+        f"- hosts: {', '.join(h.name for h in plan.host_specs())}; metric: {'higher' if plan.higher_is_better else 'lower'} is better",
         f"- baseline: {_fmt(bm)} ± {_fmt(base.metric_spread if base else None)} over "
         f"{len(base.metric_values) if base else 0} runs; noise threshold (2σ): {_fmt(night.noise)}",
         f"- best: **{night.best or '-'}**; morning server: "
