@@ -20,6 +20,8 @@ Failure modes (all driven by configuration, never by a test hook inside the loop
 - EMULATOR_GENERATE_HANG=1 / --hang-generate: ready and healthy, but /generate never answers
   (a wedged scheduler): the benchmark hangs, so only the per-experiment limit ends it.
 - EMULATOR_ORPHAN=1 / --spawn-orphan: a double-forked child in its own session outlives us.
+- EMULATOR_OUTLIER_ONCE=FLAG + EMULATOR_OUTLIER_REQUESTS=FROM:TO[:FACTOR]: the night's first
+  server serves those requests slower, so exactly one benchmark run is an outlier.
 - EMULATOR_DIE_AFTER=S: SIGKILL itself after S seconds, writing the moment to
   EMULATOR_DEATH_FILE first (the dead-launch benchmark measures from it).
 With --gpu it holds mem-fraction of the real GPU through torch and does real matmuls per request.
@@ -242,6 +244,23 @@ class _GpuLoad:
         self.torch.cuda.synchronize()
 
 
+def _outlier_window(env: Any) -> tuple[int, int, float]:
+    """EMULATOR_OUTLIER_ONCE=FLAG_FILE with EMULATOR_OUTLIER_REQUESTS=FROM:TO[:FACTOR]: the
+    first server of a night (the one that creates FLAG_FILE) serves requests FROM..TO-1 at
+    FACTOR (default 0.9) of its rate; every later server runs clean. One injected outlier."""
+    flag = env.get("EMULATOR_OUTLIER_ONCE")
+    spec = env.get("EMULATOR_OUTLIER_REQUESTS", "")
+    if not flag or not spec:
+        return (0, 0, 1.0)
+    try:
+        fd = os.open(flag, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+    except FileExistsError:
+        return (0, 0, 1.0)
+    os.close(fd)
+    parts = spec.split(":")
+    return (int(parts[0]), int(parts[1]), float(parts[2]) if len(parts) > 2 else 0.9)
+
+
 def _make_handler(state: dict[str, Any]) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -284,6 +303,9 @@ def _make_handler(state: dict[str, Any]) -> type[BaseHTTPRequestHandler]:
                 state["served"] += 1
             ttft = ttft_ms(state["args"], n, state["noise"])
             rate = state["tps"] * (1.0 + random.gauss(0.0, state["noise"]))
+            lo, hi, factor = state["outlier"]
+            if lo <= n < hi:
+                rate *= factor  # a slow stretch: one benchmark run comes out an outlier
             if state["gpu"] is not None:
                 state["gpu"].work(tokens)
             left = tokens / max(rate, 1.0) - (time.monotonic() - start)
@@ -300,6 +322,7 @@ def _make_handler(state: dict[str, Any]) -> type[BaseHTTPRequestHandler]:
                         "completion_tokens": tokens,
                         "e2e_latency": took,
                         "ttft": ttft / 1000.0,
+                        "model_s": tokens / max(rate, 1.0),  # what the decode "should" take
                     },
                 },
             )
@@ -391,6 +414,7 @@ def serve(args: argparse.Namespace) -> int:
         "hang_generate": args.hang_generate or env.get("EMULATOR_GENERATE_HANG") == "1",
         "args": args,
         "served": 0,
+        "outlier": _outlier_window(env),
         "lock": threading.Lock(),
         "info": {
             "tokens_per_s_model": tps,
@@ -452,6 +476,7 @@ def bench_client(args: argparse.Namespace) -> int:
         {"text": "hello", "sampling_params": {"max_new_tokens": args.tokens}}
     ).encode()
     ttfts, e2es, tpots, errors, lens = [], [], [], [], []
+    model_s = 0.0
     start = time.monotonic()
     for _ in range(args.requests):
         req = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json"})
@@ -465,11 +490,14 @@ def bench_client(args: argparse.Namespace) -> int:
             continue
         e2e = (time.monotonic() - t0) * 1000.0 + meta.get("ttft", 0.0) * 1000.0
         errors.append("")
+        model_s += float(meta.get("model_s", 0.0))
         lens.append(int(meta["completion_tokens"]))
         ttfts.append(meta.get("ttft", 0.0) * 1000.0)
         e2es.append(e2e)
         tpots.append((e2e - ttfts[-1]) / max(1, lens[-1] - 1))
     took = time.monotonic() - start
+    if args.clock == "model":  # the server's modelled decode time: no host timing jitter
+        took = max(model_s, 1e-6)
     tokens = sum(lens)
     done = sum(1 for e in errors if not e)
     if args.format == "plain":
@@ -553,6 +581,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--requests", type=int, default=3)
     p.add_argument("--tokens", type=int, default=64)
     p.add_argument("--format", choices=["plain", "vllm", "sglang"], default="plain")
+    p.add_argument(
+        "--clock",
+        choices=["wall", "model"],
+        default="wall",
+        help="time runs by the wall clock, or by the server's modelled decode time (tests that "
+        "judge statistics on a loaded CI box: only the emulator's own noise remains)",
+    )
     p.add_argument("--result-file", help="write the result here instead of stdout")
     return p.parse_args(argv)
 

@@ -19,8 +19,9 @@ import sqlite_utils
 from pydantic import BaseModel, Field
 
 Status = Literal[
-    "pending", "running", "ok", "kept", "discarded", "failed", "hung", "timeout", "skipped"
-]
+    "pending", "running", "ok", "kept", "discarded", "inconclusive", "failed", "hung",
+    "timeout", "skipped",
+]  # fmt: skip
 Phase = Literal[
     "pending", "preflight", "apply", "launch", "ready", "benchmark", "stop", "revert",
     "diagnose", "done",
@@ -29,7 +30,9 @@ Phase = Literal[
 BEFORE_RESULT = {"preflight", "apply", "launch", "ready", "benchmark"}
 #: Phases after the result was recorded: a restart only finishes the cleanup (and diagnosis).
 AFTER_RESULT = {"stop", "revert", "diagnose"}
-TERMINAL = {"ok", "kept", "discarded", "failed", "hung", "timeout", "skipped"}
+TERMINAL = {"ok", "kept", "discarded", "inconclusive", "failed", "hung", "timeout", "skipped"}
+#: Statuses of a measured experiment (its metric is a result, whatever the verdict).
+MEASURED = ("ok", "kept", "discarded", "inconclusive")
 #: Terminal statuses that call for a diagnosis and a line under "Failures" in the report.
 FAILED = ("failed", "hung", "timeout")
 
@@ -53,6 +56,10 @@ class ExperimentRow(BaseModel):
     #: tools/bench_results.py): latency percentiles, throughputs, errors.
     metrics: dict[str, list[float]] = Field(default_factory=dict)
     slo: str | None = Field(None, description="SLO verdict: 'met', or what the change broke")
+    ci_low: float | None = Field(None, description="interval of the metric's center")
+    ci_high: float | None = None
+    stats: str | None = Field(None, description="the statistical statement, in words")
+    remeasured: int = Field(0, description="launches spent re-measuring an inconclusive result")
     gain: float | None = None
     duration_s: float | None = None
     label: str | None = None
@@ -149,11 +156,17 @@ def _m004_metrics_slo(db: sqlite_utils.Database) -> None:
     db["experiments"].add_column("slo", str)
 
 
+def _m005_intervals(db: sqlite_utils.Database) -> None:
+    for col, typ in (("ci_low", float), ("ci_high", float), ("stats", str), ("remeasured", int)):
+        db["experiments"].add_column(col, typ)
+
+
 MIGRATIONS: list[tuple[str, Callable[[sqlite_utils.Database], None]]] = [
     ("001_init", _m001_init),
     ("002_left_in_place", _m002_left_in_place),
     ("003_liveness_events", _m003_liveness_events),
     ("004_metrics_slo", _m004_metrics_slo),
+    ("005_intervals", _m005_intervals),
 ]
 
 

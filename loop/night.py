@@ -28,6 +28,7 @@ from loop.experiment import (
 )
 from loop.ledger import (
     FAILED,
+    MEASURED,
     TERMINAL,
     ExperimentRow,
     Ledger,
@@ -36,7 +37,9 @@ from loop.ledger import (
 )
 from loop.plan import HostSpec, Plan, SearchParam, plan_digest
 from loop.slo import violations
+from loop.stats import Z, compare, summarize
 from loop.stopping import Interrupted, interruptible
+from tools.bench_results import unit
 from tools.config_store import unified_diff
 from tools.host import Host
 
@@ -314,12 +317,16 @@ class Night:
                 self.night.id, status="blocked", ended=time.time(), note="baseline failed"
             )
             return self._close()
-        noise = 2.0 * (base.metric_spread or 0.0)
-        self.ledger.update_night(self.night.id, noise=noise)
+        self._judge_baseline()
         for r in self.ledger.experiments(self.night.id):  # measured, then killed before judged
             if r.kind in ("ranked", "search") and r.status == "ok":
                 self._classify(r)
         self._parallel(self._ranked_worker)
+        if self._rechecks():  # A/B/A: judge every change again against all baseline runs
+            self._judge_baseline()
+            for r in self.ledger.experiments(self.night.id):
+                if r.kind == "ranked" and r.status in MEASURED:
+                    self._classify(r, again=True)
         if self.plan.search:
             self._search()
         if self.plan.budget.final_slot:
@@ -336,9 +343,50 @@ class Night:
         return self.ledger.night(self.night.id) or night
 
     def _seed_rows(self) -> None:
+        """The baseline, the ranked experiments, and (one slot, `recheck_every: N`) the
+        baseline again after every N of them and at the end: A/B/A, not A then B forever."""
         self._row("baseline", "baseline", 0, {}, expect="known-good config; measures noise")
+        every = self.plan.baseline.recheck_every if len(self.hosts) == 1 else 0
+        seq = 0
         for i, exp in enumerate(self.plan.experiments, start=1):
-            self._row(exp.name, "ranked", i, exp.change(), expect=exp.expect)
+            seq += 1
+            self._row(exp.name, "ranked", seq, exp.change(), expect=exp.expect)
+            if every and (i % every == 0 or i == len(self.plan.experiments)):
+                seq += 1
+                self._row(
+                    f"baseline-{seq}", "baseline", seq, {}, expect="baseline again: drift, noise"
+                )
+
+    def _rechecks(self) -> list[ExperimentRow]:
+        return [
+            r
+            for r in self.ledger.experiments(self.night.id)
+            if r.kind == "baseline" and r.name != "baseline"
+        ]
+
+    def _baseline_values(self) -> tuple[list[float], dict[str, list[float]]]:
+        """Every baseline run of the night so far (first measurement and re-checks), pooled."""
+        values: list[float] = []
+        metrics: dict[str, list[float]] = {}
+        for r in self.ledger.experiments(self.night.id):
+            if r.kind == "baseline" and r.status == "ok":
+                values += r.metric_values
+                for k, v in r.metrics.items():
+                    metrics.setdefault(k, []).extend(v)
+        return values, metrics
+
+    def _judge_baseline(self) -> None:
+        """The baseline's robust noise (2 MAD sigmas) on the night; its interval on its row."""
+        values, _ = self._baseline_values()
+        s = summarize(values)
+        self.ledger.update_night(self.night.id, noise=Z * s.sigma)
+        unit_ = unit(self.plan.objective)
+        for r in self.ledger.experiments(self.night.id):
+            if r.kind == "baseline" and r.status == "ok" and r.metric_values:
+                own = summarize(r.metric_values)
+                self.ledger.update(
+                    r.id, ci_low=own.low, ci_high=own.high, stats=own.describe(unit_)
+                )
 
     def recover(self, why: str = "loop killed") -> list[str]:
         """Finish or re-queue whatever a stopped or killed loop left in flight; then clean and
@@ -427,27 +475,62 @@ class Night:
         for t in threads:
             t.join()
 
-    def _classify(self, row: ExperimentRow) -> None:
-        base = self.ledger.get(f"{self.night.id}:baseline")
-        night = self.ledger.night(self.night.id)
-        if row.status != "ok" or row.metric_mean is None or base is None or not night:
+    def _classify(self, row: ExperimentRow, again: bool = False) -> None:
+        """kept / discarded / inconclusive, by a robust comparison with every baseline run so
+        far; a change that breaks an SLO the baseline met is discarded whatever its gain."""
+        if row.metric_mean is None or not row.metric_values:
             return
-        sign = 1.0 if self.plan.higher_is_better else -1.0
-        gain = (row.metric_mean - (base.metric_mean or 0.0)) * sign
-        # Beat both the baseline's run-to-run noise (2 sigma) and 2 standard errors of the
-        # difference of the two means, so neither a noisy change nor a noisy baseline wins.
-        nb, ne = max(1, len(base.metric_values)), max(1, len(row.metric_values))
-        se = ((base.metric_spread or 0.0) ** 2 / nb + (row.metric_spread or 0.0) ** 2 / ne) ** 0.5
-        threshold = max(night.noise or 0.0, 2.0 * se)
-        status = "kept" if gain > threshold else "discarded"
-        fields: dict[str, Any] = {"status": status, "gain": gain}
+        if row.status != "ok" and not (again and row.status in MEASURED):
+            return
+        base_values, base_metrics = self._baseline_values()
+        if not base_values:
+            return
+        base, mine = summarize(base_values), summarize(row.metric_values)
+        cmp = compare(base, mine, self.plan.higher_is_better)
+        status = {"better": "kept", "worse": "discarded"}.get(cmp.verdict, "inconclusive")
+        unit_ = unit(self.plan.objective)
+        fields: dict[str, Any] = {
+            "status": status,
+            "gain": cmp.gain,
+            "ci_low": mine.low,
+            "ci_high": mine.high,
+            "stats": f"{mine.describe(unit_)}; vs baseline {base.center:.4g}: "
+            f"{cmp.describe(unit_)}",
+        }
         slos = self.plan.slos()
         if slos:
-            broken = violations(slos, base.metrics, row.metrics)
+            broken = violations(slos, base_metrics, row.metrics)
             fields["slo"] = "; ".join(broken) if broken else "met"
             if broken:
                 fields["status"] = "discarded"  # a faster server that breaks an SLO is no win
         self.ledger.update(row.id, **fields)
+
+    def _remeasure(self, host: Host, row: ExperimentRow) -> None:
+        """An inconclusive change is measured once more (budget allowing) and judged on all
+        its runs; still inconclusive, it says so rather than pretending."""
+        if row.status != "inconclusive" or "re-measured" in (row.diagnosis or ""):
+            return
+        if not self._fits():
+            self.ledger.update(row.id, diagnosis="inconclusive; no budget left to re-measure")
+            return
+        first_values, first_metrics = row.metric_values, row.metrics
+        self.ledger.update(row.id, status="running", phase="pending", remeasured=row.remeasured + 1)
+        again = run_experiment(self._ctx(host), self.ledger.get(row.id) or row)
+        if again.status != "ok":
+            return  # the second run failed: its failure is the row's story now
+        metrics = {
+            k: first_metrics.get(k, []) + again.metrics.get(k, [])
+            for k in set(first_metrics) | set(again.metrics)
+        }
+        values = first_values + again.metric_values
+        self.ledger.update(
+            row.id,
+            metric_values=values,
+            metrics=metrics,
+            metric_mean=sum(values) / len(values),
+            diagnosis=f"re-measured once: {len(first_values)} + {len(again.metric_values)} runs",
+        )
+        self._classify(self.ledger.get(row.id) or again)
 
     def _ranked_worker(self, host: Host) -> None:
         while not self._stopping.is_set():
@@ -455,7 +538,8 @@ class Night:
                 todo = [
                     r
                     for r in self.ledger.experiments(self.night.id)
-                    if r.kind == "ranked" and r.status == "pending"
+                    if r.status == "pending"
+                    and (r.kind == "ranked" or (r.kind == "baseline" and r.name != "baseline"))
                 ]
                 if not todo:
                     return
@@ -467,8 +551,13 @@ class Night:
                         )
                     return
                 self.ledger.update(row.id, status="running", host=host.name)
+            if row.kind == "baseline":  # a re-check: as many runs as the first measurement
+                repeat = max(self.plan.baseline.noise_runs, self.plan.baseline.benchmark.repeat)
+                run_experiment(self._ctx(host), row, repeat=repeat)
+                continue
             done = run_experiment(self._ctx(host), row)
             self._classify(done)
+            self._remeasure(host, self.ledger.get(row.id) or done)
 
     # search
     def _study(self) -> Any:
@@ -538,7 +627,7 @@ class Night:
         from optuna.trial import TrialState
 
         study = getattr(self, "_study_obj", None) or self._study()
-        if row.status in ("ok", "kept", "discarded") and row.metric_mean is not None:
+        if row.status in MEASURED and row.metric_mean is not None:
             study.tell(row.trial_number, row.metric_mean, skip_if_finished=True)
         else:
             study.tell(row.trial_number, state=TrialState.FAIL, skip_if_finished=True)

@@ -65,6 +65,12 @@ class Baseline(_Strict):
     benchmark: BenchmarkSpec
     higher_is_better: bool = True
     noise_runs: int = Field(3, ge=3, description="baseline repeats to measure run-to-run noise")
+    recheck_every: int = Field(
+        0,
+        ge=0,
+        description="measure the baseline again after every N ranked experiments (A/B/A; "
+        "one host slot), so drift through the night is not taken for an effect",
+    )
     timeouts: Timeouts = Field(default_factory=Timeouts)
 
     @model_validator(mode="after")

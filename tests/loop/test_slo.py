@@ -33,7 +33,7 @@ def _slo_plan(state: Path, result: Path) -> Plan:
     port = plan.baseline.port
     plan.baseline.benchmark.command = (
         f"{PY} -m loop.emulator --bench-client --port {port} --requests 8 --tokens 60 "
-        f"--format vllm --result-file {result}"
+        f"--format vllm --clock model --result-file {result}"
     )
     plan.baseline.benchmark.metric_json_key = None
     plan.baseline.benchmark.result_file = str(result)
