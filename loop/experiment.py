@@ -13,6 +13,7 @@ limit on purpose: they must run however late it is.
 from __future__ import annotations
 
 import os
+import shlex
 import time
 import traceback
 from collections.abc import Callable
@@ -103,6 +104,17 @@ def launch_command(plan: Plan, change: dict[str, Any]) -> str:
         if kind == "flag":
             cmd = set_flag(cmd, name, value)
     return cmd
+
+
+def reproduce(plan: Plan, change: dict[str, Any]) -> str:
+    """The whole launch as a person re-runs it: workdir, the server's exact environment (the
+    allow-list taken from their shell, the plan's env), the full launch line."""
+    keep = " ".join(f'{v}="${v}"' for v in plan.baseline.inherit_env)
+    env = " ".join(shlex.quote(f"{k}={v}") for k, v in plan.baseline.env.items())
+    return (
+        f"cd {shlex.quote(plan.baseline.workdir)} && env -i {keep} {env} "
+        f"{launch_command(plan, change)}"
+    )
 
 
 def env_change(change: dict[str, Any]) -> dict[str, Any]:
@@ -207,7 +219,13 @@ def _launch_and_measure(
 
         _phase(ctx, row, "launch")
         lr = launcher.start(
-            host, command, plan.baseline.workdir, plan.baseline.env, log_path, marker
+            host,
+            command,
+            plan.baseline.workdir,
+            plan.baseline.env,
+            log_path,
+            marker,
+            inherit_env=plan.baseline.inherit_env,
         )
         if not lr.ok or lr.pid is None:
             result = {

@@ -35,11 +35,26 @@ class Verdict(BaseModel):
 
 
 def start(
-    host: Host, command: str, workdir: str, env: dict[str, str], log_path: str, marker: str
+    host: Host,
+    command: str,
+    workdir: str,
+    env: dict[str, str],
+    log_path: str,
+    marker: str,
+    inherit_env: list[str] | None = None,
 ) -> LaunchResult:
+    """Launch detached; with `inherit_env` the server gets `env` plus only those variables of
+    the loop's own environment (an exported NCCL_* in the shell must not decide a night)."""
     return launch(
         host,
-        LaunchArgs(command=command, workdir=workdir, env=env, log_path=log_path, marker=marker),
+        LaunchArgs(
+            command=command,
+            workdir=workdir,
+            env=env,
+            log_path=log_path,
+            marker=marker,
+            inherit_env=inherit_env,
+        ),
     )
 
 

@@ -50,10 +50,23 @@ class BenchmarkSpec(_Strict):
     repeat: int = Field(3, ge=1, le=50)
 
 
+#: What a server takes from the loop's own environment unless the plan says otherwise: enough
+#: to find programs, libraries, caches and credentials, and nothing that tunes the engine.
+INHERIT_ENV = [
+    "PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "TZ", "TMPDIR", "LD_LIBRARY_PATH",
+    "CUDA_HOME", "HF_HOME", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "VIRTUAL_ENV",
+]  # fmt: skip
+
+
 class Baseline(_Strict):
     launch: str = Field(description="the known-good launch command")
     workdir: str = "."
-    env: dict[str, str] = Field(default_factory=dict)
+    env: dict[str, str] = Field(default_factory=dict, description="the server's environment")
+    inherit_env: list[str] = Field(
+        default_factory=lambda: list(INHERIT_ENV),
+        description="variables the server takes from the loop's environment (the rest of the "
+        "shell's is NOT passed on: set engine knobs in env)",
+    )
     config_file: str | None = Field(
         None, description="file where env knobs live (sitecustomize.py, .env)"
     )

@@ -98,14 +98,36 @@ def _fmt(v: float | None, digits: int = 1) -> str:
     return "-" if v is None else f"{v:.{digits}f}"
 
 
+def compatible(kept: list[ExperimentRow]) -> tuple[list[ExperimentRow], list[str]]:
+    """The kept changes that can go together, best first, and why the others cannot: two
+    changes that set one knob to different values are alternatives, not a combination."""
+    chosen: list[ExperimentRow] = []
+    knobs: dict[str, object] = {}
+    left_out: list[str] = []
+    for r in sorted(kept, key=lambda r: -(r.gain or 0.0)):
+        clash = [k for k, v in r.change.items() if k in knobs and knobs[k] != v]
+        if clash:
+            left_out.append(f"{r.name} (sets {', '.join(clash)} otherwise)")
+            continue
+        chosen.append(r)
+        knobs.update(r.change)
+    return chosen, left_out
+
+
 def next_steps(rows: list[ExperimentRow], plan: Plan) -> list[str]:
     out: list[str] = []
-    kept = [r for r in rows if r.status == "kept"]
-    if len(kept) > 1:
-        names = ", ".join(r.name for r in kept)
-        out.append(
-            f"Combine the kept changes ({names}) as one `combined: true` experiment and measure it."
+    kept = [r for r in rows if r.status == "kept" and r.kind != "final"]
+    chosen, left_out = compatible(kept)
+    if len(chosen) > 1:
+        names = ", ".join(r.name for r in chosen)
+        merged = describe({k: v for r in chosen for k, v in r.change.items()})
+        step = (
+            f"Combine the compatible kept changes ({names}: {merged}) as one "
+            "`combined: true` experiment and measure it."
         )
+        if left_out:
+            step += f" Not with: {'; '.join(left_out)}."
+        out.append(step)
     for r in rows:
         if r.status in FAILED:
             why = f"{r.label or 'unclassified'}: {one_line(r.evidence or r.diagnosis)}"
