@@ -49,7 +49,7 @@ def summarize(values: list[float]) -> Summary:
     med = statistics.median(values)
     mad = statistics.median([abs(v - med) for v in values])
     sigma = 1.4826 * mad
-    floor = SIGMA_FLOOR * abs(med)
+    floor = max(SIGMA_FLOOR * abs(med), 1e-12)  # all-zero runs (errors == 0) have no spread
     out = (
         [i for i, v in enumerate(values) if abs(v - med) / max(sigma, floor) > OUTLIER_Z]
         if len(values) >= 3

@@ -77,6 +77,12 @@ def test_signal_reverts_stops_requeues_and_says_so(
     again = next(r for r in rows if r.name == "proto-simple")
     assert again.attempts - again.remeasured == 2 and again.metric_mean is not None
     assert cfg.read_bytes() == before
+    report = (state / "reports" / night.id / "report.md").read_text()
+    interruptions = report.split("## Interruptions")[1].split("## Failures")[0]
+    assert f"stopped by a signal: {sig.name} received" in interruptions
+    assert "resumed after a stop or kill" in interruptions
+    failures = report.split("## Failures")[1].split("##")[0]
+    assert "proto-simple" not in failures
 
 
 def test_loop_alive_by_pid_and_heartbeat(monkeypatch: pytest.MonkeyPatch) -> None:

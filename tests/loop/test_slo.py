@@ -70,11 +70,35 @@ def test_slo_on_p99_ttft_picks_the_winner_throughput_would_not(state: Path) -> N
             for k in ("mean_ttft_ms", "p90_tpot_ms", "p99_e2e_ms", "request_throughput", "errors"):
                 assert k in r.metrics, (r.name, sorted(r.metrics))
         assert min(chunks.metrics["p99_ttft_ms"]) > 300 > max(base.metrics["p99_ttft_ms"])
+        _check_report(state, result.id)
     finally:
         if result.final_pid:
             launcher.stop(LocalHost(), result.final_pid, None, grace_s=1)
         for pid in launcher.marked_pids(LocalHost(), prefix=f"{plan.name}/"):
             LocalHost().run(f"kill -KILL {pid}")
+
+
+def _check_report(state: Path, night_id: str) -> None:
+    """The morning report: scaled chart with units and the winner, SLO chart, all metrics."""
+    import re
+    import xml.etree.ElementTree as ET
+
+    d = state / "reports" / night_id
+    text = (d / "report.md").read_text()
+    assert "objective: maximize `output_throughput` (tok/s)" in text
+    assert "SLOs: `p99_ttft_ms <= 200`, `errors == 0`" in text
+    assert "| graph-bs-16 ★ |" in text and "**graph-bs-16** beats" in text
+    assert "## Every metric (median over runs)" in text
+    assert re.search(r"\| p99_ttft_ms \| ms \| [\d.]+ \|", text)
+    assert "## Reproduce the winner" in text and "--cuda-graph-max-bs 16" in text
+    chart = (d / "chart.svg").read_text()
+    ET.fromstring(chart)
+    assert "output_throughput (tok/s)" in chart and "★ winner" in chart
+    ticks = [float(t) for t in re.findall(r'text-anchor="end">([\d.e+]+)</text>', chart)]
+    assert min(ticks) > 500, ticks  # scaled to the data (~1000 tok/s), not from 0
+    slo = (d / "chart-p99_ttft_ms.svg").read_text()
+    ET.fromstring(slo)
+    assert "SLO p99_ttft_ms &lt;= 200" in slo and 'stroke="#dc2626"' in slo
 
 
 @pytest.mark.parametrize("fmt", ["vllm", "sglang"])

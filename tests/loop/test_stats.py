@@ -41,3 +41,8 @@ def test_lower_is_better_flips_the_sign() -> None:
 def test_identical_runs_still_have_an_interval() -> None:
     s = summarize([1000.0, 1000.0, 1000.0])
     assert s.low < 1000.0 < s.high and s.outliers == []
+
+
+def test_all_zero_runs_summarize() -> None:
+    s = summarize([0.0, 0.0, 0.0])
+    assert s.center == 0.0 and s.outliers == []
