@@ -28,6 +28,8 @@ _RENAMES = (
 def unit(name: str) -> str:
     if name.endswith("_ms"):
         return "ms"
+    if name in ("duration", "duration_s"):
+        return "s"
     if name in UNITS:
         return UNITS[name]
     return "tok/s" if name.endswith("throughput") or name.endswith("tokens_per_s") else ""
