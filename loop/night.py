@@ -510,6 +510,8 @@ class Night:
         its runs; still inconclusive, it says so rather than pretending."""
         if row.status != "inconclusive" or "re-measured" in (row.diagnosis or ""):
             return
+        if not self.plan.baseline.remeasure:
+            return
         if not self._fits():
             self.ledger.update(row.id, diagnosis="inconclusive; no budget left to re-measure")
             return

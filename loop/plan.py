@@ -78,6 +78,9 @@ class Baseline(_Strict):
     benchmark: BenchmarkSpec
     higher_is_better: bool = True
     noise_runs: int = Field(3, ge=3, description="baseline repeats to measure run-to-run noise")
+    remeasure: bool = Field(
+        True, description="measure an inconclusive change once more when the budget allows"
+    )
     recheck_every: int = Field(
         0,
         ge=0,
