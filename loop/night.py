@@ -36,7 +36,7 @@ from loop.ledger import (
     NightRow,
 )
 from loop.plan import HostSpec, Plan, SearchParam, plan_digest
-from loop.slo import violations
+from loop.slo import constraint_values, violations
 from loop.stats import Z, compare, summarize
 from loop.stopping import Interrupted, interruptible
 from tools.bench_results import unit
@@ -577,6 +577,8 @@ class Night:
         # and ask again the params it already tried; the seed moves on with the trial count.
         seed = self.plan.search.seed
         n = len(study.get_trials(deepcopy=False))
+        # constrained TPE reads each trial's constraints (set in _tell): a trial that breaks an
+        # SLO the baseline met is infeasible
         study.sampler = optuna.samplers.TPESampler(seed=None if seed is None else seed + n)
         return study
 
@@ -630,9 +632,24 @@ class Night:
 
         study = getattr(self, "_study_obj", None) or self._study()
         if row.status in MEASURED and row.metric_mean is not None:
+            if self.plan.constraints and row.trial_number is not None:
+                self._constrain(study, row)
             study.tell(row.trial_number, row.metric_mean, skip_if_finished=True)
         else:
             study.tell(row.trial_number, state=TrialState.FAIL, skip_if_finished=True)
+
+    def _constrain(self, study: Any, row: ExperimentRow) -> None:
+        """Give the trial its SLO constraint values before it is told (<= 0 is feasible)."""
+        from optuna.trial import Trial, TrialState
+
+        frozen = next(t for t in study.get_trials(deepcopy=False) if t.number == row.trial_number)
+        if frozen.state != TrialState.RUNNING:
+            return  # told before a kill: its constraints went with it
+        _, base_metrics = self._baseline_values()
+        values = constraint_values(self.plan.slos(), base_metrics, row.metrics)
+        trial = Trial(study, frozen._trial_id)  # the ask/tell API has no lookup by number
+        for c, v in zip(self.plan.constraints, values, strict=True):
+            trial.set_constraint(c, v)
 
     def _fail_trial(self, row: ExperimentRow, why: str) -> None:
         study = getattr(self, "_study_obj", None) or self._study()

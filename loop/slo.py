@@ -68,3 +68,26 @@ def violations(
         elif not c.met(change):
             out.append(f"{c.metric} = {c.value(change):.4g} breaks {c}")
     return out
+
+
+def constraint_values(
+    constraints: list[Constraint],
+    baseline: dict[str, list[float]],
+    change: dict[str, list[float]],
+) -> list[float]:
+    """Optuna's constrained-TPE form: one number per constraint, <= 0 when it is met (or not
+    asked of the change because the baseline misses it), else by how much it is broken."""
+    out = []
+    for c in constraints:
+        v = c.value(change)
+        if not c.met(baseline):
+            out.append(0.0)
+        elif v is None:
+            out.append(1.0)
+        elif c.op in ("<=", "<"):
+            out.append(v - c.bound if not c.met(change) else min(0.0, v - c.bound))
+        elif c.op in (">=", ">"):
+            out.append(c.bound - v if not c.met(change) else min(0.0, c.bound - v))
+        else:
+            out.append(abs(v - c.bound))
+    return out

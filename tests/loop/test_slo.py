@@ -16,8 +16,8 @@ import pytest
 
 from loop import launcher
 from loop.night import Night
-from loop.plan import Plan
-from loop.slo import Constraint, violations
+from loop.plan import Plan, Search, SearchParam
+from loop.slo import Constraint, constraint_values, violations
 from tests.loop.conftest import PY, REPO, emulator_cmd, free_port, make_plan
 from tools.bench_results import parse_results
 from tools.local_host import LocalHost
@@ -40,6 +40,16 @@ def _slo_plan(state: Path, result: Path) -> Plan:
     plan.maximize = "output_throughput"
     plan.constraints = ["p99_ttft_ms <= 200", "errors == 0"]
     plan.budget.final_slot = True
+    plan.search = Search(
+        study="slo",
+        trials=2,
+        seed=5,
+        params=[
+            SearchParam(
+                knob="flag:--chunked-prefill-size", type="categorical", choices=[8192, 32768]
+            )
+        ],
+    )
     return plan
 
 
@@ -71,6 +81,18 @@ def test_slo_on_p99_ttft_picks_the_winner_throughput_would_not(state: Path) -> N
                 assert k in r.metrics, (r.name, sorted(r.metrics))
         assert min(chunks.metrics["p99_ttft_ms"]) > 300 > max(base.metrics["p99_ttft_ms"])
         _check_report(state, result.id)
+        # the search's study got the constraints (constrained TPE): big chunks are infeasible
+        import optuna
+
+        study = optuna.load_study(
+            study_name="slo", storage=f"sqlite:///{state.resolve()}/optuna.db"
+        )
+        done = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+        assert done
+        for t in done:
+            assert set(t.constraints) == set(plan.constraints)  # what constrained TPE reads
+            broken = t.constraints["p99_ttft_ms <= 200"] > 0
+            assert broken == (t.params["flag:--chunked-prefill-size"] == 32768)
     finally:
         if result.final_pid:
             launcher.stop(LocalHost(), result.final_pid, None, grace_s=1)
@@ -144,3 +166,11 @@ def test_constraints_parse_and_judge_against_the_baseline() -> None:
     # the baseline itself misses errors == 0: not asked of the change
     assert violations([Constraint.parse("errors == 0")], base, {"errors": [2.0]}) == []
     assert violations([c], base, {}) == ["p99_ttft_ms not measured (needed for p99_ttft_ms <= 500)"]
+
+
+def test_constraint_values_for_optunas_constrained_tpe() -> None:
+    cs = [Constraint.parse("p99_ttft_ms <= 200"), Constraint.parse("errors == 0")]
+    base = {"p99_ttft_ms": [35.0], "errors": [0.0]}
+    assert constraint_values(cs, base, {"p99_ttft_ms": [450.0], "errors": [0.0]}) == [250.0, 0.0]
+    assert constraint_values(cs, base, {"p99_ttft_ms": [50.0], "errors": [2.0]}) == [-150.0, 2.0]
+    assert constraint_values(cs, base, {"errors": [0.0]}) == [1.0, 0.0]  # not measured
