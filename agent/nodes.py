@@ -27,13 +27,14 @@ from agent.findings import compute
 from agent.guardrails import check_conclusion, qualify
 from agent.observe import run_many
 from agent.state import Action, Observation, State
+from agent.thresholds import THRESHOLDS
 from tools import registry as tool_registry
 from tools.registry import TOOLS
 
 MAX_LOGS, MAX_CONFIGS = 3, 4
 MAX_REJECTIONS = 3
 #: a conclusion at least this sure explains away suspects that nothing on the host supports
-EXPLAINS_AWAY_AT = 0.7
+EXPLAINS_AWAY_AT = THRESHOLDS.nodes.explains_away_at
 
 
 def _emit(kind: str, data: dict[str, Any]) -> None:

@@ -12,13 +12,15 @@ import re
 
 from agent.facts import Facts
 from agent.state import Observation
+from agent.thresholds import THRESHOLDS
 
-PINNED_PCT, IDLE_PCT = 90.0, 5.0
-BUSY_MIB = 1024.0
+_H = THRESHOLDS.hang  # agent/knowledge/thresholds.yaml
+PINNED_PCT, IDLE_PCT = _H.pinned_pct, _H.idle_pct
+BUSY_MIB = _H.busy_mib
 #: Weights of the hang findings (see docs/signatures.md for how they meet the thresholds).
-STACKS_IN_COLLECTIVE = 4.0
-PINNED_SILENT = 2.0
-COMPILING = 3.0
+STACKS_IN_COLLECTIVE = _H.stacks_in_collective
+PINNED_SILENT = _H.pinned_silent
+COMPILING = _H.compiling
 
 
 def silent(facts: Facts) -> bool:
