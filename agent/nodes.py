@@ -12,7 +12,7 @@ from langgraph.runtime import Runtime
 from langgraph.types import interrupt
 
 from agent import board as board_mod
-from agent.brains.base import Context
+from agent.brains.base import BrainContext
 from agent.checks import (
     ABS_PATH,
     catalogue,
@@ -220,7 +220,7 @@ def decide(state: State, runtime: Runtime[RunContext]) -> dict[str, Any]:
     opts = options(
         state.get("observations", []), state.get("hypotheses", {}), state.get("done_checks", [])
     )
-    bctx = Context(
+    bctx = BrainContext(
         options=opts, facts=facts, changes_possible=_changes_possible(state), budget_left=left
     )
     action = ctx.brain.decide(state, bctx)
@@ -305,7 +305,7 @@ def follow_up(state: State, runtime: Runtime[RunContext]) -> dict[str, Any]:
     ctx = runtime.context
     text = (state.get("messages") or [""])[-1]
     findings, facts = compute(state.get("observations", []))
-    bctx = Context(options=[], facts=facts, budget_left=_budget_left(state, ctx))
+    bctx = BrainContext(options=[], facts=facts, budget_left=_budget_left(state, ctx))
     reply, actions = ctx.brain.follow_up(state, text, bctx)
     _emit("message", {"role": "agent", "text": reply})
     actions = [x for x in actions if x.get("tool") in TOOLS and not TOOLS[x["tool"]].changing]

@@ -21,7 +21,7 @@ from openai import APIStatusError, OpenAI, OpenAIError
 from pydantic import BaseModel, Field, ValidationError
 
 from agent.board import ranked
-from agent.brains.base import Context
+from agent.brains.base import BrainContext
 from agent.proof import fatal_lines
 from agent.signatures import scan
 from agent.state import Action, State
@@ -208,7 +208,7 @@ class LLMBrain:
         raise AssertionError("unreachable")  # pragma: no cover
 
     # -- policy ----------------------------------------------------------------------------------------
-    def decide(self, state: State, ctx: Context) -> Action:
+    def decide(self, state: State, ctx: BrainContext) -> Action:
         self._start_turns(state)
         tools = _tool_schemas(changing_ok=True) + CONCLUDE_TOOLS
         system = render("system.j2", taxonomy=TAXONOMY)
@@ -326,7 +326,7 @@ class LLMBrain:
             call,
         )
 
-    def follow_up(self, state: State, text: str, ctx: Context) -> tuple[str, list[Action]]:
+    def follow_up(self, state: State, text: str, ctx: BrainContext) -> tuple[str, list[Action]]:
         self._start_turns(state)
         messages = [
             {"role": "system", "content": render("system.j2", taxonomy=TAXONOMY)},

@@ -14,7 +14,7 @@ from pathlib import Path
 import yaml
 
 from agent.board import alluded, ranked
-from agent.brains.base import Context
+from agent.brains.base import BrainContext
 from agent.signatures import load_signatures
 from agent.state import Action, State
 from agent.thresholds import THRESHOLDS
@@ -78,7 +78,7 @@ class RulebookBrain:
     def tokens_used(self) -> int:
         return 0
 
-    def decide(self, state: State, ctx: Context) -> Action:
+    def decide(self, state: State, ctx: BrainContext) -> Action:
         board = state.get("hypotheses", {})
         order = [h for h in ranked(board) if h["status"] != "refuted"]
         rejected = set(_rejected_labels(state))
@@ -140,7 +140,7 @@ class RulebookBrain:
             summary=f"{top['label']}: {top['evidence'][0].get('note', '') if top['evidence'] else ''}",
         )
 
-    def follow_up(self, state: State, text: str, ctx: Context) -> tuple[str, list[Action]]:
+    def follow_up(self, state: State, text: str, ctx: BrainContext) -> tuple[str, list[Action]]:
         board = state.get("hypotheses", {})
         asked = [lbl for lbl in board if re.search(lbl.replace("_", "[ _-]?"), text, re.I)]
         asked += [
