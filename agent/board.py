@@ -16,7 +16,7 @@ import yaml
 
 from agent.state import Finding, Hypothesis
 from agent.thresholds import THRESHOLDS
-from tools.taxonomy import TAXONOMY
+from cards.taxonomy import TAXONOMY
 
 #: where a hypothesis counts as supported / refuted (agent/knowledge/thresholds.yaml)
 SUPPORTED_AT = THRESHOLDS.board.supported_at

@@ -25,9 +25,9 @@ from agent.brains.base import BrainContext
 from agent.proof import fatal_lines
 from agent.signatures import scan
 from agent.state import Action, State
+from cards.taxonomy import LABELS, TAXONOMY
 from prompts import render
 from tools.registry import TOOLS
-from tools.taxonomy import LABELS, TAXONOMY
 
 
 class Cited(BaseModel):

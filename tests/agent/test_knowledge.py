@@ -8,10 +8,10 @@ from pathlib import Path
 import yaml
 
 from agent.checks import catalogue, deciding_checks
+from cards.taxonomy import LABELS, TAXONOMY
 from prompts import names, render
 from tools import engines
 from tools.registry import TOOLS
-from tools.taxonomy import LABELS, TAXONOMY
 
 KB = Path(__file__).resolve().parents[2] / "agent" / "knowledge"
 

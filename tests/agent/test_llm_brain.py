@@ -14,12 +14,12 @@ from agent.memory import Memory
 from agent.runner import investigate
 from agent.settings import Settings
 from agent.state import State
+from cards.model import load_card
+from cards.replay import ReplayHost
 from tests.agent.conftest import card_path
 from tests.scripted_llm import board, observation_lines, serve, tool_call
 from tools.base import ToolSpec
-from tools.cards import load_card
 from tools.registry import TOOLS
-from tools.replay_host import ReplayHost
 
 SEED = "seed-sglang-fewchan-kv-oom"
 SITECUSTOMIZE = "/usr/lib/python3.12/sitecustomize.py"
