@@ -158,7 +158,7 @@ def investigate(
         else:
             text = symptom
             if not text and replay:
-                from tools.cards import load_card
+                from cards.model import load_card
 
                 text = load_card(replay).symptom
             report = runner.start(

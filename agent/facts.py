@@ -13,7 +13,7 @@ from pydantic import BaseModel, Field, PrivateAttr
 
 from agent.proof import log_pids
 from agent.state import Observation
-from tools import engines
+from tools import disk, engines
 
 
 #: Which command lines are inference servers (entry points, launchers, worker titles) and which
@@ -514,5 +514,5 @@ def _disk(f: Facts, o: Observation) -> None:
             f.shm_mib = _mib(_get(m, "size_mib", "size"))
             f.shm_use_pct = pct_f
             f.shm_line = line
-        elif pct_f is not None and pct_f >= 97:
+        elif pct_f is not None and pct_f >= disk.FULL_PCT:  # the disk tool's one number
             f.full_mounts.append((mount, pct_f, line))

@@ -25,7 +25,7 @@ from agent.facts import Facts
 from agent.rules import HW_ERROR, stale_gpu_possible
 from agent.signatures import Match
 from agent.state import Action, Observation
-from tools.taxonomy import LABELS
+from cards.taxonomy import LABELS
 
 Hits = list[tuple[Observation, Match]]
 #: Inferred-from-absence conclusions are capped here: the check that would confirm them is named.

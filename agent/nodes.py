@@ -12,7 +12,7 @@ from langgraph.runtime import Runtime
 from langgraph.types import interrupt
 
 from agent import board as board_mod
-from agent.brains.base import Context
+from agent.brains.base import BrainContext
 from agent.checks import (
     ABS_PATH,
     catalogue,
@@ -27,13 +27,14 @@ from agent.findings import compute
 from agent.guardrails import check_conclusion, qualify
 from agent.observe import first_wave, run_many
 from agent.state import Action, Observation, State
+from agent.thresholds import THRESHOLDS
 from tools import registry as tool_registry
 from tools.registry import TOOLS
 
 MAX_LOGS, MAX_CONFIGS = 3, 4
 MAX_REJECTIONS = 3
 #: a conclusion at least this sure explains away suspects that nothing on the host supports
-EXPLAINS_AWAY_AT = 0.7
+EXPLAINS_AWAY_AT = THRESHOLDS.nodes.explains_away_at
 
 
 def _emit(kind: str, data: dict[str, Any]) -> None:
@@ -212,7 +213,7 @@ def decide(state: State, runtime: Runtime[RunContext]) -> dict[str, Any]:
     opts = options(
         state.get("observations", []), state.get("hypotheses", {}), state.get("done_checks", [])
     )
-    bctx = Context(
+    bctx = BrainContext(
         options=opts, facts=facts, changes_possible=_changes_possible(state), budget_left=left
     )
     action = ctx.brain.decide(state, bctx)
@@ -297,7 +298,7 @@ def follow_up(state: State, runtime: Runtime[RunContext]) -> dict[str, Any]:
     ctx = runtime.context
     text = (state.get("messages") or [""])[-1]
     findings, facts = compute(state.get("observations", []))
-    bctx = Context(options=[], facts=facts, budget_left=_budget_left(state, ctx))
+    bctx = BrainContext(options=[], facts=facts, budget_left=_budget_left(state, ctx))
     reply, actions = ctx.brain.follow_up(state, text, bctx)
     _emit("message", {"role": "agent", "text": reply})
     actions = [x for x in actions if x.get("tool") in TOOLS and not TOOLS[x["tool"]].changing]

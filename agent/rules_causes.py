@@ -11,6 +11,9 @@ import re
 
 from agent.evidence import text_lines
 from agent.state import Observation
+from agent.thresholds import THRESHOLDS
+
+_C = THRESHOLDS.cause  # agent/knowledge/thresholds.yaml
 
 #: Env vars that name network interfaces for a collective library (prefix lists; ^ excludes).
 IFACE_ENV = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "TP_SOCKET_IFNAME", "UCX_NET_DEVICES")
@@ -87,7 +90,7 @@ def cause_rules(facts, observations: list[Observation], hits, add) -> None:  # t
     add(
         "nccl_failure",
         "cause",
-        1.5,
+        _C.behind_the_failure,
         oid,
         line,
         f"the cause: {var}={value} names an interface this host does not have "
@@ -127,7 +130,7 @@ def rendezvous_rules(observations: list[Observation], add) -> None:  # type: ign
     add(
         "bad_launch_argument",
         "cause",
-        3.0,
+        _C.names_the_cause,
         oid,
         line,
         f"node rank {rank} was told to meet rank 0 at {addr}, which is this host's own address: "
@@ -185,7 +188,7 @@ def loopback_rules(observations: list[Observation], add) -> None:  # type: ignor
     add(
         "bad_launch_argument",
         "cause",
-        3.0,
+        _C.names_the_cause,
         oid,
         line,
         f"NCCL chose the loopback interface for a job with {why}: the ranks advertise "
@@ -200,7 +203,7 @@ def loopback_rules(observations: list[Observation], add) -> None:  # type: ignor
                 add(
                     "bad_launch_argument",
                     "cause",
-                    1.0,
+                    _C.setting_line,
                     o["id"],
                     ln,
                     f"{m.group(1)}={m.group(2)} let NCCL pick lo: exclude lo too, or name the "
@@ -276,7 +279,7 @@ def misspelled_env_rules(observations: list[Observation], hits, add) -> None:  #
     add(
         "bad_launch_argument",
         "cause",
-        5.0,
+        _C.proven_setting,
         oid,
         line,
         f"{name} is a misspelling of {meant}: the launch ran as if {meant} were unset",
@@ -285,7 +288,7 @@ def misspelled_env_rules(observations: list[Observation], hits, add) -> None:  #
     add(
         "bad_launch_argument",
         "cause",
-        0.5,
+        _C.effect_cited,
         o["id"],
         m.line,
         f"the failure that follows from {meant} not being in effect",
@@ -309,7 +312,7 @@ def driver_symbol_rules(observations: list[Observation], add) -> None:  # type: 
                 add(
                     "cuda_driver_mismatch",
                     "cause",
-                    3.0,
+                    _C.names_the_cause,
                     o["id"],
                     ln,
                     f"{m.group(1)} is a CUDA driver API function the installed driver "

@@ -13,13 +13,15 @@ import re
 from agent import proof
 from agent.facts import Facts
 from agent.state import Observation
+from agent.thresholds import THRESHOLDS
 
-PINNED_PCT, IDLE_PCT = 90.0, 5.0
-BUSY_MIB = 1024.0
+_H = THRESHOLDS.hang  # agent/knowledge/thresholds.yaml
+PINNED_PCT, IDLE_PCT = _H.pinned_pct, _H.idle_pct
+BUSY_MIB = _H.busy_mib
 #: Weights of the hang findings (see docs/signatures.md for how they meet the thresholds).
-STACKS_IN_COLLECTIVE = 4.0
-PINNED_SILENT = 2.0
-COMPILING = 3.0
+STACKS_IN_COLLECTIVE = _H.stacks_in_collective
+PINNED_SILENT = _H.pinned_silent
+COMPILING = _H.compiling
 
 
 def silent(facts: Facts) -> bool:
@@ -110,7 +112,7 @@ def hang_rules(facts: Facts, observations: list[Observation], hits, add) -> None
             add(
                 "killed_externally",
                 "fact",
-                1.0,
+                _H.consequence_of_gone_rank,
                 o["id"],
                 frame,
                 f"the live rank waits in a collective for rank {facts.ranks_gone[0]}, which is gone",
@@ -127,7 +129,7 @@ def hang_rules(facts: Facts, observations: list[Observation], hits, add) -> None
             add(
                 "still_starting",
                 "fact",
-                -3.0,
+                _H.stacks_not_starting,
                 o["id"],
                 frame,
                 "the stacks wait for a peer, not on loading or compiling",
@@ -136,7 +138,7 @@ def hang_rules(facts: Facts, observations: list[Observation], hits, add) -> None
             add(
                 "still_starting",
                 "fact",
-                2.0,
+                _H.stacks_working,
                 o["id"],
                 frame,
                 f"the stacks are {d['waiting_in']}ing: still working",
@@ -167,7 +169,7 @@ def hang_rules(facts: Facts, observations: list[Observation], hits, add) -> None
         add(
             "killed_externally",
             "fact",
-            1.0,
+            _H.consequence_of_gone_rank,
             facts.gpu_obs,
             g.line,
             f"GPU {g.index} spins at {g.util_pct:.0f}% with a silent log: the live rank waits in a "
@@ -225,7 +227,7 @@ def _rank_gone(facts: Facts, add) -> None:  # type: ignore[no-untyped-def]
         add(
             "killed_externally",
             "fact",
-            2.5,
+            _H.rank_gone,
             facts.ps_obs,
             line,
             f"rank {gone} is gone while rank {alive[0].rank} still runs: one rank was ended and "

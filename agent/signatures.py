@@ -17,8 +17,8 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, Field, PrivateAttr, field_validator, model_validator
 
+from cards.taxonomy import LABELS
 from tools import engines
-from tools.taxonomy import LABELS
 
 Strength = Literal["fatal", "strong", "weak", "progress", "ready"]
 KB_DIR = Path(__file__).with_name("knowledge")

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from tools.cards import ENGINES, IncidentCard, Snapshots, load_card, snapshot_texts
-from tools.taxonomy import LABELS
+from cards.model import ENGINES, IncidentCard, Snapshots, load_card, snapshot_texts
+from cards.taxonomy import LABELS
 
 CARD_DIR = Path(__file__).resolve().parents[1] / "evals" / "incidents"
 CARD_PATHS = sorted(CARD_DIR.glob("*.yaml"))
@@ -122,7 +122,7 @@ def test_index_lists_every_card_once(cards: list[IncidentCard]) -> None:
 
 def test_card_format_extensions_load(tmp_path: Path) -> None:
     """Timed snapshots and expected.also_right load; a bad `at` order or label is refused."""
-    from tools.cards import CardError
+    from cards.model import CardError
 
     body = """
 id: {id}

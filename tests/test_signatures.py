@@ -15,8 +15,8 @@ import pytest
 import yaml
 
 from agent.signatures import KB_DIR, Match, Signature, SignatureFile, load_signatures, scan
-from tools.cards import load_card
-from tools.taxonomy import LABELS
+from cards.model import load_card
+from cards.taxonomy import LABELS
 
 DATA = Path(__file__).parent / "data" / "signature_lines.yaml"
 FIXTURES = Path(__file__).parent / "fixtures" / "h200"  # real H200 captures, copied in

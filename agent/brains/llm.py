@@ -21,14 +21,14 @@ from openai import APIStatusError, OpenAI, OpenAIError
 from pydantic import BaseModel, Field, ValidationError
 
 from agent.board import ranked
-from agent.brains.base import Context
+from agent.brains.base import BrainContext
 from agent.followup import Answer, Known
 from agent.proof import fatal_lines
 from agent.signatures import scan
 from agent.state import Action, State
+from cards.taxonomy import LABELS, TAXONOMY
 from prompts import render
 from tools.registry import TOOLS
-from tools.taxonomy import LABELS, TAXONOMY
 
 
 class Cited(BaseModel):
@@ -210,7 +210,7 @@ class LLMBrain:
         raise AssertionError("unreachable")  # pragma: no cover
 
     # -- policy ----------------------------------------------------------------------------------------
-    def decide(self, state: State, ctx: Context) -> Action:
+    def decide(self, state: State, ctx: BrainContext) -> Action:
         self._start_turns(state)
         tools = _tool_schemas(changing_ok=True) + CONCLUDE_TOOLS
         system = render("system.j2", taxonomy=TAXONOMY)
@@ -328,7 +328,7 @@ class LLMBrain:
             call,
         )
 
-    def follow_up(self, state: State, text: str, ctx: Context) -> tuple[str, list[Action]]:
+    def follow_up(self, state: State, text: str, ctx: BrainContext) -> tuple[str, list[Action]]:
         self._start_turns(state)
         messages = [
             {"role": "system", "content": render("system.j2", taxonomy=TAXONOMY)},

@@ -8,10 +8,10 @@ from pathlib import Path
 import yaml
 
 from agent.checks import catalogue, deciding_checks
+from cards.taxonomy import LABELS, TAXONOMY
 from prompts import names, render
 from tools import engines
 from tools.registry import TOOLS
-from tools.taxonomy import LABELS, TAXONOMY
 
 KB = Path(__file__).resolve().parents[2] / "agent" / "knowledge"
 
@@ -85,3 +85,20 @@ def test_question_patterns_load_and_the_answer_prompt_renders() -> None:
         diff=["-a", "+b"],
     )
     assert 'o1: "x"' in text and "+b" in text
+
+
+def test_the_rulebook_numbers_load_from_one_table_and_disk_full_is_one_number() -> None:
+    from agent import board
+    from agent.rules import WEIGHT
+    from agent.signatures import load_signatures
+    from agent.thresholds import THRESHOLDS, load
+    from tools.disk import FULL_PCT
+
+    assert load() == THRESHOLDS
+    assert THRESHOLDS.signature_weight.model_dump() == WEIGHT
+    assert (board.SUPPORTED_AT, board.REFUTED_AT) == (1.5, -2.0)
+    # one fatal line is enough to support a label; one weak line never is
+    assert WEIGHT["fatal"] >= board.SUPPORTED_AT > WEIGHT["weak"]
+    df = next(s for s in load_signatures() if s.id == "df-filesystem-full")
+    row = "/dev/vdb         20G   19G   1G {}% /workspace"
+    assert [p for p in range(80, 101) if df.matches(row.format(p))] == list(range(FULL_PCT, 101))

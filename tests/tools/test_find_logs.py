@@ -5,10 +5,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from tools.cards import load_card
+from cards.model import load_card
+from cards.replay import ReplayHost
 from tools.find_logs import Args, build_command, classify, parse_find, run
 from tools.local_host import LocalHost
-from tools.replay_host import ReplayHost
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from tools.cards import IncidentCard
+from cards.model import IncidentCard
+from cards.replay import ReplayHost
 from tools.local_host import LocalHost
 from tools.model_file import SPEC, classify, parse_od
 from tools.registry import TOOLS
-from tools.replay_host import ReplayHost
 from tools.ssh_host import SSHHost
 
 GGUF_V3 = b"GGUF" + struct.pack("<IQQ", 3, 196, 40) + b"\x00" * 40
