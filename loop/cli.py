@@ -105,7 +105,7 @@ def prepare_demo(
     site = state_dir / "site"
     site.mkdir(parents=True, exist_ok=True)
     (site / "sitecustomize.py").write_text(KNOWN_GOOD_SITECUSTOMIZE, encoding="utf-8")
-    repo = Path(__file__).resolve().parents[2]
+    repo = Path(__file__).resolve().parents[1]
     plan = load_plan(
         DEMO_PLAN,
         {
