@@ -670,7 +670,7 @@ class Night:
         fallback = next((r for r in rows if r.name == "final-baseline"), None)
         sign = 1.0 if self.plan.higher_is_better else -1.0
         kept = [r for r in rows if r.status == "kept" and r.metric_mean is not None]
-        best = max(kept, key=lambda r: sign * (r.metric_mean or 0.0)) if kept else None
+        best = max(kept, key=lambda r: sign * _center(r)) if kept else None
         if final is None:
             final = self._row(
                 "final",
@@ -804,3 +804,13 @@ def loop_alive(night: NightRow, now: float | None = None) -> tuple[bool, str]:
     if age > 3 * heartbeat_s():
         return False, f"no heartbeat for {age:.0f}s"
     return True, f"heartbeat {age:.0f}s ago"
+
+
+def _center(r: ExperimentRow) -> float:
+    """The robust center the report states (median of the runs), so the config left running is
+    the one the report calls the winner; the mean only where no runs were kept."""
+    from loop.stats import summarize
+
+    if r.metric_values:
+        return summarize(list(r.metric_values)).center
+    return r.metric_mean or 0.0
