@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, PrivateAttr
+from pydantic import BaseModel, Field, PrivateAttr, ValidationError
 
 from agent.proof import log_pids
 from agent.state import Observation
@@ -499,9 +499,28 @@ def _tenancy(f: Facts) -> None:
 
 
 def _disk(f: Facts, o: Observation) -> None:
+    """From the disk tool's typed result; a dump that is not one (a session stored by an older
+    version) falls back to reading its keys."""
     d = o["data"]
     f.disk_available = True
     f.disk_obs = o["id"]
+    try:
+        res = disk.Result.model_validate(d)
+    except ValidationError:
+        return _disk_from_keys(f, o)
+    shm = next((m for m in res.mounts if m.mount == "/dev/shm"), None)
+    for m in [*res.mounts, *([res.shm] if res.shm and shm is None else [])]:
+        line = _find_line(o["lines"], m.mount) if m.mount else ""
+        if m.mount == "/dev/shm":
+            f.shm_mib = _mib(m.size)
+            f.shm_use_pct = float(m.use_pct) if m.use_pct is not None else None
+            f.shm_line = line
+        elif m.use_pct is not None and m.use_pct >= disk.FULL_PCT:  # the disk tool's one number
+            f.full_mounts.append((m.mount, float(m.use_pct), line))
+
+
+def _disk_from_keys(f: Facts, o: Observation) -> None:
+    d = o["data"]
     for m in _get(d, "mounts", "filesystems", default=[]) or []:
         mount = str(_get(m, "mount", "mounted_on", default=""))
         pct = _get(m, "use_pct", "use_percent")

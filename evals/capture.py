@@ -185,6 +185,12 @@ def _run(host: Host, command: str) -> tuple[str | None, str | None]:
     return None, f"{command}: {why}"
 
 
+def _is_pid_line(line: str, pid: int) -> bool:
+    """Does a `ps aux` line belong to this pid (its second column)?"""
+    parts = line.split(None, 2)
+    return len(parts) >= 2 and parts[1] == str(pid)
+
+
 def _guess_engine(texts: list[str]) -> str:
     """The engine the capture names most often, by the registry's `names` (tools/engines.yaml)."""
     return engines.guess_engine(texts)
@@ -263,11 +269,20 @@ def draft_card(
     if options.redact_hosts and where not in ("localhost", ""):
         where = "a redacted host"
     texts = [snap.get("ps", ""), *snap.get("files", {}).values()]
+    engine = options.engine
+    if engine is None and options.pid:
+        # the launch's own process line and files first: other jobs on a shared box (someone
+        # else's SGLang) must not name this card's engine
+        own_ps = [
+            ln for ln in str(snap.get("ps", "")).splitlines() if _is_pid_line(ln, options.pid)
+        ]
+        own = _guess_engine(["\n".join(own_ps), *snap.get("files", {}).values()])
+        engine = None if own == "other" else own
     card = {
         "id": card_id,
         "title": f"TODO: one line saying what happened (captured on {where} at {when})",
         "source": f"captured by pivot capture on {where} at {when}",
-        "engine": options.engine or _guess_engine(texts),
+        "engine": engine or _guess_engine(texts),
         "symptom": options.symptom
         or f"The inference server launch on {where} failed or never became ready. Why?",
         "synthesized": [],

@@ -1,0 +1,162 @@
+"""Host rules: the port's owner, Kubernetes reasons, the kernel log, the driver, /dev/shm and
+the disks.
+"""
+
+from __future__ import annotations
+
+import re
+
+from agent.facts import Facts
+from agent.rules_common import (
+    HW_ERROR,
+    F,
+)
+from agent.state import Observation
+from agent.thresholds import THRESHOLDS
+
+PORT_IN_LINE = re.compile(r"(?<![\d.])(\d{2,5})(?!\d)")
+
+
+def _port_owner_rule(facts: Facts, hits, add) -> None:  # type: ignore[no-untyped-def]
+    """A bind error names a port; the ports tool shows who holds it now: that line proves it."""
+    for _, m in hits:
+        if m.label != "port_in_use":
+            continue
+        for port in {int(p) for p in PORT_IN_LINE.findall(m.line)}:
+            if port in facts.listeners and facts.ports_obs:
+                add(
+                    "port_in_use",
+                    "fact",
+                    F.supports,
+                    facts.ports_obs,
+                    facts.listeners[port],
+                    f"port {port} is held right now by this listener",
+                )
+                return
+
+
+K8S_REASON = re.compile(r"^\s*Reason:\s+(\w+)")
+
+
+def _k8s_rules(observations: list[Observation], add) -> None:  # type: ignore[no-untyped-def]
+    """A pod's last state names how its container ended: OOMKilled is the kernel, Error/137 is
+    a signal from someone else (a probe, an eviction, a person)."""
+    for o in observations:
+        if o["tool"] != "host_facts" or not o["ok"]:
+            continue
+        reasons = [(ln, m.group(1)) for ln in o["lines"] if (m := K8S_REASON.match(ln))]
+        if reasons and not any(r == "OOMKilled" for _, r in reasons):
+            add(
+                "host_oom_killed",
+                "fact",
+                F.refutes_firmly,
+                o["id"],
+                reasons[0][0],
+                "Kubernetes says the container ended with this reason, not OOMKilled",
+            )
+            if any("137" in ln for ln in o["lines"] if "Exit Code" in ln):
+                add(
+                    "killed_externally",
+                    "fact",
+                    F.supports_clearly,
+                    o["id"],
+                    reasons[0][0],
+                    "exit 137 (SIGKILL) without OOMKilled: killed from outside (a probe, an eviction)",
+                )
+
+
+def host_rules(facts: Facts, hits, add, observations: list[Observation] | None = None) -> None:  # type: ignore[no-untyped-def]
+    labels_hit = {m.label for _, m in hits if m.label and m.strength in ("fatal", "strong")}
+    _port_owner_rule(facts, hits, add)
+    oom_fatal = any(m.label == "host_oom_killed" and m.strength == "fatal" for _, m in hits)
+    if observations and not oom_fatal:
+        _k8s_rules(observations, add)
+    if facts.dmesg_available and facts.dmesg_obs:
+        first = facts.dmesg_summary or (facts.dmesg_lines[-1] if facts.dmesg_lines else "")
+        # "Killed" in a log is ambiguous; only the kernel's own line (or a fatal one) names the OOM killer
+        oom_proven = any(
+            m.label == "host_oom_killed" and (m.strength == "fatal" or o["tool"] == "dmesg")
+            for o, m in hits
+        )
+        if not oom_proven and first:
+            add(
+                "host_oom_killed",
+                "fact",
+                F.refutes_firmly,  # the kernel log is the authority on OOM kills
+                facts.dmesg_obs,
+                first,
+                "the kernel log shows no OOM-killer line",
+            )
+        hw_like = facts.gpu_error is not None and HW_ERROR.search(facts.gpu_error)
+        if "gpu_hardware_fault" not in labels_hit and first and not hw_like:
+            add(
+                "gpu_hardware_fault",
+                "fact",
+                F.refutes,
+                facts.dmesg_obs,
+                first,
+                "no Xid or ECC line in the kernel log and nvidia-smi answers",
+            )
+    if "host_oom_killed" in labels_hit:
+        for o, m in hits:
+            if m.label == "host_oom_killed" and o["tool"] == "dmesg":
+                add(
+                    "killed_externally",
+                    "fact",
+                    F.weakens_clearly,
+                    o["id"],
+                    m.line,
+                    "the kernel's OOM killer ended it: not an outside supervisor",
+                )
+                break
+    if facts.gpu_error and facts.gpu_obs:
+        err = facts.gpu_error
+        if "communicate with the NVIDIA driver" in err or "driver" in err.lower():
+            add(
+                "cuda_driver_mismatch",
+                "fact",
+                F.supports,
+                facts.gpu_obs,
+                err,
+                "nvidia-smi cannot reach the driver",
+            )
+    if facts.shm_mib is not None and facts.disk_obs:
+        if (
+            facts.shm_mib < THRESHOLDS.shm.small_mib
+            or (facts.shm_use_pct or 0) >= THRESHOLDS.shm.full_pct
+        ):
+            add(
+                "shm_too_small",
+                "fact",
+                F.supports,
+                facts.disk_obs,
+                facts.shm_line,
+                f"/dev/shm is {facts.shm_mib:.0f} MiB ({facts.shm_use_pct or 0:.0f}% used)",
+            )
+        elif facts.shm_mib >= THRESHOLDS.shm.roomy_mib and "shm_too_small" not in labels_hit:
+            add(
+                "shm_too_small",
+                "fact",
+                F.refutes,
+                facts.disk_obs,
+                facts.shm_line,
+                f"/dev/shm has {facts.shm_mib / 1024:.0f} GiB",
+            )
+    for mount, pct, line in facts.full_mounts[:2]:
+        add(
+            "disk_full",
+            "fact",
+            F.supports_clearly,
+            facts.disk_obs,
+            line,
+            f"{mount} is {pct:.0f}% full",
+        )
+    if facts.disk_available and not facts.full_mounts and "disk_full" not in labels_hit:
+        add(
+            "disk_full",
+            "fact",
+            F.weakens_clearly,
+            facts.disk_obs,
+            facts.shm_line or "Filesystem",
+            "no filesystem is near full",
+        )

@@ -1,0 +1,165 @@
+"""Liveness rules: is the server alive, does its log advance, did it say it was ready or die
+with a fatal line of its own.
+"""
+
+from __future__ import annotations
+
+from agent import proof
+from agent.evidence import LOG_TOOLS, last_launch, latest_text_observations, text_lines
+from agent.facts import Facts
+from agent.rules_common import (
+    PHASE_PREFIX,
+    F,
+)
+from agent.state import Observation
+
+
+def liveness_rules(facts: Facts, observations: list[Observation], hits, add) -> None:  # type: ignore[no-untyped-def]
+    fatal = [(o, m) for o, m in hits if m.strength == "fatal" and m.label]
+    progress = [(o, m) for o, m in hits if m.strength == "progress"]
+    ready = [(o, m) for o, m in hits if m.strength == "ready"]
+    if ready and facts.server_alive:
+        o, m = ready[-1]
+        add(
+            "still_starting",
+            "fact",
+            F.refutes_outright,
+            o["id"],
+            m.line,
+            "the server reported ready: it is not starting any more",
+        )
+    if facts.server_alive is False:
+        add(
+            "still_starting",
+            "fact",
+            F.refutes_strongly,
+            facts.ps_obs,
+            facts.ps_header or "PID",
+            "no inference-server process is running: a dead process is not still loading",
+        )
+    elif facts.server_alive:
+        pid = facts.server_pids[0]
+        growing = [p for p, g in facts.log_growth.items() if g]
+        stalled = [p for p, g in facts.log_growth.items() if not g]
+        if growing and not fatal:
+            obs_id = facts.log_growth_obs[growing[0]]
+            line = next((m.line for o, m in reversed(progress) if o["id"] == obs_id), "")
+            if not line:
+                o = next(o for o in observations if o["id"] == obs_id)
+                line = next((ln for ln in reversed(text_lines(o)) if ln.strip()), "")
+            add(
+                "still_starting",
+                "fact",
+                F.proves,
+                obs_id,
+                line,
+                "the server process is alive and its log advanced between two reads",
+            )
+            shown = [m.line for o, m in progress if o["id"] == obs_id and m.line != line]
+            for pline in list(dict.fromkeys(reversed(shown)))[:2]:
+                add("still_starting", "progress", F.hints, obs_id, pline, "still loading/compiling")
+            add(
+                "still_starting",
+                "fact",
+                F.leans,
+                facts.ps_obs,
+                facts.procs.get(pid, ""),
+                f"server pid {pid} is alive",
+            )
+        killed_sig = any(m.label == "killed_externally" for _, m in hits)
+        if not any(m.label == "host_oom_killed" for _, m in hits) and not facts.ranks_gone:
+            add(
+                "host_oom_killed",
+                "fact",
+                F.refutes_firmly,
+                facts.ps_obs,
+                facts.procs.get(pid, ""),
+                f"server pid {pid} is alive: the OOM killer did not end it",
+            )
+        if not fatal and not killed_sig and not facts.ranks_gone:
+            add(
+                "killed_externally",
+                "fact",
+                F.refutes_firmly,
+                facts.ps_obs,
+                facts.procs.get(pid, ""),
+                f"server pid {pid} is alive: nothing killed it",
+            )
+        if stalled and not growing and not facts.building_pids:
+            obs_id = facts.log_growth_obs[stalled[0]]
+            o = next(o for o in observations if o["id"] == obs_id)
+            line = next((ln for ln in reversed(text_lines(o)) if ln.strip()), "")
+            # alive, silent, and an error on record: hung on that error, not loading
+            blocked = any(
+                m.strength in ("fatal", "strong")
+                and m.label
+                and not m.signature.startswith(PHASE_PREFIX)
+                for _, m in hits
+            )
+            add(
+                "still_starting",
+                "fact",
+                F.refutes if blocked else F.weakens,
+                obs_id,
+                line,
+                "the server is alive but its log did not advance between two reads (hung?)",
+            )
+    own = [(o, m) for o, m in fatal if not proof.peer_lost(m.line)]
+    if fatal:
+        o, m = fatal[-1]
+        add(
+            "still_starting", "fact", F.refutes, o["id"], m.line, "a fatal error ended the start-up"
+        )
+    if own:
+        o, m = own[-1]
+        add(
+            "killed_externally",
+            "fact",
+            F.refutes,
+            o["id"],
+            m.line,
+            "the process printed its own fatal error",
+        )
+    elif fatal and facts.server_alive is False:
+        # the only error says a peer went away: what ended the peer is the cause
+        o, m = fatal[-1]
+        add(
+            "killed_externally",
+            "fact",
+            F.supports_clearly,
+            o["id"],
+            m.line,
+            "the only error is a survivor's: its peer went away without an error of its own",
+        )
+        add(
+            m.label,
+            "fact",
+            F.weakens,
+            o["id"],
+            m.line,
+            "this error says a peer vanished: the consequence, not the cause",
+        )
+    elif facts.server_alive is False:
+        logs = [o for o in latest_text_observations(observations) if o["tool"] in LOG_TOOLS]
+        if logs:
+            o = logs[-1]
+            text = text_lines(o)
+            last = next((ln for ln in reversed(text) if ln.strip()), "")
+            # an error of its own is a line fatal by its shape since the launch (a benign
+            # "Ignore import error ..." warning is not one; a signal line from outside is not one)
+            since = text[last_launch(text) :]
+            own_error = any(
+                kind != "exit_signal"
+                and not proof.external_end(since[i])
+                and not proof.peer_lost(since[i])
+                for i, kind in proof.fatal_lines(since)
+            )
+            if not own_error:  # an error of its own is weighed by the structure rules
+                add(
+                    "killed_externally",
+                    "fact",
+                    F.supports_clearly,
+                    o["id"],
+                    last,
+                    "the server is gone and its log ends without an error of its own",
+                )

@@ -1,0 +1,220 @@
+"""Memory rules: who holds the GPUs, whether the launch died for memory, and which phase an OOM
+hit (weights, KV cache, runtime). Each adds signed findings tied to one verbatim line.
+"""
+
+from __future__ import annotations
+
+from agent.evidence import latest_text_observations, text_lines
+from agent.facts import Facts
+from agent.rules_common import (
+    ALLOC,
+    MEMORY_LABELS,
+    MEMORY_PHASES,
+    OOM_LABELS,
+    OOM_NAMES_A_PID,
+    OTHER_PROC_MEM,
+    PHASE_PREFIX,
+    TORCH_HELD,
+    WORKER,
+    F,
+)
+from agent.signatures import Match
+from agent.state import Observation
+from agent.thresholds import THRESHOLDS
+
+
+def died_for_memory(hits: list[tuple[Observation, Match]]) -> bool:
+    """The launch died of a GPU-memory failure (an OOM, no room for the KV cache, too little free
+    memory at start): then other holders of GPU memory are suspects, even server-like ones."""
+    return any(m.strength == "fatal" and m.label in MEMORY_LABELS for _, m in hits)
+
+
+def leftover_holders(facts: Facts, hits: list[tuple[Observation, Match]]) -> dict[int, float]:
+    """GPU pids holding >= 1 GiB that are not the running server. After a memory failure, even
+    server-like processes (orphaned workers of an earlier launch) count: the launch is dead."""
+    # "less free memory than desired at startup", "memory unbalanced", "devices busy": the launch
+    # saw the memory taken before it allocated anything, so any holder is someone else
+    busy = any(
+        m.label == "stale_gpu_process"
+        and m.strength in ("fatal", "strong")
+        and m.signature not in OOM_NAMES_A_PID
+        for _, m in hits
+    )
+    running = set(facts.server_pids)
+    if busy:
+        running = set()
+    elif died_for_memory(hits):
+        mains = {p for p in facts.server_pids if not WORKER.search(facts.procs.get(p, ""))}
+        # a live main process owns its workers (it hit a runtime OOM and is still up); with no
+        # main alive, worker-like survivors are an earlier launch's orphans
+        running = set(facts.server_pids) if mains else set()
+    # in exclusive mode any holder blocks, however small
+    floor = 1.0 if busy else THRESHOLDS.oom.holder_floor_mib
+    return {p: mib for p, mib in facts.gpu_pids.items() if mib >= floor and p not in running}
+
+
+def stale_gpu_possible(facts: Facts, hits: list[tuple[Observation, Match]]) -> bool:
+    """The guardrail's condition: another pid holds GPU memory now (or memory is held while no
+    server runs, or after the launch died of a memory failure)."""
+    if leftover_holders(facts, hits):
+        return True
+    return facts.gpu_clean is False and launch_gone(facts, hits)
+
+
+def launch_gone(facts: Facts, hits: list[tuple[Observation, Match]]) -> bool:
+    """No server of this launch is up to account for the GPU memory in use: none runs, or the
+    launch died of a memory failure and only worker-like survivors remain."""
+    if facts.server_alive is False:
+        return True
+    if not died_for_memory(hits):
+        return False
+    return not any(not WORKER.search(facts.procs.get(p, "")) for p in facts.server_pids)
+
+
+def _unexplained_mib(facts: Facts) -> float:
+    """GPU memory in use that no listed process (desktop graphics included) accounts for."""
+    used = max((g.used_mib or 0.0) for g in facts.gpus) if facts.gpus else 0.0
+    return used - facts.graphics_mib
+
+
+def search_rules(observations: list[Observation], hits, add) -> None:  # type: ignore[no-untyped-def]
+    """A whole-log search for CUDA OOM that finds nothing refutes a GPU OOM (absent a hit elsewhere)."""
+    oom_hit = any(m.label in OOM_LABELS and m.strength == "fatal" for _, m in hits)
+    for o in observations:
+        if o["tool"] != "log_search" or not o["ok"] or oom_hit:
+            continue
+        if "memory" not in str(o["args"].get("pattern", "")).lower():
+            continue
+        if o["data"].get("whole_since_launch") is False:
+            continue  # part of the log since the launch was not read: absence refutes nothing
+        if int(o["data"].get("total_matches") or 0) == 0 and o["lines"]:
+            for label in sorted(OOM_LABELS):
+                add(
+                    label,
+                    "fact",
+                    F.refutes,
+                    o["id"],
+                    o["lines"][0],
+                    "no CUDA out-of-memory line in the whole log",
+                )
+
+
+def oom_phase(
+    o: Observation, m: Match, hits: list[tuple[Observation, Match]]
+) -> tuple[str, Match | None]:
+    """Weights or runtime? The phase line nearest before the OOM decides (after it, for logs
+    printed newest-first); without one, an allocation of a quarter of the GPU or more is weights."""
+    phases = [
+        mm
+        for oo, mm in hits
+        if oo["id"] == o["id"]
+        and mm.signature.startswith(PHASE_PREFIX)
+        and mm.label in MEMORY_PHASES  # an NCCL-init phase line says nothing about an OOM
+    ]
+    before = [p for p in phases if p.line_no < m.line_no]
+    after = [p for p in phases if p.line_no > m.line_no]
+    phase = before[-1] if before else (after[0] if after else None)
+    if phase is not None and phase.label:
+        return phase.label, phase
+    held = TORCH_HELD.search(m.line)
+    cap = ALLOC.search(m.line)
+    if held and cap and float(cap.group(3)) > 0:
+        # PyTorch itself holds (nearly) the whole GPU and no phase line says loading finished
+        held_gib = float(held.group(1)) / (1024 if held.group(2) == "MiB" else 1)
+        cap_gib = float(cap.group(3)) / (1024 if cap.group(4) == "MiB" else 1)
+        if held_gib >= THRESHOLDS.oom.weights_hold_share * cap_gib:
+            return "gpu_oom_weights", None
+    a = cap
+    if a:
+        want = float(a.group(1)) * (1024 if a.group(2) == "GiB" else 1)
+        total = float(a.group(3)) * (1024 if a.group(4) == "GiB" else 1)
+        if total > 0 and want >= THRESHOLDS.oom.weights_ask_share * total:
+            return "gpu_oom_weights", None
+    return m.label or "cuda_oom_runtime", None
+
+
+def stale_rules(facts: Facts, observations: list[Observation], hits, add) -> None:  # type: ignore[no-untyped-def]
+    launch_died = died_for_memory(hits)
+    alive_servers = set() if launch_died else set(facts.server_pids)
+    holders = leftover_holders(facts, hits)
+    # memory held by someone else only matters if something ran short of it (or of the port)
+    short = any(
+        m.label in MEMORY_LABELS | {"port_in_use"} and m.strength in ("fatal", "strong")
+        for _, m in hits
+    )
+    scale = 1.0 if short else THRESHOLDS.oom.unneeded_holder_scale
+    if holders:
+        for pid, mib in holders.items():
+            add(
+                "stale_gpu_process",
+                "fact",
+                F.proves * scale,
+                facts.gpu_pid_obs,
+                facts.gpu_pid_lines.get(pid, ""),
+                f"pid {pid} holds {mib:.0f} MiB of GPU memory and is not a running server",
+            )
+            if pid in facts.procs:
+                add(
+                    "stale_gpu_process",
+                    "fact",
+                    F.leans,
+                    facts.ps_obs,
+                    facts.procs[pid],
+                    f"pid {pid} is alive: {facts.procs[pid][:80]}",
+                )
+    elif (
+        facts.gpu_clean is False
+        and launch_gone(facts, hits)
+        and not facts.gpu_pids  # nvidia-smi named nobody: the holder is unseen (another container?)
+        and _unexplained_mib(facts) >= 1024
+    ):
+        busiest = max(facts.gpus, key=lambda g: g.used_mib or 0)
+        add(
+            "stale_gpu_process",
+            "fact",
+            # no pid to name: the holder may be outside this container, or still exiting;
+            # a second nvidia-smi read (check gpu_recheck) decides
+            F.supports * scale,
+            facts.gpu_obs,
+            busiest.line,
+            "GPU memory is in use although no server process runs",
+        )
+    elif facts.gpu_clean:
+        g = facts.gpus[0]
+        add(
+            "stale_gpu_process",
+            "fact",
+            F.refutes_strongly,
+            facts.gpu_obs,
+            g.line,
+            "nvidia-smi shows the GPUs free: no process holds their memory",
+        )
+    elif facts.gpu_clean is False and facts.server_alive and not launch_gone(facts, hits):
+        busiest = max(facts.gpus, key=lambda g: g.used_mib or 0)
+        pids = ", ".join(str(p) for p in facts.server_pids[:3])
+        add(
+            "stale_gpu_process",
+            "fact",
+            F.refutes,
+            facts.gpu_obs,
+            busiest.line,
+            f"the GPU memory is held by the running server itself (pid {pids}), not a leftover",
+        )
+    # torch names other holders in its OOM message; believe it only if that pid still holds memory
+    for o in latest_text_observations(observations):
+        for ln in text_lines(o):
+            m = OTHER_PROC_MEM.search(ln)
+            if not m:
+                continue
+            pid = int(m.group(1))
+            if pid in holders or (
+                pid in facts.procs and pid not in alive_servers and not facts.gpu_clean
+            ):
+                add(
+                    "stale_gpu_process",
+                    "fact",
+                    F.supports_clearly,
+                    o["id"],
+                    ln,
+                    f"the OOM names pid {pid}, which still holds GPU memory",
+                )
