@@ -14,14 +14,16 @@ import contextlib
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, TextIO
+from typing import TYPE_CHECKING, Annotated, TextIO
 
 import typer
 
 from agent.models import Decision, Event, Report
 from agent.narrate import conclusion, sentence
-from agent.runner import Runner
 from tools.host import Host
+
+if TYPE_CHECKING:  # the graph machinery loads only when a chat starts, not for every `pivot`
+    from agent.runner import Runner
 
 HELP = (
     "Type the symptom to start; then ask follow-ups (why did you rule out X? what would the next "
@@ -319,6 +321,8 @@ def chat(
             raise typer.Exit(2)
     with contextlib.suppress(ImportError):
         import readline  # noqa: F401  (line editing and history for input())
+    from agent.runner import Runner
+
     runner = Runner(s)
     try:
         c = Chat(runner, h, spec, brain)
