@@ -185,13 +185,16 @@ class _Outcome:
     fix: str | None = None
 
 
-def _wrap(command: str, timeout: float) -> str:
+def _wrap(command: str, timeout: float, stdin: bool = False) -> str:
     """`sh -c` (never a login shell) under `timeout -s KILL`, so the host ends what we give up on.
 
     GNU timeout puts the command in its own process group and kills the whole group. The outer
-    `exec sh -c` makes this work whatever the user's login shell is.
+    `exec sh -c` makes this work whatever the user's login shell is. A command given no input
+    reads /dev/null: we then never send EOF on its channel, which for a command that already
+    ended races sshd's close ("ieof packet referred to nonexistent channel" ends the whole
+    connection, and every read sharing it).
     """
-    inner = shlex.quote(command)
+    inner = shlex.quote(command if stdin else f"{{ {command}\n}} </dev/null")
     limit = f"{timeout + REMOTE_KILL_GRACE_S:.1f}"
     script = (
         f"if command -v timeout >/dev/null 2>&1; then exec timeout -s KILL {limit} sh -c {inner}; "
@@ -534,7 +537,7 @@ class SSHHost:
         readonly: bool = True,
     ) -> _Outcome:
         deadline = time.monotonic() + timeout
-        wrapped = _wrap(command, timeout)
+        wrapped = _wrap(command, timeout, stdin=stdin is not None)
         drop_note = ""
         for attempt in (0, 1):
             try:
@@ -602,15 +605,21 @@ class SSHHost:
                     fix="too many sessions at once (sshd MaxSessions); retry with fewer reads",
                 )
             except (paramiko.SSHException, EOFError, OSError):
+                # "Timeout opening channel" on a live transport is a busy sshd (or a busy us),
+                # not a dropped connection: wait and ask again on the same connection
+                if transport.is_active() and time.monotonic() + backoff < deadline:
+                    time.sleep(backoff)
+                    backoff = min(backoff * 2, 0.2)
+                    continue
                 return _Outcome(dropped=True)
         o = _Outcome()
         out, err = bytearray(), bytearray()
         try:
             chan.exec_command(wrapped)
-            if stdin:
+            if stdin is not None:
                 chan.settimeout(max(0.1, deadline - time.monotonic()))
                 chan.sendall(stdin)
-            chan.shutdown_write()
+                chan.shutdown_write()  # the writer waits for EOF: it cannot have ended yet
             fd = chan.fileno()
             while True:
                 while chan.recv_ready() and len(out) <= max_bytes:
