@@ -1,7 +1,8 @@
 """Runner: starts, resumes and follows up investigations; the contract in agent/api.py.
 
-Checkpoints go to their own SQLite file (settings.checkpoint_path) so a paused or crashed run
-resumes by session id in another process. Every event is stored in memory as it happens, so the
+Checkpoints go to their own SQLite file (settings.checkpoint_path), or to the team's PostgreSQL
+when `settings.database_url` is set, so a paused or crashed run resumes by session id in another
+process (another replica, with PostgreSQL). Every event is stored in memory as it happens, so the
 trajectory survives a crash, and handed to `on_event` for live views (CLI, SSE).
 """
 
@@ -20,7 +21,7 @@ from langgraph.types import Command
 from agent.brains import make_brain
 from agent.context import RunContext
 from agent.graph import build_graph
-from agent.memory import Memory
+from agent.memory import MemoryStore, open_memory
 from agent.models import ApprovalRequest, Decision, Event, Evidence, HypothesisView, Report
 from agent.settings import Settings, get_settings
 from tools.host import Host
@@ -30,17 +31,28 @@ RECURSION_LIMIT = 400
 
 
 class Runner:
-    def __init__(self, settings: Settings | None = None, memory: Memory | None = None) -> None:
+    def __init__(self, settings: Settings | None = None, memory: MemoryStore | None = None) -> None:
         self.settings = settings or get_settings()
         self.settings.home.mkdir(parents=True, exist_ok=True)
-        self.memory = memory or Memory(self.settings.memory_path)
-        self._conn = sqlite3.connect(
-            str(self.settings.checkpoint_path), check_same_thread=False, timeout=30
-        )
-        self._conn.execute("PRAGMA journal_mode=WAL")
-        self._saver = SqliteSaver(self._conn)
+        self.memory = memory or open_memory(self.settings)
+        self._closers: list[Callable[[], None]] = []
+        self._saver = self._checkpointer()
         self._lock = threading.Lock()
         self.graph = build_graph(self._saver)
+
+    def _checkpointer(self) -> Any:
+        if self.settings.database_url:
+            from agent.checkpoints_pg import open_postgres_saver
+
+            saver, pool = open_postgres_saver(self.settings.database_url)
+            self._closers.append(pool.close)
+            return saver
+        conn = sqlite3.connect(
+            str(self.settings.checkpoint_path), check_same_thread=False, timeout=30
+        )
+        conn.execute("PRAGMA journal_mode=WAL")
+        self._closers.append(conn.close)
+        return SqliteSaver(conn)
 
     # -- public API ------------------------------------------------------------------------------
     def start(
@@ -221,7 +233,8 @@ class Runner:
         return list(dict.fromkeys(out))[:3]
 
     def close(self) -> None:
-        self._conn.close()
+        for close in self._closers:
+            close()
         self.memory.close()
 
 

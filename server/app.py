@@ -27,9 +27,9 @@ STATIC = Path(__file__).resolve().parent / "static"
 
 
 def _open_memory(settings: Any) -> Any:
-    from agent.memory import Memory
+    from agent.memory import open_memory
 
-    return Memory(settings.memory_path)
+    return open_memory(settings)
 
 
 def _make_runner(settings: Any, memory: Any) -> Any:
