@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import psycopg
 from langgraph.checkpoint.postgres import PostgresSaver
 from psycopg_pool import ConnectionPool
 
@@ -19,7 +20,7 @@ from agent.pg import MIGRATION_LOCK, open_pool
 def open_postgres_saver(url: str, pool_size: int = 10) -> tuple[PostgresSaver, ConnectionPool[Any]]:
     pool = open_pool(url, max_size=pool_size, name="pivot-checkpoints")
     saver = PostgresSaver(pool)  # type: ignore[arg-type]
-    with pool.connection() as conn:
+    with psycopg.connect(url, autocommit=True) as conn:  # not from the pool: setup() needs one
         conn.execute("select pg_advisory_lock(%s)", [MIGRATION_LOCK])
         try:
             saver.setup()

@@ -17,6 +17,7 @@ app = typer.Typer(
 _PARTS = [
     "tools.cli",  # pivot tools NAME
     "agent.cli_investigate",  # pivot investigate, todo, handoff, sessions
+    "agent.cli_db",  # pivot db migrate|copy
     "evals.cli",  # pivot eval, pivot capture
     "loop.cli",  # pivot loop run|status|report|demo
     "server.cli",  # pivot serve (the service is the outermost shell; only its CLI is imported)
