@@ -76,9 +76,12 @@ def copy_table(src: sqlite3.Connection, pool: Any, table: str, source: str) -> T
                 with conn.cursor() as pc:
                     pc.executemany(insert, batch)
                 copied += len(batch)
-            serial = "id" in cols and conn.execute(
-                "select pg_get_serial_sequence(%s, 'id') as seq", [f'"{table}"']
-            ).fetchone()
+            serial = (
+                "id" in cols
+                and conn.execute(
+                    "select pg_get_serial_sequence(%s, 'id') as seq", [f'"{table}"']
+                ).fetchone()
+            )
             if serial and serial["seq"]:
                 conn.execute(
                     f'select setval(%s, greatest((select max(id) from "{table}"), 1))',
