@@ -76,6 +76,7 @@ class MemoryStore(Protocol):
     ) -> str: ...
     def set_status(self, session_id: str, status: str) -> None: ...
     def set_host_spec(self, session_id: str, spec: str) -> None: ...
+    def claim_status(self, session_id: str, expected: str, new: str) -> bool: ...
     def host_spec(self, session_id: str) -> str | None: ...
     def get_session(self, session_id: str) -> SessionRow | None: ...
     def list_sessions(self, host: str | None = None, limit: int = 50) -> list[SessionRow]: ...
@@ -266,6 +267,16 @@ class Memory(MemoryReads):
     def set_status(self, session_id: str, status: str) -> None:
         with self._lock, self.db.conn:
             self.db["sessions"].update(session_id, {"status": status, "updated": now()})
+
+    def claim_status(self, session_id: str, expected: str, new: str) -> bool:
+        """Move the status only if it still is `expected`: one winner when two replicas (or two
+        clicks) act on one session at once."""
+        with self._lock, self.db.conn:
+            cur = self.db.execute(
+                "update sessions set status = ?, updated = ? where id = ? and status = ?",
+                [new, now(), session_id, expected],
+            )
+            return cur.rowcount == 1
 
     def set_host_spec(self, session_id: str, spec: str) -> None:
         with self._lock, self.db.conn:

@@ -119,6 +119,14 @@ class PgMemory(MemoryReads):
                 [status, now(), session_id],
             )
 
+    def claim_status(self, session_id: str, expected: str, new: str) -> bool:
+        with self.pool.connection() as conn:
+            cur = conn.execute(
+                "update sessions set status = %s, updated = %s where id = %s and status = %s",
+                [new, now(), session_id, expected],
+            )
+            return cur.rowcount == 1
+
     def set_host_spec(self, session_id: str, spec: str) -> None:
         with self.pool.connection() as conn:
             conn.execute("update sessions set host_spec = %s where id = %s", [spec, session_id])

@@ -102,6 +102,26 @@ class Runner:
             [],
         )
 
+    def continue_run(
+        self, host: Host, session_id: str, on_event: EventSink | None = None
+    ) -> Report:
+        """Carry on a run whose process died, from its last checkpoint (another replica calls
+        this). With no checkpoint yet, the run starts over from the stored session."""
+        row = self.memory.get_session(session_id)
+        if row is None:
+            raise KeyError(f"no session {session_id}")
+        sink = self._sink(session_id, on_event)
+        if self.graph.get_state(self._config(session_id)).values:
+            return self._drive(session_id, host, row.brain, None, sink, [], [])
+        state = {
+            "session_id": session_id,
+            "host": host.name,
+            "symptom": row.symptom,
+            "notes": self._notes(host.name),
+            "messages": [],
+        }
+        return self._drive(session_id, host, row.brain, state, sink, [], [])
+
     def message(
         self, host: Host, session_id: str, text: str, on_event: EventSink | None = None
     ) -> Report:

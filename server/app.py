@@ -38,6 +38,15 @@ def _make_runner(settings: Any, memory: Any) -> Any:
     return Runner(settings, memory=memory)
 
 
+def _cluster(settings: Any) -> Any:
+    """Replicas share work only through a team PostgreSQL; on SQLite the hub is alone."""
+    if not getattr(settings, "database_url", None):
+        return None
+    from server.cluster import Cluster
+
+    return Cluster(settings.database_url)
+
+
 def create_app(
     config: ServeConfig | None = None,
     *,
@@ -57,14 +66,20 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         mem = _open_memory(settings)
         runner = _make_runner(settings, mem)
-        hub = RunHub(mem, runner, app.state.catalog, workers=config.workers)
+        cluster = _cluster(settings)
+        hub = RunHub(mem, runner, app.state.catalog, workers=config.workers, cluster=cluster)
         hub.bind(asyncio.get_running_loop())
         hub.restore()
+        if cluster is not None:
+            cluster.bind(on_event=hub.relay, on_orphan=hub.adopt)
+            cluster.start()
         app.state.memory = mem
         app.state.hub = hub
         try:
             yield
         finally:
+            if cluster is not None:
+                cluster.stop()
             hub.shutdown()
             runner.close()  # closes its checkpointer and the shared memory
 
