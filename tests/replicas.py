@@ -75,9 +75,10 @@ class Replica:
 
 
 def start_replica(
-    name: str, home: Path, url: str, token: str, slow_bin: Path | None = None
+    name: str, home: Path, url: str | None, token: str, slow_bin: Path | None = None
 ) -> Replica:
-    """`pivot serve` as a child process; returns once /api/health answers."""
+    """`pivot serve` as a child process; returns once /api/health answers. With no `url` it runs
+    on SQLite under `home`, as a lone service does."""
     port = _free_port()
     env = {
         **os.environ,
@@ -91,6 +92,8 @@ def start_replica(
         ),
     }
     env.pop("PIVOT_LLM_BASE_URL", None)
+    if url is None:
+        env.pop("PIVOT_DATABASE_URL")
     log = home / f"replica-{name}.log"
     proc = subprocess.Popen(
         [sys.executable, "-m", "agent.cli", "serve", "--port", str(port)],
