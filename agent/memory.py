@@ -375,23 +375,25 @@ class Memory(MemoryReads):
 
     # -- events ----------------------------------------------------------------------------------
     def append_event(self, event: Event) -> Event:
-        """Assign the next seq for the session and store it; returns the stored event."""
+        """Assign the next seq for the session and store it; returns the stored event.
+
+        One statement picks the seq and inserts: it runs under SQLite's write lock, so two
+        processes appending to one session (the service and the CLI) never pick the same seq."""
         with self._lock, self.db.conn:
             row = self.db.execute(
-                "select coalesce(max(seq), 0) from events where session_id = ?",
-                [event.session_id],
+                """insert into events (session_id, seq, type, data, at)
+                   values (?, (select coalesce(max(seq), 0) + 1 from events where session_id = ?),
+                           ?, ?, ?)
+                   returning seq""",
+                [
+                    event.session_id,
+                    event.session_id,
+                    event.type,
+                    json.dumps(event.data, default=str),
+                    event.at,
+                ],
             ).fetchone()
-            ev = event.model_copy(update={"seq": int(row[0]) + 1})
-            self.db["events"].insert(
-                {
-                    "session_id": ev.session_id,
-                    "seq": ev.seq,
-                    "type": ev.type,
-                    "data": json.dumps(ev.data, default=str),
-                    "at": ev.at,
-                }
-            )
-        return ev
+        return event.model_copy(update={"seq": int(row[0])})
 
     def events(self, session_id: str, after_seq: int = 0) -> list[Event]:
         rows = self.db["events"].rows_where(

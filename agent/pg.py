@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from psycopg import Connection
+from psycopg.adapt import Dumper
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
@@ -26,6 +27,20 @@ def is_postgres_url(url: str | None) -> bool:
     return bool(url) and str(url).startswith(("postgresql://", "postgres://"))
 
 
+class NulSafeStr(Dumper):
+    """PostgreSQL text cannot hold NUL (SQLite can): a NUL in a string is stored as U+FFFD
+    instead of failing the request. JSON columns never see one (json.dumps escapes it)."""
+
+    oid = 0  # "unknown", as psycopg's own str dumper: the server infers the column's type
+
+    def dump(self, obj: str) -> bytes:
+        return obj.replace("\x00", "\ufffd").encode()
+
+
+def nul_safe(conn: Connection[Any]) -> None:
+    conn.adapters.register_dumper(str, NulSafeStr)
+
+
 def open_pool(url: str, max_size: int = 10, name: str = "pivot") -> ConnectionPool[Any]:
     """A pool of autocommit connections with dict rows; callers open `conn.transaction()` to
     group writes. `check` revives connections a restarted server closed under us."""
@@ -33,6 +48,7 @@ def open_pool(url: str, max_size: int = 10, name: str = "pivot") -> ConnectionPo
         url,
         min_size=1,
         max_size=max_size,
+        configure=nul_safe,
         kwargs={"autocommit": True, "row_factory": dict_row},
         check=ConnectionPool.check_connection,
         name=name,
