@@ -8,6 +8,7 @@ trajectory survives a crash, and handed to `on_event` for live views (CLI, SSE).
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 import threading
 import time
@@ -36,6 +37,13 @@ class Runner:
         self.settings.home.mkdir(parents=True, exist_ok=True)
         self.memory = memory or open_memory(self.settings)
         self._closers: list[Callable[[], None]] = []
+        #: with a team database, whoever drives a session holds its run lease (leases_pg.py)
+        self.leases: Any = None
+        if self.settings.database_url:
+            from agent.leases_pg import RunLeases
+
+            self.leases = RunLeases(self.settings.database_url)
+            self._closers.append(self.leases.close)
         self._saver = self._checkpointer()
         self._lock = threading.Lock()
         self.graph = build_graph(self._saver)
@@ -67,9 +75,23 @@ class Runner:
         configs: list[str] | None = None,
     ) -> Report:
         brain_name = brain or self.settings.default_brain
-        sid = self.memory.create_session(
-            host.name, symptom, brain_name, session_id or uuid.uuid4().hex[:12]
-        )
+        sid = session_id or uuid.uuid4().hex[:12]
+        # The lease before the row says `running`: no replica may take the session for orphaned.
+        with self.leases.holding(sid) if self.leases else contextlib.nullcontext():
+            return self._start(host, symptom, sid, brain_name, on_event, host_spec, logs, configs)
+
+    def _start(
+        self,
+        host: Host,
+        symptom: str,
+        session_id: str,
+        brain_name: str,
+        on_event: EventSink | None,
+        host_spec: str | None,
+        logs: list[str] | None,
+        configs: list[str] | None,
+    ) -> Report:
+        sid = self.memory.create_session(host.name, symptom, brain_name, session_id)
         if host_spec:
             self.memory.set_host_spec(sid, host_spec)
         notes = self._notes(host.name)
@@ -187,6 +209,18 @@ class Runner:
             extra_logs=logs,
             extra_configs=configs,
         )
+        lease = self.leases.holding(sid) if self.leases else contextlib.nullcontext()
+        with lease:
+            return self._drive_held(sid, host, inp, sink, ctx)
+
+    def _drive_held(
+        self,
+        sid: str,
+        host: Host,
+        inp: Any,
+        sink: Callable[[str, dict[str, Any]], None],
+        ctx: RunContext,
+    ) -> Report:
         try:
             for mode, chunk in self.graph.stream(
                 inp,

@@ -38,13 +38,13 @@ def _make_runner(settings: Any, memory: Any) -> Any:
     return Runner(settings, memory=memory)
 
 
-def _cluster(settings: Any) -> Any:
+def _cluster(settings: Any, runner: Any) -> Any:
     """Replicas share work only through a team PostgreSQL; on SQLite the hub is alone."""
-    if not getattr(settings, "database_url", None):
+    if not getattr(settings, "database_url", None) or getattr(runner, "leases", None) is None:
         return None
     from server.cluster import Cluster
 
-    return Cluster(settings.database_url)
+    return Cluster(settings.database_url, runner.leases)
 
 
 def create_app(
@@ -66,7 +66,7 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         mem = _open_memory(settings)
         runner = _make_runner(settings, mem)
-        cluster = _cluster(settings)
+        cluster = _cluster(settings, runner)
         hub = RunHub(mem, runner, app.state.catalog, workers=config.workers, cluster=cluster)
         hub.bind(asyncio.get_running_loop())
         hub.restore()
@@ -78,9 +78,9 @@ def create_app(
         try:
             yield
         finally:
+            hub.shutdown()  # running runs finish and release their leases first
             if cluster is not None:
                 cluster.stop()
-            hub.shutdown()
             runner.close()  # closes its checkpointer and the shared memory
 
     app = FastAPI(
