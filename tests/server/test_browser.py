@@ -30,10 +30,12 @@ pytestmark = pytest.mark.skipif(
 def test_investigate_approve_and_conclude_in_the_page(live: Live) -> None:
     from playwright.sync_api import expect, sync_playwright
 
-    from loop.ledger import ExperimentRow, Ledger
+    from loop.ledger import ExperimentRow, open_ledger
 
     ARTIFACTS.mkdir(exist_ok=True)
-    ledger = Ledger(live.home / "loop" / "nccl-plan" / "ledger.db")  # the loop's own ledger file
+    # the loop's own ledger: its file, or the team database the service runs on
+    team = live.app.state.settings.database_url or ""
+    ledger = open_ledger(live.home / "loop" / "nccl-plan" / "ledger.db", team)
     night, _ = ledger.open_night("nccl-plan", "digest", str(live.home / "loop" / "nccl-plan"))
     for seq, (name, kind, metric) in enumerate(
         [("baseline", "baseline", 1000.0), ("nccl-buffsize", "ranked", 1085.0),
