@@ -11,8 +11,8 @@ test:
 	bash scripts/test.sh
 
 lint: install
-	.venv/bin/ruff check agent loop tools server evals bench tests prompts
-	.venv/bin/ruff format --check agent tools server evals bench tests prompts
+	.venv/bin/ruff check agent cards loop tools server evals bench tests prompts
+	.venv/bin/ruff format --check agent cards tools server evals bench tests prompts
 
 # Each benchmark ends with one line `PASS|FAIL <metric> <value> (target ...)`.
 bench: install

@@ -15,10 +15,12 @@ from pathlib import Path
 import yaml
 
 from agent.state import Finding, Hypothesis
-from tools.taxonomy import TAXONOMY
+from agent.thresholds import THRESHOLDS
+from cards.taxonomy import TAXONOMY
 
-SUPPORTED_AT = 1.5
-REFUTED_AT = -2.0
+#: where a hypothesis counts as supported / refuted (agent/knowledge/thresholds.yaml)
+SUPPORTED_AT = THRESHOLDS.board.supported_at
+REFUTED_AT = THRESHOLDS.board.refuted_at
 
 
 @lru_cache(maxsize=1)

@@ -18,6 +18,8 @@ _PARTS = [
     "tools.cli",  # pivot tools NAME
     "agent.cli_investigate",  # pivot investigate, todo, handoff, sessions
     "agent.cli_db",  # pivot db migrate|copy
+    "agent.chat",  # pivot chat
+    "agent.cli_fleet",  # pivot sweep --hosts
     "evals.cli",  # pivot eval, pivot capture
     "loop.cli",  # pivot loop run|status|report|demo
     "server.cli",  # pivot serve (the service is the outermost shell; only its CLI is imported)

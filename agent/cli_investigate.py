@@ -9,6 +9,8 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from agent.cli_fleet import DeadlineOpt, MaxConnOpt, run_and_print
+from agent.fleet import DEADLINE_S, MAX_CONNECTIONS
 from agent.models import Decision
 from agent.render import live_printer, print_report
 
@@ -87,9 +89,17 @@ def investigate(
     approve: Annotated[
         bool | None, typer.Option("--approve/--deny", help="decision for --resume")
     ] = None,
+    hosts: Annotated[
+        str | None,
+        typer.Option(
+            "--hosts",
+            help="several hosts at once: a fleet.yaml group or aliases a,b,c (see pivot sweep)",
+        ),
+    ] = None,
+    max_connections: MaxConnOpt = MAX_CONNECTIONS,
+    deadline: DeadlineOpt = DEADLINE_S,
 ) -> None:
     """Find why a launch died: sweep the host, weigh hypotheses, cite the log lines that prove it."""
-    from agent.runner import Runner
     from agent.settings import get_settings
 
     s = get_settings()
@@ -103,7 +113,37 @@ def investigate(
             "(and PIVOT_LLM_MODEL, PIVOT_LLM_API_KEY), or use --brain rulebook",
             param_hint="--brain",
         )
+    if hosts:
+        if host or local or replay or resume:
+            raise typer.BadParameter("--hosts replaces --host/--local/--replay/--resume")
+        if yes:
+            raise typer.BadParameter(
+                "--yes is for one host: a fleet run leaves each fix paused for its own "
+                "`pivot investigate --resume SESSION --approve`",
+                param_hint="--yes",
+            )
+        run_and_print(
+            hosts,
+            symptom or DEFAULT_SYMPTOM,
+            brain=brain,
+            logs=log,
+            configs=config,
+            max_connections=max_connections,
+            deadline=deadline,
+            as_json=as_json,
+        )
     console = Console(stderr=as_json)
+    h = prefetch = None
+    if not resume:
+        h = _host(host, local, replay, trust_new_host_key)
+        if host:
+            _reachable_or_exit(h)
+        from agent.observe import Prefetch, first_wave
+
+        # the sweep's first reads start now and overlap the graph machinery's imports below
+        prefetch = Prefetch(h, first_wave(list(log or [])))
+    from agent.runner import Runner
+
     runner = Runner()
     on_event = live_printer(console)
     try:
@@ -116,12 +156,9 @@ def investigate(
                 raise typer.BadParameter("--resume needs --approve or --deny")
             report = runner.resume(h, resume, Decision(approve=approve, reason="cli"), on_event)
         else:
-            h = _host(host, local, replay, trust_new_host_key)
-            if host:
-                _reachable_or_exit(h)
             text = symptom
             if not text and replay:
-                from tools.cards import load_card
+                from cards.model import load_card
 
                 text = load_card(replay).symptom
             report = runner.start(
@@ -132,6 +169,7 @@ def investigate(
                 host_spec=_host_spec(host, local, replay),
                 logs=log,
                 configs=config,
+                prefetched=prefetch,
             )
         while report.status == "awaiting_approval" and report.pending_approval:
             p = report.pending_approval

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from agent.brains.base import Brain
+from agent.observe import Prefetch
 from agent.settings import Settings
 from tools.host import Host
 
@@ -18,3 +19,5 @@ class RunContext:
     started: float = 0.0
     extra_logs: list[str] = field(default_factory=list)
     extra_configs: list[str] = field(default_factory=list)
+    #: the first wave, already started by the caller (agent.observe.Prefetch), or None
+    prefetched: Prefetch | None = None

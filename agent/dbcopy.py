@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import sqlite3
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,8 +25,12 @@ from agent.pg import open_pool
 MEMORY_TABLES = [
     "sessions", "events", "todos", "handoffs", "conclusions", "observations", "hypotheses",
 ]  # fmt: skip
-#: The loop's ledger (loop/ledger.py); named here so agent/ never imports loop/.
-LEDGER_TABLES = ["nights", "experiments", "baseline_files"]
+#: The loop's ledger (loop/ledger.py); named here so agent/ never imports loop/. A pair is
+#: (SQLite table, PostgreSQL table): the ledger's night events share the team database with
+#: memory's `events`, so there they are `night_events` (loop/ledger_pg.py).
+LEDGER_TABLES: list[str | tuple[str, str]] = [
+    "nights", "experiments", "baseline_files", ("events", "night_events"),
+]  # fmt: skip
 BATCH = 2000
 
 
@@ -57,14 +61,18 @@ def _norm(v: Any) -> Any:
     return v
 
 
-def copy_table(src: sqlite3.Connection, pool: Any, table: str, source: str) -> TableCopy:
-    """Copy one table's shared columns, then compare both sides as multisets of rows."""
-    src_cols = [r[1] for r in src.execute(f'pragma table_info("{table}")')]
+def copy_table(
+    src: sqlite3.Connection, pool: Any, table: str, source: str, dst: str | None = None
+) -> TableCopy:
+    """Copy one table's shared columns (into `dst`, else the table of the same name), then
+    compare both sides as multisets of rows."""
+    src_table, table = table, dst or table
+    src_cols = [r[1] for r in src.execute(f'pragma table_info("{src_table}")')]
     with pool.connection() as conn:
         cols = [c for c in _pg_columns(conn, table) if c in src_cols]
         col_sql = ", ".join(f'"{c}"' for c in cols)
         copied = 0
-        cur = src.execute(f'select {col_sql} from "{table}" order by rowid')
+        cur = src.execute(f'select {col_sql} from "{src_table}" order by rowid')
         with conn.transaction():
             # COPY into a scratch table, then one INSERT … ON CONFLICT DO NOTHING: COPY's speed,
             # and a second run still adds nothing.
@@ -96,7 +104,7 @@ def copy_table(src: sqlite3.Connection, pool: Any, table: str, source: str) -> T
             sc.itersize = BATCH
             sc.execute(f'select {col_sql} from "{table}"')
             theirs = _digests(tuple(r.values()) for r in sc)
-    ours = _digests(src.execute(f'select {col_sql} from "{table}"'))
+    ours = _digests(src.execute(f'select {col_sql} from "{src_table}"'))
     # The team database may already hold other homes' rows: ours must all be there, unchanged.
     equal = all(theirs.get(d, 0) >= n for d, n in ours.items())
     return TableCopy(
@@ -119,12 +127,15 @@ def _digests(rows: Iterable[tuple[Any, ...]]) -> Counter[bytes]:
     return out
 
 
-def copy_sqlite_file(path: Path, url: str, tables: list[str], source: str) -> list[TableCopy]:
+def copy_sqlite_file(
+    path: Path, url: str, tables: Sequence[str | tuple[str, str]], source: str
+) -> list[TableCopy]:
     src = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     pool = open_pool(url, max_size=2, name="pivot-copy")
     try:
         have = {r[0] for r in src.execute("select name from sqlite_master where type = 'table'")}
-        return [copy_table(src, pool, t, source) for t in tables if t in have]
+        pairs = [(t, t) if isinstance(t, str) else t for t in tables]
+        return [copy_table(src, pool, s, source, d) for s, d in pairs if s in have]
     finally:
         pool.close()
         src.close()

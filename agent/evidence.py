@@ -7,15 +7,16 @@ from __future__ import annotations
 
 import re
 from functools import lru_cache
-from pathlib import Path
-
-import yaml
 
 from agent.signatures import Match, scan
 from agent.state import Observation
+from tools import engines
+from tools import registry as tool_registry
 
-TEXT_TOOLS = {"log_tail", "log_search", "dmesg", "host_facts", "service_logs"}
-LOG_TOOLS = {"log_tail", "service_logs"}
+#: Tools whose lines are scanned for signatures, and those that are a launch's own log: each
+#: tool says so on its spec (tools/registry.py).
+TEXT_TOOLS = tool_registry.scanned()
+LOG_TOOLS = tool_registry.launch_logs()
 
 
 def text_lines(o: Observation) -> list[str]:
@@ -34,8 +35,8 @@ def latest_text_observations(observations: list[Observation]) -> list[Observatio
 
 @lru_cache(maxsize=1)
 def _launch_markers() -> re.Pattern[str]:
-    pats = yaml.safe_load((Path(__file__).parent / "knowledge" / "launch_markers.yaml").read_text())
-    return re.compile("|".join(f"(?:{p})" for p in pats))
+    """Lines that start a launch, from the engine registry (the same ones log_search uses)."""
+    return re.compile("|".join(f"(?:{p})" for p in engines.launch_patterns()))
 
 
 def last_launch(lines: list[str]) -> int:

@@ -11,8 +11,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, PrivateAttr
 
+from agent.proof import log_pids
 from agent.state import Observation
-from tools import engines
+from tools import disk, engines
 
 
 #: Which command lines are inference servers (entry points, launchers, worker titles) and which
@@ -213,6 +214,7 @@ def derive(observations: list[Observation]) -> Facts:
     _ranks(f, [ln for reads in log_reads.values() for ln in reads[-1][2]])
     _tenancy(f)
     _keep_plausible_workloads(f, log_reads)
+    _writers_named_by_log(f, log_reads)
     for path, reads in log_reads.items():
         if len(reads) >= 2:
             (_, s0, t0), (oid, s1, t1) = reads[-2], reads[-1]
@@ -223,9 +225,7 @@ def derive(observations: list[Observation]) -> Facts:
     return f
 
 
-_LAUNCHER = re.compile(
-    r"(?i)(?:^|/|\s)(?:python[\d.]*|mpirun|mpiexec|srun|torchrun|deepspeed|accelerate|\S*_perf|\S*nccl\S*)(?:\s|$)"
-)
+_LAUNCHER = engines.workload_pattern()  # tools/engines.yaml common.workload_programs
 _HOME = re.compile(r"^/home/([^/]+)/")
 
 
@@ -251,6 +251,29 @@ def _keep_plausible_workloads(
         if user in homes or any(w in text for w in words if not w.startswith("python")):
             keep[pid] = line
     f.busy_unknown_pids = keep
+
+
+def _writers_named_by_log(f: Facts, log_reads: dict[str, list[tuple[str, int, list[str]]]]) -> None:
+    """A live process the log names as its writer (NCCL's host:PID:TID prefix, vLLM's
+    `(Worker pid=N)`) is that launch, whatever its command line: a benchmark binary or a training
+    script is alive, not "gone". Only launcher-like commands count, so a recycled pid (a shell,
+    sshd) never ties an old log to an unrelated process."""
+    if not f.ps_available:
+        return
+    for path, reads in log_reads.items():
+        named = log_pids(reads[-1][2])
+        for pid in named:
+            rec = f._ps_recs.get(pid)
+            if rec is None or rec.get("zombie") or pid in f.server_pids:
+                continue
+            if pid in f.other_launch_pids or pid in f.co_tenant_pids:
+                continue
+            if not _LAUNCHER.search(str(rec.get("command") or "")):
+                continue
+            f.server_pids.append(pid)
+            f.server_main_pids.append(pid)
+            f.log_writers.setdefault(path, []).append(pid)
+            f.busy_unknown_pids.pop(pid, None)
 
 
 _DIGITS = re.compile(r"\d+")
@@ -393,6 +416,8 @@ def _ranks(f: Facts, log_lines: list[str]) -> None:
         if isinstance(rank, int):
             (defunct if pid in f.server_defunct_pids else alive).setdefault(rank, pid)
     if not alive and not defunct:
+        alive = _ranks_by_gpu(f)
+    if not alive and not defunct:
         f.ranks = []
         f.ranks_gone = []
         return
@@ -405,6 +430,28 @@ def _ranks(f: Facts, log_lines: list[str]) -> None:
             RankFact(rank=r, pid=pid, state=state, line=f.procs.get(pid, "") if pid else "")
         )
     f.ranks_gone = [x.rank for x in f.ranks if x.state != "alive"] if f.server_pids else []
+
+
+def _ranks_by_gpu(f: Facts) -> dict[int, int]:
+    """rank -> pid for launches whose workers carry no rank in their title (a custom launcher's
+    `python -c from multiprocessing.spawn import spawn_main`): the server's processes that hold
+    a GPU are its ranks, in pid order (rank 0 starts first). Fewer holders than the ranks the
+    log names means a rank is gone; only live ps with parent pids can say which belong."""
+    if len(f.log_ranks) < 2 or not f.server_pids or not f.gpu_pids:
+        return {}
+    recs = f._ps_recs
+    if not any(r.get("ppid") is not None for r in recs.values()):
+        return {}
+    tree = set(f.server_pids)
+    grew = True
+    while grew:  # the server's descendants: spawned ranks are children of the launcher
+        kids = {pid for pid, r in recs.items() if r.get("ppid") in tree and not r.get("zombie")}
+        grew = not kids <= tree
+        tree |= kids
+    holders = sorted(pid for pid in f.gpu_pids if pid in tree)
+    if not holders or len(holders) >= len(f.log_ranks):
+        return {}
+    return dict(zip(f.log_ranks, holders, strict=False))
 
 
 def _tenancy(f: Facts) -> None:
@@ -467,5 +514,5 @@ def _disk(f: Facts, o: Observation) -> None:
             f.shm_mib = _mib(_get(m, "size_mib", "size"))
             f.shm_use_pct = pct_f
             f.shm_line = line
-        elif pct_f is not None and pct_f >= 97:
+        elif pct_f is not None and pct_f >= disk.FULL_PCT:  # the disk tool's one number
             f.full_mounts.append((mount, pct_f, line))

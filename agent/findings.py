@@ -27,6 +27,7 @@ from agent.rules_hang import hang_rules
 from agent.rules_structure import structure_rules
 from agent.signatures import Match
 from agent.state import Finding, Observation
+from tools import engines
 
 __all__ = ["compute", "signature_hits"]
 
@@ -37,8 +38,8 @@ def _finding(n: int, label: str, kind: str, w: float, obs: str, line: str, note:
     )
 
 
-#: Engines every launch runs on: their signatures apply to any engine's launch.
-UNDERLYING = {"any", "torch", "nccl", "cuda", "python", "ray"}
+#: Engines every launch runs on: their signatures apply to any engine's launch (engines.yaml).
+UNDERLYING = engines.underlying()
 #: The weight factor for a signature written for another engine than the launch's.
 OTHER_ENGINE = 0.5
 
@@ -46,11 +47,11 @@ OTHER_ENGINE = 0.5
 def launch_engine(facts: Facts, observations: list[Observation]) -> str | None:
     """The engine of the launch under investigation, as its process shows (ps names it
     reliably; a log's markers can be another engine's library printing inside it)."""
-    engine = getattr(facts, "server_engine", None)
-    if engine in (None, "unknown", "custom", "emulator"):
+    engine = engines.signature_engine(getattr(facts, "server_engine", None))
+    if engine is None:
         return None
-    # the signatures speak the card taxonomy's engines; every other engine is "other"
-    return engine if engine in ("sglang", "vllm", "trtllm", "torch") else "other"
+    # an engine no signature names by itself is served by the signatures written for "other"
+    return engine if engine in _named_engines() else "other"
 
 
 def _for_engine(m: Match, engine: str | None) -> bool:
@@ -60,6 +61,10 @@ def _for_engine(m: Match, engine: str | None) -> bool:
         return True
     sig = _sig_engines().get(m.signature)
     return sig is None or bool(set(sig) & (UNDERLYING | {engine}))
+
+
+def _named_engines() -> set[str]:
+    return {e for es in _sig_engines().values() for e in es}
 
 
 def _sig_engines() -> dict[str, list[str]]:

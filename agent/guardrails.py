@@ -25,7 +25,7 @@ from agent.facts import Facts
 from agent.rules import HW_ERROR, stale_gpu_possible
 from agent.signatures import Match
 from agent.state import Action, Observation
-from tools.taxonomy import LABELS
+from cards.taxonomy import LABELS
 
 Hits = list[tuple[Observation, Match]]
 #: Inferred-from-absence conclusions are capped here: the check that would confirm them is named.
@@ -149,6 +149,8 @@ def stall_proof(observations: list[Observation], facts: Facts) -> str | None:
     stacks = [o for o in observations if o["tool"] == "py_stacks" and o["ok"]]
     if stacks and stacks[-1]["data"].get("waiting_in") == "collective":
         return "stacks"
+    if rules_hang.quiet_phase_line(observations) is not None:
+        return None  # the log's last phase (a compile, a graph capture) runs quietly for minutes
     if (
         rules_hang.silent(facts)
         and not facts.building_pids
@@ -303,6 +305,8 @@ def own_fatal_since_launch(observations: list[Observation]) -> tuple[str, str] |
             ln = lines[start + i]
             if kind == "exit_signal" or proof.external_end(ln) or OOM_KILL.search(ln):
                 continue
+            if proof.peer_lost(ln):
+                continue
             return o["id"], ln
     return None
 
@@ -348,8 +352,11 @@ def _bad_launch(
 ) -> list[str]:
     """A setting proven wrong by host facts needs no crash line: a node of rank >= 1 told to meet
     rank 0 at its own address hangs without printing an error."""
-    if rules_causes.rendezvous_self(list(by_id.values())) is not None:
+    obs = list(by_id.values())
+    if rules_causes.rendezvous_self(obs) is not None:
         return []
+    if rules_causes.loopback_across_nodes(obs) is not None:
+        return []  # NCCL on lo across hosts: the ranks never meet, and nothing is printed
     return _crash_rule(action, by_id, facts, hits)
 
 

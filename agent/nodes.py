@@ -12,7 +12,7 @@ from langgraph.runtime import Runtime
 from langgraph.types import interrupt
 
 from agent import board as board_mod
-from agent.brains.base import Context
+from agent.brains.base import BrainContext
 from agent.checks import (
     ABS_PATH,
     catalogue,
@@ -25,14 +25,16 @@ from agent.checks import (
 from agent.context import RunContext
 from agent.findings import compute
 from agent.guardrails import check_conclusion, qualify
-from agent.observe import run_many
+from agent.observe import first_wave, run_many
 from agent.state import Action, Observation, State
+from agent.thresholds import THRESHOLDS
+from tools import registry as tool_registry
 from tools.registry import TOOLS
 
 MAX_LOGS, MAX_CONFIGS = 3, 4
 MAX_REJECTIONS = 3
 #: a conclusion at least this sure explains away suspects that nothing on the host supports
-EXPLAINS_AWAY_AT = 0.7
+EXPLAINS_AWAY_AT = THRESHOLDS.nodes.explains_away_at
 
 
 def _emit(kind: str, data: dict[str, Any]) -> None:
@@ -63,18 +65,10 @@ def sweep(state: State, runtime: Runtime[RunContext]) -> dict[str, Any]:
             "text": f"Sweeping {host.name}: GPUs, processes, kernel log, disk, ports, logs and configs.",
         },
     )
-    wave1: list[tuple[str, dict[str, Any]]] = [
-        (t, {"logs": list(ctx.extra_logs)} if t == "processes" and ctx.extra_logs else {})
-        for t in ("gpu_status", "processes", "dmesg", "disk", "ports", "host_facts")
-        if t in TOOLS
-    ]
-    if "find_logs" in TOOLS:
-        # the usual places first, then the whole tree shallowly: containers put logs in /app,
-        # /tensorrtllm_backend, /home/<user>/..., wherever the launch script ran
-        from tools.find_logs import DEFAULT_ROOTS
-
-        wave1.append(("find_logs", {"roots": [*DEFAULT_ROOTS, "/home", "/"], "max_depth": 4}))
-    obs1 = run_many(host, wave1, 1, 0)
+    # each tool says on its spec whether (and where, with which arguments) it joins wave 1
+    wave1 = first_wave(list(ctx.extra_logs))
+    early = ctx.prefetched.take(host, wave1) if ctx.prefetched is not None else None
+    obs1 = early if early is not None else run_many(host, wave1, 1, 0)
     for o in obs1:
         _emit("observation", _obs_event(o))
     paths = listed_paths(obs1)
@@ -219,7 +213,7 @@ def decide(state: State, runtime: Runtime[RunContext]) -> dict[str, Any]:
     opts = options(
         state.get("observations", []), state.get("hypotheses", {}), state.get("done_checks", [])
     )
-    bctx = Context(
+    bctx = BrainContext(
         options=opts, facts=facts, changes_possible=_changes_possible(state), budget_left=left
     )
     action = ctx.brain.decide(state, bctx)
@@ -304,7 +298,7 @@ def follow_up(state: State, runtime: Runtime[RunContext]) -> dict[str, Any]:
     ctx = runtime.context
     text = (state.get("messages") or [""])[-1]
     findings, facts = compute(state.get("observations", []))
-    bctx = Context(options=[], facts=facts, budget_left=_budget_left(state, ctx))
+    bctx = BrainContext(options=[], facts=facts, budget_left=_budget_left(state, ctx))
     reply, actions = ctx.brain.follow_up(state, text, bctx)
     _emit("message", {"role": "agent", "text": reply})
     actions = [x for x in actions if x.get("tool") in TOOLS and not TOOLS[x["tool"]].changing]
@@ -402,7 +396,7 @@ def conclude(state: State, runtime: Runtime[RunContext]) -> dict[str, Any]:
 
 
 #: Reads whose failure leaves a hypothesis unknown (not refuted): say so, with the fix.
-_UNKNOWN_MATTERS = ("dmesg", "processes", "ports", "gpu_status", "disk", "log_tail", "log_search")
+_UNKNOWN_MATTERS = tool_registry.verdict_needs()
 
 
 def unknowns(observations: list[Observation]) -> list[str]:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from pydantic import ValidationError
 
 from agent.state import Observation
+from tools import registry as tool_registry
 from tools.base import ToolResult, bound_lines
 from tools.host import Host
 from tools.registry import TOOLS
@@ -62,3 +64,39 @@ def run_many(
             )
         )
     return out
+
+
+def first_wave(extra_logs: list[str]) -> list[tuple[str, dict[str, Any]]]:
+    """Round 0's first reads, as each tool's spec places itself in the sweep; the operator's
+    logs go to `processes` so it can tie them to their writers."""
+    return [
+        (
+            s.name,
+            {"logs": list(extra_logs)}
+            if s.name == "processes" and extra_logs
+            else dict(s.first_sweep_args),
+        )
+        for s in tool_registry.first_sweep()
+    ]
+
+
+class Prefetch:
+    """The first wave started early, in a thread, while the caller does something slow (the CLI
+    imports the graph machinery, ~0.6 s): the same calls, the same tools, only sooner. The sweep
+    node takes the result when its own calls are exactly these, and runs them itself otherwise."""
+
+    def __init__(self, host: Host, calls: list[tuple[str, dict[str, Any]]]) -> None:
+        self.host, self.calls = host, calls
+        self._result: list[Observation] | None = None
+        self._thread = threading.Thread(target=self._run, name="pivot-prefetch", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        self._result = run_many(self.host, self.calls, 1, 0)
+
+    def take(self, host: Host, calls: list[tuple[str, dict[str, Any]]]) -> list[Observation] | None:
+        if host is not self.host or calls != self.calls:
+            return None
+        self._thread.join()
+        out, self._result = self._result, None
+        return out

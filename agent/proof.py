@@ -41,6 +41,10 @@ class _Structure(BaseModel):
     external_end: list[str]
     wrapper: list[str] = []
     label_hints: list[LabelHint] = []
+    log_pid: list[str] = []
+    quiet_phase: list[str] = []
+    wait_message: list[str] = []
+    peer_lost: list[str] = []
 
 
 def _any(patterns: list[str]) -> re.Pattern[str]:
@@ -67,6 +71,9 @@ def _rx() -> dict[str, re.Pattern[str]]:
         "traceback_start": re.compile(s.traceback_start),
         "external_end": _any(s.external_end),
         "wrapper": _any(s.wrapper or ["(?!x)x"]),
+        "quiet_phase": _any(s.quiet_phase or ["(?!x)x"]),
+        "wait_message": _any(s.wait_message or ["(?!x)x"]),
+        "peer_lost": _any(s.peer_lost or ["(?!x)x"]),
     }
 
 
@@ -113,6 +120,43 @@ def kind_in_context(lines: list[str], index: int) -> str | None:
     if kind is not None and in_tb and rx["exception_after_traceback"].search(lines[index]):
         return "traceback"  # the last line of a traceback: that component died of it
     return kind
+
+
+@lru_cache(maxsize=1)
+def _log_pid_rx() -> tuple[re.Pattern[str], ...]:
+    raw = yaml.safe_load(
+        (Path(__file__).parent / "knowledge" / "structure.yaml").read_text(encoding="utf-8")
+    )
+    return tuple(re.compile(p) for p in _Structure.model_validate(raw).log_pid)
+
+
+def log_pids(lines: list[str]) -> dict[int, str]:
+    """pid -> the first line that names it as the line's writer (NCCL's host:PID:TID prefix,
+    vLLM's `(Worker pid=N)`, uvicorn's `Started server process [N]`, nccl-tests' rank table)."""
+    out: dict[int, str] = {}
+    for ln in lines:
+        for rx in _log_pid_rx():
+            m = rx.search(ln)
+            if m:
+                out.setdefault(int(m.group(1)), ln)
+    return out
+
+
+def quiet_phase(line: str) -> bool:
+    """A phase that may run for minutes without printing (torch.compile, graph capture, JIT,
+    autotuning, an engine build): a silence after it is not yet a stall."""
+    return bool(_rx()["quiet_phase"].search(line))
+
+
+def peer_lost(line: str) -> bool:
+    """A survivor's error that only says its peer went away (gloo's "Connection closed by peer",
+    NCCL's "remote process exited"): a consequence, never the process's own cause."""
+    return bool(_rx()["peer_lost"].search(line))
+
+
+def wait_message(line: str) -> bool:
+    """A line an engine repeats while it waits for its workers (vLLM's shm_broadcast notice)."""
+    return bool(_rx()["wait_message"].search(line))
 
 
 @lru_cache(maxsize=1)

@@ -12,9 +12,13 @@ from agent.evidence import LOG_TOOLS, last_launch, latest_text_observations, tex
 from agent.facts import Facts
 from agent.signatures import Match
 from agent.state import Observation
+from agent.thresholds import THRESHOLDS
+from tools import engines
 
-WEIGHT = {"fatal": 3.0, "strong": 1.5, "weak": 0.25}
-STRONG_CAP = 3.0  # repeated warnings must not outweigh one fatal line
+#: signature weights and the cap on repeated strong lines: agent/knowledge/thresholds.yaml
+WEIGHT = THRESHOLDS.signature_weight.model_dump()
+STRONG_CAP = THRESHOLDS.strong_cap  # repeated warnings must not outweigh one fatal line
+F = THRESHOLDS.fact
 PHASE_PREFIX = "phase-"  # knowledge/signatures: lines that tell which start-up phase ran
 OOM_LABELS = {"gpu_oom_weights", "cuda_oom_runtime"}
 TORCH_HELD = re.compile(r"([\d.]+) ([GM]iB) is allocated by PyTorch")
@@ -23,9 +27,7 @@ ALLOC = re.compile(r"Tried to allocate ([\d.]+) ([GM]iB).*?total capac\w* of ([\
 #: by themselves make other holders suspects.
 OOM_NAMES_A_PID = {"cuda-oom-other-process-holds-memory"}
 #: Worker processes of a multi-process server (what outlives a crashed or removed launch).
-WORKER = re.compile(
-    r"(?i)::|\bworker\b|scheduler|engine_?core|detokenizer|tp_?rank|ray::|multiprocessing"
-)
+WORKER = engines.worker_pattern()  # tools/engines.yaml common.worker_words
 OTHER_PROC_MEM = re.compile(r"Process (\d+) has ([\d.]+) ([GM]iB) memory in use")
 EXCEPTION_LINE = re.compile(r"\b[A-Z]\w*(?:Error|Exception): ")
 #: nvidia-smi failures that look like the hardware itself (not a driver/library mismatch)
@@ -63,7 +65,7 @@ def leftover_holders(facts: Facts, hits: list[tuple[Observation, Match]]) -> dic
         # main alive, worker-like survivors are an earlier launch's orphans
         running = set(facts.server_pids) if mains else set()
     # in exclusive mode any holder blocks, however small
-    floor = 1.0 if busy else 1024.0
+    floor = 1.0 if busy else THRESHOLDS.oom.holder_floor_mib
     return {p: mib for p, mib in facts.gpu_pids.items() if mib >= floor and p not in running}
 
 
@@ -106,7 +108,7 @@ def search_rules(observations: list[Observation], hits, add) -> None:  # type: i
                 add(
                     label,
                     "fact",
-                    -3.0,
+                    F.refutes,
                     o["id"],
                     o["lines"][0],
                     "no CUDA out-of-memory line in the whole log",
@@ -136,13 +138,13 @@ def oom_phase(
         # PyTorch itself holds (nearly) the whole GPU and no phase line says loading finished
         held_gib = float(held.group(1)) / (1024 if held.group(2) == "MiB" else 1)
         cap_gib = float(cap.group(3)) / (1024 if cap.group(4) == "MiB" else 1)
-        if held_gib >= 0.97 * cap_gib:
+        if held_gib >= THRESHOLDS.oom.weights_hold_share * cap_gib:
             return "gpu_oom_weights", None
     a = cap
     if a:
         want = float(a.group(1)) * (1024 if a.group(2) == "GiB" else 1)
         total = float(a.group(3)) * (1024 if a.group(4) == "GiB" else 1)
-        if total > 0 and want >= 0.25 * total:
+        if total > 0 and want >= THRESHOLDS.oom.weights_ask_share * total:
             return "gpu_oom_weights", None
     return m.label or "cuda_oom_runtime", None
 
@@ -156,13 +158,13 @@ def stale_rules(facts: Facts, observations: list[Observation], hits, add) -> Non
         m.label in MEMORY_LABELS | {"port_in_use"} and m.strength in ("fatal", "strong")
         for _, m in hits
     )
-    scale = 1.0 if short else 0.3
+    scale = 1.0 if short else THRESHOLDS.oom.unneeded_holder_scale
     if holders:
         for pid, mib in holders.items():
             add(
                 "stale_gpu_process",
                 "fact",
-                4.0 * scale,
+                F.proves * scale,
                 facts.gpu_pid_obs,
                 facts.gpu_pid_lines.get(pid, ""),
                 f"pid {pid} holds {mib:.0f} MiB of GPU memory and is not a running server",
@@ -171,7 +173,7 @@ def stale_rules(facts: Facts, observations: list[Observation], hits, add) -> Non
                 add(
                     "stale_gpu_process",
                     "fact",
-                    0.5,
+                    F.leans,
                     facts.ps_obs,
                     facts.procs[pid],
                     f"pid {pid} is alive: {facts.procs[pid][:80]}",
@@ -188,7 +190,7 @@ def stale_rules(facts: Facts, observations: list[Observation], hits, add) -> Non
             "fact",
             # no pid to name: the holder may be outside this container, or still exiting;
             # a second nvidia-smi read (check gpu_recheck) decides
-            1.5 * scale,
+            F.supports * scale,
             facts.gpu_obs,
             busiest.line,
             "GPU memory is in use although no server process runs",
@@ -198,7 +200,7 @@ def stale_rules(facts: Facts, observations: list[Observation], hits, add) -> Non
         add(
             "stale_gpu_process",
             "fact",
-            -5.0,
+            F.refutes_strongly,
             facts.gpu_obs,
             g.line,
             "nvidia-smi shows the GPUs free: no process holds their memory",
@@ -209,7 +211,7 @@ def stale_rules(facts: Facts, observations: list[Observation], hits, add) -> Non
         add(
             "stale_gpu_process",
             "fact",
-            -3.0,
+            F.refutes,
             facts.gpu_obs,
             busiest.line,
             f"the GPU memory is held by the running server itself (pid {pids}), not a leftover",
@@ -227,7 +229,7 @@ def stale_rules(facts: Facts, observations: list[Observation], hits, add) -> Non
                 add(
                     "stale_gpu_process",
                     "fact",
-                    2.0,
+                    F.supports_clearly,
                     o["id"],
                     ln,
                     f"the OOM names pid {pid}, which still holds GPU memory",
@@ -243,7 +245,7 @@ def liveness_rules(facts: Facts, observations: list[Observation], hits, add) -> 
         add(
             "still_starting",
             "fact",
-            -6.0,
+            F.refutes_outright,
             o["id"],
             m.line,
             "the server reported ready: it is not starting any more",
@@ -252,7 +254,7 @@ def liveness_rules(facts: Facts, observations: list[Observation], hits, add) -> 
         add(
             "still_starting",
             "fact",
-            -5.0,
+            F.refutes_strongly,
             facts.ps_obs,
             facts.ps_header or "PID",
             "no inference-server process is running: a dead process is not still loading",
@@ -270,18 +272,18 @@ def liveness_rules(facts: Facts, observations: list[Observation], hits, add) -> 
             add(
                 "still_starting",
                 "fact",
-                4.0,
+                F.proves,
                 obs_id,
                 line,
                 "the server process is alive and its log advanced between two reads",
             )
             shown = [m.line for o, m in progress if o["id"] == obs_id and m.line != line]
             for pline in list(dict.fromkeys(reversed(shown)))[:2]:
-                add("still_starting", "progress", 0.25, obs_id, pline, "still loading/compiling")
+                add("still_starting", "progress", F.hints, obs_id, pline, "still loading/compiling")
             add(
                 "still_starting",
                 "fact",
-                0.5,
+                F.leans,
                 facts.ps_obs,
                 facts.procs.get(pid, ""),
                 f"server pid {pid} is alive",
@@ -291,7 +293,7 @@ def liveness_rules(facts: Facts, observations: list[Observation], hits, add) -> 
             add(
                 "host_oom_killed",
                 "fact",
-                -4.0,
+                F.refutes_firmly,
                 facts.ps_obs,
                 facts.procs.get(pid, ""),
                 f"server pid {pid} is alive: the OOM killer did not end it",
@@ -300,7 +302,7 @@ def liveness_rules(facts: Facts, observations: list[Observation], hits, add) -> 
             add(
                 "killed_externally",
                 "fact",
-                -4.0,
+                F.refutes_firmly,
                 facts.ps_obs,
                 facts.procs.get(pid, ""),
                 f"server pid {pid} is alive: nothing killed it",
@@ -319,21 +321,45 @@ def liveness_rules(facts: Facts, observations: list[Observation], hits, add) -> 
             add(
                 "still_starting",
                 "fact",
-                -3.0 if blocked else -1.5,
+                F.refutes if blocked else F.weakens,
                 obs_id,
                 line,
                 "the server is alive but its log did not advance between two reads (hung?)",
             )
+    own = [(o, m) for o, m in fatal if not proof.peer_lost(m.line)]
     if fatal:
         o, m = fatal[-1]
-        add("still_starting", "fact", -3.0, o["id"], m.line, "a fatal error ended the start-up")
+        add(
+            "still_starting", "fact", F.refutes, o["id"], m.line, "a fatal error ended the start-up"
+        )
+    if own:
+        o, m = own[-1]
         add(
             "killed_externally",
             "fact",
-            -3.0,
+            F.refutes,
             o["id"],
             m.line,
             "the process printed its own fatal error",
+        )
+    elif fatal and facts.server_alive is False:
+        # the only error says a peer went away: what ended the peer is the cause
+        o, m = fatal[-1]
+        add(
+            "killed_externally",
+            "fact",
+            F.supports_clearly,
+            o["id"],
+            m.line,
+            "the only error is a survivor's: its peer went away without an error of its own",
+        )
+        add(
+            m.label,
+            "fact",
+            F.weakens,
+            o["id"],
+            m.line,
+            "this error says a peer vanished: the consequence, not the cause",
         )
     elif facts.server_alive is False:
         logs = [o for o in latest_text_observations(observations) if o["tool"] in LOG_TOOLS]
@@ -345,14 +371,16 @@ def liveness_rules(facts: Facts, observations: list[Observation], hits, add) -> 
             # "Ignore import error ..." warning is not one; a signal line from outside is not one)
             since = text[last_launch(text) :]
             own_error = any(
-                kind != "exit_signal" and not proof.external_end(since[i])
+                kind != "exit_signal"
+                and not proof.external_end(since[i])
+                and not proof.peer_lost(since[i])
                 for i, kind in proof.fatal_lines(since)
             )
             if not own_error:  # an error of its own is weighed by the structure rules
                 add(
                     "killed_externally",
                     "fact",
-                    2.0,
+                    F.supports_clearly,
                     o["id"],
                     last,
                     "the server is gone and its log ends without an error of its own",
@@ -372,7 +400,7 @@ def _port_owner_rule(facts: Facts, hits, add) -> None:  # type: ignore[no-untype
                 add(
                     "port_in_use",
                     "fact",
-                    1.5,
+                    F.supports,
                     facts.ports_obs,
                     facts.listeners[port],
                     f"port {port} is held right now by this listener",
@@ -394,7 +422,7 @@ def _k8s_rules(observations: list[Observation], add) -> None:  # type: ignore[no
             add(
                 "host_oom_killed",
                 "fact",
-                -4.0,
+                F.refutes_firmly,
                 o["id"],
                 reasons[0][0],
                 "Kubernetes says the container ended with this reason, not OOMKilled",
@@ -403,7 +431,7 @@ def _k8s_rules(observations: list[Observation], add) -> None:  # type: ignore[no
                 add(
                     "killed_externally",
                     "fact",
-                    2.0,
+                    F.supports_clearly,
                     o["id"],
                     reasons[0][0],
                     "exit 137 (SIGKILL) without OOMKilled: killed from outside (a probe, an eviction)",
@@ -427,7 +455,7 @@ def host_rules(facts: Facts, hits, add, observations: list[Observation] | None =
             add(
                 "host_oom_killed",
                 "fact",
-                -4.0,  # the kernel log is the authority on OOM kills
+                F.refutes_firmly,  # the kernel log is the authority on OOM kills
                 facts.dmesg_obs,
                 first,
                 "the kernel log shows no OOM-killer line",
@@ -437,7 +465,7 @@ def host_rules(facts: Facts, hits, add, observations: list[Observation] | None =
             add(
                 "gpu_hardware_fault",
                 "fact",
-                -3.0,
+                F.refutes,
                 facts.dmesg_obs,
                 first,
                 "no Xid or ECC line in the kernel log and nvidia-smi answers",
@@ -448,7 +476,7 @@ def host_rules(facts: Facts, hits, add, observations: list[Observation] | None =
                 add(
                     "killed_externally",
                     "fact",
-                    -2.0,
+                    F.weakens_clearly,
                     o["id"],
                     m.line,
                     "the kernel's OOM killer ended it: not an outside supervisor",
@@ -460,37 +488,47 @@ def host_rules(facts: Facts, hits, add, observations: list[Observation] | None =
             add(
                 "cuda_driver_mismatch",
                 "fact",
-                1.5,
+                F.supports,
                 facts.gpu_obs,
                 err,
                 "nvidia-smi cannot reach the driver",
             )
     if facts.shm_mib is not None and facts.disk_obs:
-        if facts.shm_mib < 1024 or (facts.shm_use_pct or 0) >= 95:
+        if (
+            facts.shm_mib < THRESHOLDS.shm.small_mib
+            or (facts.shm_use_pct or 0) >= THRESHOLDS.shm.full_pct
+        ):
             add(
                 "shm_too_small",
                 "fact",
-                1.5,
+                F.supports,
                 facts.disk_obs,
                 facts.shm_line,
                 f"/dev/shm is {facts.shm_mib:.0f} MiB ({facts.shm_use_pct or 0:.0f}% used)",
             )
-        elif facts.shm_mib >= 4096 and "shm_too_small" not in labels_hit:
+        elif facts.shm_mib >= THRESHOLDS.shm.roomy_mib and "shm_too_small" not in labels_hit:
             add(
                 "shm_too_small",
                 "fact",
-                -3.0,
+                F.refutes,
                 facts.disk_obs,
                 facts.shm_line,
                 f"/dev/shm has {facts.shm_mib / 1024:.0f} GiB",
             )
     for mount, pct, line in facts.full_mounts[:2]:
-        add("disk_full", "fact", 2.0, facts.disk_obs, line, f"{mount} is {pct:.0f}% full")
+        add(
+            "disk_full",
+            "fact",
+            F.supports_clearly,
+            facts.disk_obs,
+            line,
+            f"{mount} is {pct:.0f}% full",
+        )
     if facts.disk_available and not facts.full_mounts and "disk_full" not in labels_hit:
         add(
             "disk_full",
             "fact",
-            -2.0,
+            F.weakens_clearly,
             facts.disk_obs,
             facts.shm_line or "Filesystem",
             "no filesystem is near full",

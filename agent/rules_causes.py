@@ -11,6 +11,9 @@ import re
 
 from agent.evidence import text_lines
 from agent.state import Observation
+from agent.thresholds import THRESHOLDS
+
+_C = THRESHOLDS.cause  # agent/knowledge/thresholds.yaml
 
 #: Env vars that name network interfaces for a collective library (prefix lists; ^ excludes).
 IFACE_ENV = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "TP_SOCKET_IFNAME", "UCX_NET_DEVICES")
@@ -75,6 +78,9 @@ def missing_interface(
 
 def cause_rules(facts, observations: list[Observation], hits, add) -> None:  # type: ignore[no-untyped-def]
     rendezvous_rules(observations, add)
+    loopback_rules(observations, add)
+    misspelled_env_rules(observations, hits, add)
+    driver_symbol_rules(observations, add)
     if not any(m.label == "nccl_failure" and m.strength in ("fatal", "strong") for _, m in hits):
         return
     miss = missing_interface(observations)
@@ -84,7 +90,7 @@ def cause_rules(facts, observations: list[Observation], hits, add) -> None:  # t
     add(
         "nccl_failure",
         "cause",
-        1.5,
+        _C.behind_the_failure,
         oid,
         line,
         f"the cause: {var}={value} names an interface this host does not have "
@@ -124,9 +130,192 @@ def rendezvous_rules(observations: list[Observation], add) -> None:  # type: ign
     add(
         "bad_launch_argument",
         "cause",
-        3.0,
+        _C.names_the_cause,
         oid,
         line,
         f"node rank {rank} was told to meet rank 0 at {addr}, which is this host's own address: "
         "the rendezvous must name rank 0's node",
     )
+
+
+# -- NCCL on the loopback interface, across nodes --------------------------------------------------
+#: NCCL's interface choice (bootstrap or the socket transport) and the ranks it serves.
+_NCCL_LO = re.compile(
+    r"NCCL INFO (?:NET\s*:\s*Using interface|NET/Socket\s*:\s*Using|Bootstrap\s*:\s*Using)"
+    r"\s*(?:\[\d+\])?lo:127\."
+)
+_NCCL_HOST = re.compile(r"^(\S+?):\d+:\d+ \[\d+\] NCCL ")
+_NRANKS = re.compile(r"(?i)\bn[Rr]anks[ =:]+(\d+)")
+
+
+def loopback_across_nodes(observations: list[Observation]) -> tuple[str, str, str] | None:
+    """(observation id, line, why) when NCCL put a job spanning several hosts on the loopback
+    interface: each rank advertises 127.0.0.1 to the others, so the bootstrap waits forever.
+    Several hosts are shown by the logs themselves (NCCL's host prefixes differ) or by more
+    ranks than this host has GPUs."""
+    hosts: set[str] = set()
+    nranks = 0
+    lo: tuple[str, str] | None = None
+    logs = [o for o in observations if o["ok"] and o["tool"] in ("log_tail", "log_search")]
+    for o in logs:
+        for ln in text_lines(o):
+            m = _NCCL_HOST.match(ln)
+            if m:
+                hosts.add(m.group(1))
+            n = _NRANKS.search(ln)
+            if n and "NCCL" in ln:
+                nranks = max(nranks, int(n.group(1)))
+            if lo is None and _NCCL_LO.search(ln):
+                lo = (o["id"], ln)
+    if lo is None:
+        return None
+    gpus = 0
+    for o in observations:
+        if o["tool"] == "gpu_status" and o["ok"]:
+            gpus = max(gpus, len(o["data"].get("gpus") or []))
+    if len(hosts) >= 2:
+        return lo[0], lo[1], f"ranks on {len(hosts)} hosts ({', '.join(sorted(hosts)[:3])})"
+    if gpus and nranks > gpus:
+        return lo[0], lo[1], f"{nranks} ranks on a host with {gpus} GPU(s)"
+    return None
+
+
+def loopback_rules(observations: list[Observation], add) -> None:  # type: ignore[no-untyped-def]
+    hit = loopback_across_nodes(observations)
+    if hit is None:
+        return
+    oid, line, why = hit
+    add(
+        "bad_launch_argument",
+        "cause",
+        _C.names_the_cause,
+        oid,
+        line,
+        f"NCCL chose the loopback interface for a job with {why}: the ranks advertise "
+        "127.0.0.1 to each other and never meet; the interface setting is wrong",
+    )
+    for o in observations:  # the setting behind it, where the evidence shows one
+        if not o["ok"]:
+            continue
+        for ln in text_lines(o):
+            m = _SET.search(ln)
+            if m and m.group(1) in ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME"):
+                add(
+                    "bad_launch_argument",
+                    "cause",
+                    _C.setting_line,
+                    o["id"],
+                    ln,
+                    f"{m.group(1)}={m.group(2)} let NCCL pick lo: exclude lo too, or name the "
+                    "interface the nodes share",
+                )
+                return
+
+
+# -- a misspelled env var in the launch ------------------------------------------------------------
+#: Env vars whose misspelling silently does nothing; a launch that meant one of them runs with
+#: the default (every GPU visible, the default interface, ...).
+KNOWN_ENV = (
+    "CUDA_VISIBLE_DEVICES",
+    "NVIDIA_VISIBLE_DEVICES",
+    "HIP_VISIBLE_DEVICES",
+    "NCCL_SOCKET_IFNAME",
+    "NCCL_IB_DISABLE",
+    "NCCL_P2P_DISABLE",
+    "NCCL_DEBUG",
+    "PYTORCH_CUDA_ALLOC_CONF",
+    "TORCH_CUDA_ARCH_LIST",
+    "VLLM_HOST_IP",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "HF_HOME",
+)
+_ASSIGN = re.compile(r"(?:^|[\s;&(]|export\s+)([A-Z][A-Z0-9_]{5,})=\S")
+
+
+def _edit1(a: str, b: str) -> bool:
+    """One insertion, deletion, substitution or adjacent swap apart (and not equal)."""
+    if a == b or abs(len(a) - len(b)) > 1:
+        return False
+    if len(a) == len(b):
+        diff = [i for i in range(len(a)) if a[i] != b[i]]
+        return len(diff) == 1 or (
+            len(diff) == 2
+            and diff[1] == diff[0] + 1
+            and a[diff[0]] == b[diff[1]]
+            and a[diff[1]] == b[diff[0]]
+        )
+    s, t = (a, b) if len(a) < len(b) else (b, a)
+    i = next((k for k in range(len(s)) if s[k] != t[k]), len(s))
+    return s[i:] == t[i + 1 :]
+
+
+def misspelled_env(observations: list[Observation]) -> tuple[str, str, str, str] | None:
+    """(observation id, line, written, meant) for an assignment whose name is one edit away from
+    a known env var: the launch ran as if it were never set."""
+    for o in observations:
+        if not o["ok"] or o["tool"] in ("gpu_status", "dmesg", "disk", "ports"):
+            continue
+        for ln in text_lines(o):
+            for m in _ASSIGN.finditer(ln):
+                name = m.group(1)
+                if name in KNOWN_ENV:
+                    continue
+                meant = next((k for k in KNOWN_ENV if _edit1(name, k)), None)
+                if meant:
+                    return o["id"], ln, name, meant
+    return None
+
+
+def misspelled_env_rules(observations: list[Observation], hits, add) -> None:  # type: ignore[no-untyped-def]
+    hit = misspelled_env(observations)
+    if hit is None:
+        return
+    oid, line, name, meant = hit
+    # only a cause when something failed: a typo beside a healthy run is a remark, not a verdict
+    fatal = next(((o, m) for o, m in hits if m.strength == "fatal"), None)
+    if fatal is None:
+        return
+    add(
+        "bad_launch_argument",
+        "cause",
+        _C.proven_setting,
+        oid,
+        line,
+        f"{name} is a misspelling of {meant}: the launch ran as if {meant} were unset",
+    )
+    o, m = fatal  # the failure it explains, cited beside the cause
+    add(
+        "bad_launch_argument",
+        "cause",
+        _C.effect_cited,
+        o["id"],
+        m.line,
+        f"the failure that follows from {meant} not being in effect",
+    )
+
+
+# -- a CUDA driver API symbol the installed driver lacks -------------------------------------------
+_DRIVER_SYMBOL = re.compile(r"undefined symbol: (cu[A-Z]\w+)\b")
+
+
+def driver_symbol_rules(observations: list[Observation], add) -> None:  # type: ignore[no-untyped-def]
+    """`undefined symbol: cuKernelGetName` names a CUDA *driver* API function (libcuda's `cu*`,
+    not a C++ mangled `_Z...` name): the installed driver is older than what the library was
+    built for. A mangled symbol is a package ABI mismatch instead (dependency_error)."""
+    for o in observations:
+        if not o["ok"]:
+            continue
+        for ln in text_lines(o):
+            m = _DRIVER_SYMBOL.search(ln)
+            if m:
+                add(
+                    "cuda_driver_mismatch",
+                    "cause",
+                    _C.names_the_cause,
+                    o["id"],
+                    ln,
+                    f"{m.group(1)} is a CUDA driver API function the installed driver "
+                    "(libcuda) does not export: the driver is older than the library needs",
+                )
+                return

@@ -10,15 +10,18 @@ from __future__ import annotations
 
 import re
 
+from agent import proof
 from agent.facts import Facts
 from agent.state import Observation
+from agent.thresholds import THRESHOLDS
 
-PINNED_PCT, IDLE_PCT = 90.0, 5.0
-BUSY_MIB = 1024.0
+_H = THRESHOLDS.hang  # agent/knowledge/thresholds.yaml
+PINNED_PCT, IDLE_PCT = _H.pinned_pct, _H.idle_pct
+BUSY_MIB = _H.busy_mib
 #: Weights of the hang findings (see docs/signatures.md for how they meet the thresholds).
-STACKS_IN_COLLECTIVE = 4.0
-PINNED_SILENT = 2.0
-COMPILING = 3.0
+STACKS_IN_COLLECTIVE = _H.stacks_in_collective
+PINNED_SILENT = _H.pinned_silent
+COMPILING = _H.compiling
 
 
 def silent(facts: Facts) -> bool:
@@ -26,6 +29,24 @@ def silent(facts: Facts) -> bool:
     log did not advance over the read window."""
     alive = facts.server_alive or (facts.server_alive is None and bool(facts.busy_unknown_pids))
     return bool(alive) and bool(facts.log_growth) and not any(facts.log_growth.values())
+
+
+def quiet_phase_line(observations: list[Observation]) -> str | None:
+    """The log's last real line when it names a phase that may run for minutes without printing
+    (torch.compile, graph capture, a JIT build), skipping the wait notices printed after it: the
+    silence that follows is "compiling or stuck", not yet proof of a stall."""
+    newest: dict[str, Observation] = {}
+    for o in observations:
+        if o["tool"] == "log_tail" and o["ok"]:
+            newest[str(o["args"].get("path"))] = o
+    for o in newest.values():
+        for ln in reversed(o["lines"]):
+            if not ln.strip() or ln.startswith("# ") or proof.wait_message(ln):
+                continue
+            if proof.quiet_phase(ln):
+                return ln
+            break
+    return None
 
 
 def compiler_child(facts: Facts) -> tuple[int, str] | None:
@@ -81,7 +102,22 @@ def hang_rules(facts: Facts, observations: list[Observation], hits, add) -> None
     for o in stacks[-1:]:
         d = o["data"]
         frame = d.get("collective_frame") or ""
-        if d.get("waiting_in") == "collective" and frame:
+        if (
+            d.get("waiting_in") == "collective"
+            and frame
+            and facts.ranks_gone
+            and facts.server_alive
+        ):
+            # the survivors wait for the rank that is gone: the wait is the consequence
+            add(
+                "killed_externally",
+                "fact",
+                _H.consequence_of_gone_rank,
+                o["id"],
+                frame,
+                f"the live rank waits in a collective for rank {facts.ranks_gone[0]}, which is gone",
+            )
+        elif d.get("waiting_in") == "collective" and frame:
             add(
                 "nccl_failure",
                 "fact",
@@ -93,7 +129,7 @@ def hang_rules(facts: Facts, observations: list[Observation], hits, add) -> None
             add(
                 "still_starting",
                 "fact",
-                -3.0,
+                _H.stacks_not_starting,
                 o["id"],
                 frame,
                 "the stacks wait for a peer, not on loading or compiling",
@@ -102,7 +138,7 @@ def hang_rules(facts: Facts, observations: list[Observation], hits, add) -> None
             add(
                 "still_starting",
                 "fact",
-                2.0,
+                _H.stacks_working,
                 o["id"],
                 frame,
                 f"the stacks are {d['waiting_in']}ing: still working",
@@ -127,6 +163,19 @@ def hang_rules(facts: Facts, observations: list[Observation], hits, add) -> None
         )
         return
     pinned, idle = pinned_gpus(facts)
+    if pinned and facts.gpu_obs and facts.ranks_gone and facts.server_alive:
+        # a rank is gone: the pinned survivor spins waiting for it, which is the consequence
+        g = pinned[0]
+        add(
+            "killed_externally",
+            "fact",
+            _H.consequence_of_gone_rank,
+            facts.gpu_obs,
+            g.line,
+            f"GPU {g.index} spins at {g.util_pct:.0f}% with a silent log: the live rank waits in a "
+            f"collective for rank {facts.ranks_gone[0]}, which is gone",
+        )
+        return
     if pinned and facts.gpu_obs and multi_rank(facts, observations):
         g = pinned[0]
         note = (
@@ -144,6 +193,16 @@ def hang_rules(facts: Facts, observations: list[Observation], hits, add) -> None
             g.line,
             note,
         )
+        if quiet_phase_line(observations) is None:
+            add(
+                "still_starting",
+                "fact",
+                -PINNED_SILENT,
+                facts.gpu_obs,
+                g.line,
+                "a loading or compiling server prints or idles its GPUs; this one spins silently "
+                "after a phase that does not run quietly",
+            )
         # where it stopped: the last line the silent log printed (what an engineer quotes)
         for path, grew in facts.log_growth.items():
             o = next((x for x in observations if x["id"] == facts.log_growth_obs.get(path)), None)
@@ -168,7 +227,7 @@ def _rank_gone(facts: Facts, add) -> None:  # type: ignore[no-untyped-def]
         add(
             "killed_externally",
             "fact",
-            2.5,
+            _H.rank_gone,
             facts.ps_obs,
             line,
             f"rank {gone} is gone while rank {alive[0].rank} still runs: one rank was ended and "

@@ -13,10 +13,12 @@ from agent.evidence import LOG_TOOLS, last_launch, latest_text_observations, tex
 from agent.facts import Facts
 from agent.signatures import Match
 from agent.state import Observation
+from agent.thresholds import THRESHOLDS
 
-#: A hint from a line's words is weaker than a signature's fatal weight (3.0) but can lead alone.
-HINT_WEIGHT = 2.0
-AGAINST_KILLED = -3.0
+#: A hint from a line's words is weaker than a signature's fatal weight but can lead alone
+#: (agent/knowledge/thresholds.yaml).
+HINT_WEIGHT = THRESHOLDS.structure.hint_weight
+AGAINST_KILLED = THRESHOLDS.structure.against_killed
 
 
 def _progress_after(o: Observation, index: int, hits: list[tuple[Observation, Match]]) -> bool:
@@ -42,6 +44,8 @@ def own_fatal_lines(
             idx = start + i
             ln = lines[idx]
             if (o["id"], idx) in known or kind == "exit_signal" or proof.external_end(ln):
+                continue
+            if proof.peer_lost(ln):
                 continue
             if facts.server_alive and kind != "exception" and _progress_after(o, idx, hits):
                 continue

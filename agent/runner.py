@@ -21,9 +21,12 @@ from langgraph.types import Command
 
 from agent.brains import make_brain
 from agent.context import RunContext
+from agent.followup import Answer, Intent, Known, answer, intent_of, known_from_state
 from agent.graph import build_graph
 from agent.memory import MemoryStore, open_memory
 from agent.models import ApprovalRequest, Decision, Event, Evidence, HypothesisView, Report
+from agent.narrate import step
+from agent.observe import Prefetch
 from agent.settings import Settings, get_settings
 from tools.host import Host
 
@@ -73,12 +76,15 @@ class Runner:
         host_spec: str | None = None,
         logs: list[str] | None = None,
         configs: list[str] | None = None,
+        prefetched: Prefetch | None = None,
     ) -> Report:
         brain_name = brain or self.settings.default_brain
         sid = session_id or uuid.uuid4().hex[:12]
         # The lease before the row says `running`: no replica may take the session for orphaned.
         with self.leases.holding(sid) if self.leases else contextlib.nullcontext():
-            return self._start(host, symptom, sid, brain_name, on_event, host_spec, logs, configs)
+            return self._start(
+                host, symptom, sid, brain_name, on_event, host_spec, logs, configs, prefetched
+            )
 
     def _start(
         self,
@@ -90,6 +96,7 @@ class Runner:
         host_spec: str | None,
         logs: list[str] | None,
         configs: list[str] | None,
+        prefetched: Prefetch | None = None,
     ) -> Report:
         sid = self.memory.create_session(host.name, symptom, brain_name, session_id)
         if host_spec:
@@ -106,7 +113,9 @@ class Runner:
             "notes": notes,
             "messages": [],
         }
-        return self._drive(sid, host, brain_name, state, sink, logs or [], configs or [])
+        return self._drive(
+            sid, host, brain_name, state, sink, logs or [], configs or [], prefetched
+        )
 
     def resume(
         self, host: Host, session_id: str, decision: Decision, on_event: EventSink | None = None
@@ -147,14 +156,58 @@ class Runner:
     def message(
         self, host: Host, session_id: str, text: str, on_event: EventSink | None = None
     ) -> Report:
+        """A follow-up: a question is answered in prose from the board (no tools run, no new
+        conclusion); a request for another read ("check dmesg too") resumes the graph."""
+        row = self.memory.get_session(session_id)
+        if row is None:
+            raise KeyError(f"no session {session_id}")
+        sink = self._sink(session_id, on_event)
+        if self.is_question(session_id, text):
+            self.answer(session_id, text, on_event)
+            return self._report(session_id, host, sink, save=False)
+        sink("message", {"role": "user", "text": text})
+        return self._drive(
+            session_id, host, row.brain, {"messages": [text], "status": "running"}, sink, [], []
+        )
+
+    def known(self, session_id: str, running: bool = False) -> Known:
+        """What the session knows at its latest checkpoint (readable while it runs)."""
+        values = self.graph.get_state(self._config(session_id)).values or {}
+        return known_from_state(values, self.pending(session_id), running=running)
+
+    def is_question(self, session_id: str, text: str) -> bool:
+        """True when the follow-up asks about what is known, not for a new read."""
+        return intent_of(text, self.known(session_id)) is not Intent.check
+
+    def answer(
+        self, session_id: str, text: str, on_event: EventSink | None = None, running: bool = False
+    ) -> Answer:
+        """Store the question and one prose answer as `message` events; touches no host and
+        leaves the graph where it is (a paused approval stays pending)."""
         row = self.memory.get_session(session_id)
         if row is None:
             raise KeyError(f"no session {session_id}")
         sink = self._sink(session_id, on_event)
         sink("message", {"role": "user", "text": text})
-        return self._drive(
-            session_id, host, row.brain, {"messages": [text], "status": "running"}, sink, [], []
+        known = self.known(session_id, running=running)
+        ans = answer(text, known)
+        try:
+            brain = make_brain(row.brain, self.settings)
+        except ValueError:  # the session's model endpoint is gone: the rulebook's words stand
+            brain = make_brain("rulebook", self.settings)
+        ans = ans.model_copy(update={"text": brain.explain(text, ans, known)})
+        sink(
+            "message",
+            {
+                "role": "agent",
+                "kind": "answer",
+                "intent": ans.intent.value,
+                "about": ans.about,
+                "text": ans.text,
+                "cites": [c.model_dump() for c in ans.cites],
+            },
         )
+        return ans
 
     def pending(self, session_id: str) -> ApprovalRequest | None:
         snap = self.graph.get_state(self._config(session_id))
@@ -183,6 +236,9 @@ class Runner:
 
     def _sink(self, sid: str, on_event: EventSink | None) -> Callable[[str, dict[str, Any]], None]:
         def emit(kind: str, data: dict[str, Any]) -> None:
+            if kind in ("observation", "approval_request") and data.get("tool"):
+                # the step as a plain sentence, for every live view (page, terminal)
+                data = {**data, "say": step(str(data["tool"]), dict(data.get("args") or {}))}
             ev = self.memory.append_event(Event(session_id=sid, type=kind, data=data))  # type: ignore[arg-type]
             if kind == "observation":
                 self.memory.record_observation(sid, data)
@@ -200,6 +256,7 @@ class Runner:
         sink: Callable[[str, dict[str, Any]], None],
         logs: list[str],
         configs: list[str],
+        prefetched: Prefetch | None = None,
     ) -> Report:
         ctx = RunContext(
             host=host,
@@ -208,6 +265,7 @@ class Runner:
             started=time.monotonic(),
             extra_logs=logs,
             extra_configs=configs,
+            prefetched=prefetched,
         )
         lease = self.leases.holding(sid) if self.leases else contextlib.nullcontext()
         with lease:
@@ -237,7 +295,9 @@ class Runner:
             raise
         return self._report(sid, host, sink)
 
-    def _report(self, sid: str, host: Host, sink: Callable[[str, dict[str, Any]], None]) -> Report:
+    def _report(
+        self, sid: str, host: Host, sink: Callable[[str, dict[str, Any]], None], save: bool = True
+    ) -> Report:
         snap = self.graph.get_state(self._config(sid))
         values = snap.values
         pending = self.pending(sid)
@@ -269,6 +329,8 @@ class Runner:
             unknowns=base.get("unknowns", []),
             pending_approval=pending,
         )
+        if not save:  # a prose answer changed nothing: the stored outcome stands as it is
+            return report
         if report.status == "concluded":
             report.seen_before = self._seen_before(report)
         self.memory.save_report(report)

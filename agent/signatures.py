@@ -17,7 +17,8 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, Field, PrivateAttr, field_validator, model_validator
 
-from tools.taxonomy import LABELS
+from cards.taxonomy import LABELS
+from tools import engines
 
 Strength = Literal["fatal", "strong", "weak", "progress", "ready"]
 KB_DIR = Path(__file__).with_name("knowledge")
@@ -38,6 +39,15 @@ class Signature(BaseModel):
     _unless: tuple[re.Pattern[str], ...] = PrivateAttr(default=())
     #: lower-cased text each pattern needs; a line without any of them cannot match (fast path)
     _lits: tuple[str, ...] | None = PrivateAttr(default=None)
+
+    @field_validator("engines")
+    @classmethod
+    def _engines(cls, v: list[str]) -> list[str]:
+        known = set(engines.card_engines()) | engines.underlying()
+        unknown = sorted(set(v) - known)
+        if unknown:
+            raise ValueError(f"engines {unknown} are not in tools/engines.yaml (nor any/other)")
+        return v
 
     @field_validator("label")
     @classmethod

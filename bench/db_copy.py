@@ -35,8 +35,8 @@ def build_home(home: Path, sessions: int) -> dict[str, int]:
     from agent.memory import Memory
     from agent.runner import Runner
     from agent.settings import Settings
-    from tools.cards import load_card
-    from tools.replay_host import ReplayHost
+    from cards.model import load_card
+    from cards.replay import ReplayHost
 
     card = load_card(CARD)
     runner = Runner(Settings(home=home, database_url=None))

@@ -21,13 +21,14 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, Field
 
+from cards.model import IncidentCard, card_text_bytes, load_card
+from cards.taxonomy import LABELS
 from evals.redact import Redaction, Redactor
-from tools.cards import IncidentCard, card_text_bytes, load_card
+from tools import engines
 from tools.gpu_status import APPS_QUERY, CARD_QUERY
 from tools.host import Host
 from tools.local_host import LocalHost
 from tools.logfile import _region_cmd, find_last_launch, grep_region, last_launch_in
-from tools.taxonomy import LABELS
 
 LOG_TAIL_BYTES = 256_000
 #: from the last launch marker on, the start of the run (server args, versions, env echo)
@@ -73,7 +74,7 @@ class CaptureResult(BaseModel):
 
 
 def card_text(data: bytes) -> str:
-    r"""Host bytes as card text that `tools.cards.card_text_bytes` turns back into the same bytes.
+    r"""Host bytes as card text that `cards.model.card_text_bytes` turns back into the same bytes.
 
     UTF-8 stays readable; anything else (and UTF-8 whose characters all fit in latin-1, which
     `card_text_bytes` would read back as latin-1) is stored one character per byte, which YAML
@@ -185,15 +186,8 @@ def _run(host: Host, command: str) -> tuple[str | None, str | None]:
 
 
 def _guess_engine(texts: list[str]) -> str:
-    blob = "\n".join(texts).lower()
-    counts = {
-        "sglang": blob.count("sglang"),
-        "vllm": blob.count("vllm"),
-        "trtllm": blob.count("tensorrt_llm") + blob.count("trtllm") + blob.count("tritonserver"),
-        "torch": blob.count("torchrun") + blob.count("torch.distributed"),
-    }
-    best = max(counts, key=lambda k: counts[k])
-    return best if counts[best] else "other"
+    """The engine the capture names most often, by the registry's `names` (tools/engines.yaml)."""
+    return engines.guess_engine(texts)
 
 
 def collect(host: Host, options: CaptureOptions) -> tuple[dict[str, Any], list[str], Redaction]:

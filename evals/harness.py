@@ -25,8 +25,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
+from cards.model import CardError, IncidentCard, load_card
 from evals.scoring import CardPassAtK, CardResult, Summary, failed_run, pass_at_k, score, summarize
-from tools.cards import CardError, IncidentCard, load_card
 
 ResultSink = Callable[[CardResult], None]
 
@@ -122,7 +122,7 @@ class _Worker:
 
     def run(self, job: tuple[LoadedCard, int]) -> CardResult:
         from agent.runner import investigate
-        from tools.replay_host import ReplayHost
+        from cards.replay import ReplayHost
 
         loaded, attempt = job
         card = loaded.card

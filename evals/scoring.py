@@ -18,7 +18,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from agent.models import Evidence, HypothesisView, Report
-from tools.cards import IncidentCard
+from cards.model import IncidentCard
 
 Outcome = Literal["passed", "wrong", "insufficient", "unproven", "error"]
 INSUFFICIENT = "insufficient"

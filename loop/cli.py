@@ -17,8 +17,9 @@ from rich.live import Live
 from rich.table import Table
 
 from loop.ledger import Ledger, NightRow, open_ledger
-from loop.night import Night, agent_diagnoser, default_state_dir
-from loop.plan import Plan, load_plan
+from loop.night import Night, agent_diagnoser, default_state_dir, loop_alive
+from loop.plan import Plan, PlanError, load_plan
+from loop.stopping import Interrupted
 
 loop_app = typer.Typer(help="Overnight optimization loop: ranked plan, TPE search, morning report.")
 console = Console()
@@ -35,7 +36,10 @@ os.environ.setdefault("NCCL_NTHREADS", "512")
 
 
 def _table(ledger: Ledger, night: NightRow | None, started: float | None = None) -> Table:
-    title = f"night {night.id} — {night.status}" if night else "no night yet"
+    status = night.status if night else ""
+    if night is not None and night.status == "running" and not loop_alive(night)[0]:
+        status = "dead (loop not running)"
+    title = f"night {night.id} — {status}" if night else "no night yet"
     if started is not None:
         title += f" — {time.time() - started:.0f}s"
     t = Table(title=title)
@@ -93,19 +97,22 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def prepare_demo(state_dir: Path, load_s: float = 1.0, gpu: bool = False) -> Plan:
-    """A temp host layout for the demo plan: a known-good sitecustomize.py and a free port."""
+def prepare_demo(
+    state_dir: Path, load_s: float = 1.0, gpu: bool = False, port: int | None = None
+) -> Plan:
+    """A temp host layout for the demo plan: a known-good sitecustomize.py and a port (a free
+    one unless given)."""
     site = state_dir / "site"
     site.mkdir(parents=True, exist_ok=True)
     (site / "sitecustomize.py").write_text(KNOWN_GOOD_SITECUSTOMIZE, encoding="utf-8")
-    repo = Path(__file__).resolve().parents[2]
+    repo = Path(__file__).resolve().parents[1]
     plan = load_plan(
         DEMO_PLAN,
         {
             "PYTHON": sys.executable,
             "REPO": str(repo),
             "STATE": str(state_dir),
-            "PORT": str(_free_port()),
+            "PORT": str(port or _free_port()),
             "LOAD_S": str(load_s),
             "GPU_FLAG": "--gpu" if gpu else "",
         },
@@ -124,11 +131,36 @@ def run_cmd(
     quiet: bool = typer.Option(False, help="no live table"),
 ) -> None:
     """Run (or resume) the night described by PLAN_PATH."""
-    plan = load_plan(plan_path)
+    plan = _load(plan_path)
     state_dir = state or default_state_dir() / plan.name
     night = Night(plan, state_dir, diagnoser=None if no_diagnose else agent_diagnoser())
-    result = run_night(night, live=not quiet)
+    result = _run_or_stop(night, live=not quiet)
     console.print(f"night {result.id}: {result.status}; report: {_latest(state_dir)}")
+
+
+def _load(plan_path: Path, variables: dict[str, str] | None = None) -> Plan:
+    """The plan, or one clear line naming the file and what is wrong in it (no traceback)."""
+    try:
+        return load_plan(plan_path, variables)
+    except PlanError as exc:
+        print(f"pivot loop: {exc}", file=sys.stderr)
+        raise typer.Exit(2) from None
+
+
+def _run_or_stop(night: Night, live: bool) -> NightRow:
+    """Run the night; on SIGTERM/SIGINT print what the clean-up did and exit 128+signal."""
+    try:
+        return run_night(night, live=live)
+    except Interrupted as stop:
+        for line in stop.actions:
+            print(f"pivot loop: {line}", file=sys.stderr, flush=True)
+        print(
+            f"pivot loop: night {night.night.id} stopped by {stop.name}; "
+            "run the same command again to resume it",
+            file=sys.stderr,
+            flush=True,
+        )
+        raise typer.Exit(stop.exit_code) from None
 
 
 @loop_app.command("status")
@@ -136,7 +168,17 @@ def status_cmd(state: Path = typer.Option(None, help="state dir of the plan")) -
     """The latest night's ledger: experiments, status, phase, metric."""
     state_dir = state or _guess_state()
     ledger = open_ledger(Path(state_dir) / "ledger.db")
-    console.print(_table(ledger, ledger.night()))
+    night = ledger.night()
+    console.print(_table(ledger, night))
+    if night is not None and night.status == "running":
+        alive, why = loop_alive(night)
+        if alive:
+            console.print(f"loop running (pid {night.loop_pid}, {why})")
+        else:
+            console.print(
+                f"loop DEAD ({why}): the night is unfinished; `pivot loop run PLAN` resumes it",
+                markup=False,
+            )
 
 
 @loop_app.command("report")
@@ -170,17 +212,18 @@ def demo_cmd(
     gpu: bool = typer.Option(False, help="the emulator holds real GPU memory and does matmuls"),
     quiet: bool = typer.Option(False, help="no live table"),
     keep_server: bool = typer.Option(False, help="leave the final server running"),
+    port: int = typer.Option(None, help="the emulated server's port (default: a free one)"),
 ) -> None:
     """A full night on the engine emulator in a temp dir (< 2 min); prints the report path."""
     state_dir = Path(state or tempfile.mkdtemp(prefix="pivot-loop-demo-"))
-    plan = prepare_demo(state_dir, load_s=load_s, gpu=gpu)
+    plan = prepare_demo(state_dir, load_s=load_s, gpu=gpu, port=port)
     night = Night(
         plan,
         state_dir,
         diagnoser=agent_diagnoser(home=state_dir),
         memory_path=state_dir / "memory.db",
     )
-    result = run_night(night, live=not quiet)
+    result = _run_or_stop(night, live=not quiet)
     if not keep_server and result.final_pid:
         from loop import launcher
 

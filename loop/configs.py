@@ -100,8 +100,11 @@ def revert(
     baseline: dict[str, bytes],
     reason: str = "loop revert",
     store_root: str | None = None,
+    changed: list[str] | None = None,
 ) -> list[str]:
-    """Put every file back to its baseline bytes; returns the files that still differ."""
+    """Put every file back to its baseline bytes; returns the files that still differ.
+
+    The paths it had to rewrite are appended to `changed` (so a stop can say what it did)."""
     bad: list[str] = []
     store = None
     for path, want in baseline.items():
@@ -115,6 +118,8 @@ def revert(
                 if store is not None and have is not None:
                     store.snapshot(path, f"{reason}: state before revert", have)
                 _write(host, path, want, store)
+                if changed is not None:
+                    changed.append(path)
             except Exception:
                 bad.append(path)
                 continue

@@ -8,6 +8,7 @@ seed's machine), engine flags, and an optional `--config` file of env settings.
 
     python -m loop.emulator --port 30000 --model-path /models/x --mem-fraction-static 0.8
     python -m loop.emulator --bench-client --port 30000 --requests 3   # the benchmark
+    python -m loop.emulator --bench-client --port 30000 --format vllm  # vllm bench serve shape
 
 Failure modes (all driven by configuration, never by a test hook inside the loop):
 - NCCL_MAX_NCHANNELS <= 2 with NCCL_BUFFSIZE < 1 MiB and --mem-fraction-static >= 0.5:
@@ -19,6 +20,8 @@ Failure modes (all driven by configuration, never by a test hook inside the loop
 - EMULATOR_GENERATE_HANG=1 / --hang-generate: ready and healthy, but /generate never answers
   (a wedged scheduler): the benchmark hangs, so only the per-experiment limit ends it.
 - EMULATOR_ORPHAN=1 / --spawn-orphan: a double-forked child in its own session outlives us.
+- EMULATOR_OUTLIER_ONCE=FLAG + EMULATOR_OUTLIER_REQUESTS=FROM:TO[:FACTOR]: the night's first
+  server serves those requests slower, so exactly one benchmark run is an outlier.
 - EMULATOR_DIE_AFTER=S: SIGKILL itself after S seconds, writing the moment to
   EMULATOR_DEATH_FILE first (the dead-launch benchmark measures from it).
 With --gpu it holds mem-fraction of the real GPU through torch and does real matmuls per request.
@@ -92,7 +95,26 @@ def throughput(args: argparse.Namespace, env: dict[str, str] | None = None) -> f
     f_proto = 1.04 if env.get("NCCL_PROTO", "") == "LL" else 1.0
     f_fusion = 1.06 if args.enable_flashinfer_allreduce_fusion else 1.0
     f_tp = max(1, args.tp) ** 0.85
-    return BASE_TOKENS_PER_S * f_bs * f_mem * f_nccl * f_proto * f_fusion * f_tp
+    # Bigger prefill chunks batch more work per step (+15%), but a request that arrives
+    # behind a long chunk waits for it: see ttft_ms().
+    f_chunk = 1.15 if args.chunked_prefill_size >= BIG_PREFILL_CHUNK else 1.0
+    return BASE_TOKENS_PER_S * f_bs * f_mem * f_nccl * f_proto * f_fusion * f_tp * f_chunk
+
+
+BIG_PREFILL_CHUNK = 16384
+BASE_TTFT_MS = 35.0
+#: Every STALL_EVERY-th request waits behind a whole long prefill chunk (the p99 tail).
+STALL_EVERY = 4
+STALL_MS = 420.0
+
+
+def ttft_ms(args: argparse.Namespace, n: int, noise: float) -> float:
+    """Time to first token of the n-th request: a prefill time plus, with big prefill
+    chunks, a stall behind another request's chunk every STALL_EVERY requests."""
+    t = BASE_TTFT_MS * (1.0 + random.gauss(0.0, noise))
+    if args.chunked_prefill_size >= BIG_PREFILL_CHUNK and n % STALL_EVERY == STALL_EVERY - 1:
+        t += STALL_MS
+    return max(1.0, t)
 
 
 def _spawn_orphan() -> None:
@@ -222,6 +244,23 @@ class _GpuLoad:
         self.torch.cuda.synchronize()
 
 
+def _outlier_window(env: Any) -> tuple[int, int, float]:
+    """EMULATOR_OUTLIER_ONCE=FLAG_FILE with EMULATOR_OUTLIER_REQUESTS=FROM:TO[:FACTOR]: the
+    first server of a night (the one that creates FLAG_FILE) serves requests FROM..TO-1 at
+    FACTOR (default 0.9) of its rate; every later server runs clean. One injected outlier."""
+    flag = env.get("EMULATOR_OUTLIER_ONCE")
+    spec = env.get("EMULATOR_OUTLIER_REQUESTS", "")
+    if not flag or not spec:
+        return (0, 0, 1.0)
+    try:
+        fd = os.open(flag, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+    except FileExistsError:
+        return (0, 0, 1.0)
+    os.close(fd)
+    parts = spec.split(":")
+    return (int(parts[0]), int(parts[1]), float(parts[2]) if len(parts) > 2 else 0.9)
+
+
 def _make_handler(state: dict[str, Any]) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -259,7 +298,14 @@ def _make_handler(state: dict[str, Any]) -> type[BaseHTTPRequestHandler]:
             while state["hang_generate"]:  # health still answers; generation never does
                 time.sleep(3600)
             start = time.monotonic()
+            with state["lock"]:
+                n = state["served"]
+                state["served"] += 1
+            ttft = ttft_ms(state["args"], n, state["noise"])
             rate = state["tps"] * (1.0 + random.gauss(0.0, state["noise"]))
+            lo, hi, factor = state["outlier"]
+            if lo <= n < hi:
+                rate *= factor  # a slow stretch: one benchmark run comes out an outlier
             if state["gpu"] is not None:
                 state["gpu"].work(tokens)
             left = tokens / max(rate, 1.0) - (time.monotonic() - start)
@@ -270,7 +316,14 @@ def _make_handler(state: dict[str, Any]) -> type[BaseHTTPRequestHandler]:
                 200,
                 {
                     "text": "ok " * min(tokens, 8),
-                    "meta_info": {"completion_tokens": tokens, "e2e_latency": took},
+                    # the emulated prefill queue time is reported, not slept: the decode
+                    # rate alone sets the throughput the client measures
+                    "meta_info": {
+                        "completion_tokens": tokens,
+                        "e2e_latency": took,
+                        "ttft": ttft / 1000.0,
+                        "model_s": tokens / max(rate, 1.0),  # what the decode "should" take
+                    },
                 },
             )
 
@@ -359,6 +412,10 @@ def serve(args: argparse.Namespace) -> int:
         "noise": float(env.get("EMULATOR_NOISE", "0.01")),
         "gpu": gpu,
         "hang_generate": args.hang_generate or env.get("EMULATOR_GENERATE_HANG") == "1",
+        "args": args,
+        "served": 0,
+        "outlier": _outlier_window(env),
+        "lock": threading.Lock(),
         "info": {
             "tokens_per_s_model": tps,
             "pid": os.getpid(),
@@ -385,30 +442,122 @@ def serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _pct(values: list[float], p: float) -> float:
+    """Linear-interpolated percentile, as numpy's default (what both real clients use)."""
+    v = sorted(values)
+    if not v:
+        return 0.0
+    k = (len(v) - 1) * p / 100.0
+    lo, hi = math.floor(k), math.ceil(k)
+    return v[lo] + (v[hi] - v[lo]) * (k - lo)
+
+
+def _latency(prefix: str, suffix: str, values: list[float], pcts: tuple[int, ...]) -> dict:
+    import statistics
+
+    out = {
+        f"mean_{prefix}{suffix}": statistics.fmean(values) if values else 0.0,
+        f"median_{prefix}{suffix}": statistics.median(values) if values else 0.0,
+        f"std_{prefix}{suffix}": statistics.pstdev(values) if values else 0.0,
+    }
+    for p in pcts:
+        out[f"p{p}_{prefix}{suffix}"] = _pct(values, p)
+    return out
+
+
 def bench_client(args: argparse.Namespace) -> int:
-    """The plan's benchmark command: N sequential requests, prints one JSON line with tokens/s."""
+    """The plan's benchmark command: N sequential requests; prints (or writes to
+    --result-file) one result in the shape of `vllm bench serve --save-result`, of SGLang's
+    `bench_serving` JSONL line, or the plain `{"output_throughput": ...}`."""
     import urllib.request
 
     url = f"http://{args.host}:{args.port}/generate"
     body = json.dumps(
         {"text": "hello", "sampling_params": {"max_new_tokens": args.tokens}}
     ).encode()
-    tokens, start = 0, time.monotonic()
+    ttfts, e2es, tpots, errors, lens = [], [], [], [], []
+    model_s = 0.0
+    start = time.monotonic()
     for _ in range(args.requests):
         req = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json"})
-        with urllib.request.urlopen(req, timeout=30) as resp:
-            tokens += json.loads(resp.read())["meta_info"]["completion_tokens"]
+        t0 = time.monotonic()
+        try:
+            with urllib.request.urlopen(req, timeout=30) as resp:
+                meta = json.loads(resp.read())["meta_info"]
+        except OSError as exc:
+            errors.append(f"{type(exc).__name__}: {exc}")
+            lens.append(0)
+            continue
+        e2e = (time.monotonic() - t0) * 1000.0 + meta.get("ttft", 0.0) * 1000.0
+        errors.append("")
+        model_s += float(meta.get("model_s", 0.0))
+        lens.append(int(meta["completion_tokens"]))
+        ttfts.append(meta.get("ttft", 0.0) * 1000.0)
+        e2es.append(e2e)
+        tpots.append((e2e - ttfts[-1]) / max(1, lens[-1] - 1))
     took = time.monotonic() - start
-    print(
-        json.dumps(
-            {
-                "output_throughput": round(tokens / took, 2),
-                "requests": args.requests,
-                "duration_s": round(took, 3),
-            }
-        )
-    )
-    return 0
+    if args.clock == "model":  # the server's modelled decode time: no host timing jitter
+        took = max(model_s, 1e-6)
+    tokens = sum(lens)
+    done = sum(1 for e in errors if not e)
+    if args.format == "plain":
+        out: dict[str, Any] = {
+            "output_throughput": round(tokens / took, 2),
+            "requests": args.requests,
+            "duration_s": round(took, 3),
+        }
+    elif args.format == "vllm":  # vllm/benchmarks/serve.py, --save-result
+        out = {
+            "date": datetime.now().strftime("%Y%m%d-%H%M%S"),
+            "endpoint_type": "sglang",
+            "model_id": "emulated",
+            "num_prompts": args.requests,
+            "request_rate": "inf",
+            "max_concurrency": 1,
+            "duration": took,
+            "completed": done,
+            "failed": args.requests - done,
+            "total_input_tokens": 5 * args.requests,
+            "total_output_tokens": tokens,
+            "request_throughput": done / took,
+            "request_goodput": None,
+            "output_throughput": tokens / took,
+            "total_token_throughput": (tokens + 5 * args.requests) / took,
+            "input_lens": [5] * args.requests,
+            "output_lens": lens,
+            "ttfts": [t / 1000.0 for t in ttfts],
+            "errors": errors,
+        }
+        for name, vals in (("ttft", ttfts), ("tpot", tpots), ("itl", tpots), ("e2el", e2es)):
+            out |= _latency(name, "_ms", vals, (50, 90, 99))
+    else:  # sglang.bench_serving --output-file (one JSON line per run)
+        out = {
+            "backend": "sglang",
+            "dataset_name": "random",
+            "request_rate": float("inf"),
+            "max_concurrency": 1,
+            "duration": took,
+            "completed": done,
+            "total_input_tokens": 5 * args.requests,
+            "total_output_tokens": tokens,
+            "total_output_tokens_retokenized": tokens,
+            "request_throughput": done / took,
+            "input_throughput": 5 * args.requests / took,
+            "output_throughput": tokens / took,
+            **_latency("e2e", "_latency_ms", e2es, (99,)),
+            **_latency("ttft", "_ms", ttfts, (99,)),
+            **_latency("tpot", "_ms", tpots, (99,)),
+            **_latency("itl", "_ms", tpots, (95, 99)),
+            "concurrency": sum(e2es) / 1000.0 / took,
+        }
+    text = json.dumps(out).replace("Infinity", '"inf"')
+    if args.result_file:
+        mode = "a" if args.format == "sglang" else "w"
+        with open(args.result_file, mode, encoding="utf-8") as fh:
+            fh.write(text + "\n")
+    else:
+        print(text)
+    return 0 if done else 1
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -420,6 +569,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--mem-fraction-static", type=float, default=0.8)
     p.add_argument("--cuda-graph-max-bs", type=int, default=32)
     p.add_argument("--enable-flashinfer-allreduce-fusion", action="store_true")
+    p.add_argument("--chunked-prefill-size", type=int, default=8192)
     p.add_argument("--load-seconds", type=float, default=2.0, help="how long start-up takes")
     p.add_argument("--config", help="a KEY=VALUE / sitecustomize-style env file to apply")
     p.add_argument("--gpu", action="store_true", help="hold real GPU memory and do real matmuls")
@@ -430,6 +580,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--bench-client", action="store_true", help="act as the benchmark client")
     p.add_argument("--requests", type=int, default=3)
     p.add_argument("--tokens", type=int, default=64)
+    p.add_argument("--format", choices=["plain", "vllm", "sglang"], default="plain")
+    p.add_argument(
+        "--clock",
+        choices=["wall", "model"],
+        default="wall",
+        help="time runs by the wall clock, or by the server's modelled decode time (tests that "
+        "judge statistics on a loaded CI box: only the emulator's own noise remains)",
+    )
+    p.add_argument("--result-file", help="write the result here instead of stdout")
     return p.parse_args(argv)
 
 

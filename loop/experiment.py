@@ -13,6 +13,7 @@ limit on purpose: they must run however late it is.
 from __future__ import annotations
 
 import os
+import shlex
 import time
 import traceback
 from collections.abc import Callable
@@ -24,6 +25,7 @@ from loop.knobs import set_flag
 from loop.ledger import FAILED, ExperimentRow, Ledger
 from loop.plan import Plan
 from loop.preflight import run_preflight
+from loop.stopping import Interrupted
 from tools.benchmark import Args as BenchArgs
 from tools.benchmark import benchmark
 from tools.host import Host
@@ -55,6 +57,9 @@ class Context:
     #: Run markers of experiments in flight on the other host slots of this night; pre-flight
     #: leaves their processes alone (slots may share one machine's process table).
     busy_elsewhere: Callable[[], set[str]] | None = None
+    #: True once the night is stopping (SIGTERM/SIGINT): a result measured now is not recorded,
+    #: the night's own clean-up re-queues the experiment instead.
+    stopping: Callable[[], bool] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -101,11 +106,24 @@ def launch_command(plan: Plan, change: dict[str, Any]) -> str:
     return cmd
 
 
+def reproduce(plan: Plan, change: dict[str, Any]) -> str:
+    """The whole launch as a person re-runs it: workdir, the server's exact environment (the
+    allow-list taken from their shell, the plan's env), the full launch line."""
+    keep = " ".join(f'{v}="${v}"' for v in plan.baseline.inherit_env)
+    env = " ".join(shlex.quote(f"{k}={v}") for k, v in plan.baseline.env.items())
+    return (
+        f"cd {shlex.quote(plan.baseline.workdir)} && env -i {keep} {env} "
+        f"{launch_command(plan, change)}"
+    )
+
+
 def env_change(change: dict[str, Any]) -> dict[str, Any]:
     return {k.split(":", 1)[1]: v for k, v in change.items() if k.startswith("env:")}
 
 
 def _phase(ctx: Context, row: ExperimentRow, phase: str) -> None:
+    if ctx.stopping is not None and ctx.stopping() and phase in ("apply", "launch", "ready"):
+        raise Interrupted(0)  # another thread got SIGTERM: start nothing new
     ctx.ledger.set_phase(row.id, phase)  # type: ignore[arg-type]
     row.phase = phase  # type: ignore[assignment]
     if ctx.on_phase:
@@ -141,8 +159,12 @@ def run_experiment(ctx: Context, row: ExperimentRow, repeat: int | None = None) 
             pid = None
         else:
             result, pid = _launch_and_measure(ctx, row, log_path, marker, repeat, limit)
+        if ctx.stopping is not None and ctx.stopping():
+            raise Interrupted(0)  # the server was stopped under us: not a result, not a failure
+    except Interrupted:
+        raise  # the night stops, reverts and re-queues everything in flight, and says so
     except BaseException:
-        # Ctrl-C / SIGTERM of the loop: stop what we started and revert before dying.
+        # A bug or KeyboardInterrupt outside a night: stop what we started, revert, re-raise.
         stored = led.get(row.id)
         try:
             launcher.stop(host, stored.pid if stored else None, marker, grace_s=1.0)
@@ -197,7 +219,13 @@ def _launch_and_measure(
 
         _phase(ctx, row, "launch")
         lr = launcher.start(
-            host, command, plan.baseline.workdir, plan.baseline.env, log_path, marker
+            host,
+            command,
+            plan.baseline.workdir,
+            plan.baseline.env,
+            log_path,
+            marker,
+            inherit_env=plan.baseline.inherit_env,
         )
         if not lr.ok or lr.pid is None:
             result = {
@@ -243,6 +271,8 @@ def _launch_and_measure(
                 workdir=plan.baseline.workdir,
                 metric_json_key=b.metric_json_key,
                 metric_regex=b.metric_regex,
+                objective=plan.maximize or plan.minimize,
+                result_file=b.result_file,
                 repeat=repeat or b.repeat,
                 timeout_s=t.benchmark_s,
             ),
@@ -262,6 +292,9 @@ def _launch_and_measure(
                 "metric_mean": br.mean,
                 "metric_spread": br.spread,
                 "metric_values": br.values,
+                "metrics": {
+                    k: [r[k] for r in br.runs if k in r] for k in sorted(set().union(*br.runs))
+                },
             }
         return result, pid
     except Exception as exc:  # a config error or a bug: recorded; _finish still cleans up

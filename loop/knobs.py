@@ -97,6 +97,28 @@ def set_env(text: str, key: str, value: Value) -> str:
     return "".join(out)
 
 
+#: Flags that never take a value, so the word after one is a positional argument (the model
+#: in `vllm serve --enforce-eager MODEL`): switch-like prefixes, and named switches of the
+#: engines (vLLM, SGLang, TensorRT-LLM) and the emulator.
+SWITCH_PREFIXES = ("--enable-", "--disable-", "--no-", "--use-", "--skip-")
+SWITCHES = frozenset(
+    {
+        "--enforce-eager", "--trust-remote-code", "--headless", "--api-server-only",
+        "--spawn-orphan", "--gpu", "--emulate-hang", "--hang-generate", "--bench-client",
+        "--log-requests", "--disable-log-requests", "--enable-torch-compile",
+    }
+)  # fmt: skip
+
+
+def is_switch(flag: str) -> bool:
+    return flag in SWITCHES or flag.startswith(SWITCH_PREFIXES)
+
+
+def _takes(argv: list[str], i: int) -> bool:
+    """Whether argv[i] (a bare `--flag`) takes argv[i + 1] as its value."""
+    return i + 1 < len(argv) and not argv[i + 1].startswith("--") and not is_switch(argv[i])
+
+
 def read_flags(command: str) -> dict[str, str | bool]:
     """Flags of a launch command: `--x v` -> "v", a bare `--x` -> True."""
     argv = shlex.split(command)
@@ -108,7 +130,7 @@ def read_flags(command: str) -> dict[str, str | bool]:
             if "=" in tok:
                 k, v = tok.split("=", 1)
                 out[k] = v
-            elif i + 1 < len(argv) and not argv[i + 1].startswith("--"):
+            elif _takes(argv, i):
                 out[tok] = argv[i + 1]
                 i += 1
             else:
@@ -125,8 +147,8 @@ def set_flag(command: str, flag: str, value: Value) -> str:
     while i < len(argv):
         tok = argv[i]
         if tok == flag or tok.startswith(flag + "="):
-            if "=" not in tok and i + 1 < len(argv) and not argv[i + 1].startswith("--"):
-                i += 1  # skip its value
+            if "=" not in tok and _takes(argv, i):
+                i += 1  # skip its value (never a positional after a switch)
             i += 1
             continue
         out.append(tok)

@@ -35,16 +35,47 @@ class Verdict(BaseModel):
 
 
 def start(
-    host: Host, command: str, workdir: str, env: dict[str, str], log_path: str, marker: str
+    host: Host,
+    command: str,
+    workdir: str,
+    env: dict[str, str],
+    log_path: str,
+    marker: str,
+    inherit_env: list[str] | None = None,
 ) -> LaunchResult:
+    """Launch detached; with `inherit_env` the server gets `env` plus only those variables of
+    the loop's own environment (an exported NCCL_* in the shell must not decide a night)."""
     return launch(
         host,
-        LaunchArgs(command=command, workdir=workdir, env=env, log_path=log_path, marker=marker),
+        LaunchArgs(
+            command=command,
+            workdir=workdir,
+            env=env,
+            log_path=log_path,
+            marker=marker,
+            inherit_env=inherit_env,
+        ),
+    )
+
+
+#: State letters of a process that is gone: zombie, dead, or `GONE` (no /proc entry, no pid).
+#: Never "D": uninterruptible sleep is a live process blocked in the kernel, and a server just
+#: exec'd from a cold disk (or a vfork parent) sits in it for a moment; calling that "dead"
+#: made a healthy launch end as "exited after 0.0s with no fatal line".
+GONE = "-"
+DEAD_STATES = ("Z", "X", GONE)
+
+
+def _state_shell(pid: int) -> str:
+    """Shell that prints the process state letter of `pid`, or GONE."""
+    return (
+        f"st=$(grep -s '^State:' /proc/{pid}/status | cut -f2 | cut -c1); "
+        f'[ -n "$st" ] || {{ kill -0 {pid} 2>/dev/null && st=R || st={GONE}; }}; echo "$st"'
     )
 
 
 def tick_command(pid: int, log_path: str, offset: int, url: str, curl: bool) -> str:
-    """State letter (Z/D = dead), log size, HTTP code, then the log bytes past `offset`."""
+    """State letter (see DEAD_STATES), log size, HTTP code, then the log bytes past `offset`."""
     q = shlex.quote
     probe = (
         f"curl -s -o /dev/null -w '%{{http_code}}' --max-time 0.5 {q(url)} 2>/dev/null || true"
@@ -57,10 +88,9 @@ def tick_command(pid: int, log_path: str, offset: int, url: str, curl: bool) -> 
         + f" {q(url)}"
     )
     return (
-        f"st=$(grep -s '^State:' /proc/{pid}/status | cut -f2 | cut -c1); "
-        f'[ -n "$st" ] || {{ kill -0 {pid} 2>/dev/null && st=R || st=D; }}; echo "$st"; '
+        f"{_state_shell(pid)}; "
         f"stat -c %s {q(log_path)} 2>/dev/null || echo 0; "
-        f'if [ "$st" != Z ] && [ "$st" != D ]; then {probe}; else echo 0; fi; echo; '
+        f'case "$st" in Z|X|{GONE}) echo 0;; *) {probe};; esac; echo; '
         f"echo {SEP}; tail -c +{offset + 1} {q(log_path)} 2>/dev/null | head -c 262144"
     )
 
@@ -153,7 +183,7 @@ def watch_until_ready(
                     fatal_at = now
         if on_tick:
             on_tick(elapsed, offset)
-        if state in ("Z", "D", "X"):
+        if state in DEAD_STATES:
             # the last lines may land between this tick's log read and the exit: read once more
             final = host.run(tick_command(pid, log_path, offset, url, curl), timeout=10)
             rest = final.stdout.partition(SEP + "\n")[2]
@@ -258,9 +288,5 @@ def group_alive(host: Host, pgid: int) -> bool:
 
 
 def _alive(host: Host, pid: int) -> bool:
-    res = host.run(
-        f"st=$(grep -s '^State:' /proc/{pid}/status | cut -f2 | cut -c1); "
-        f'[ -n "$st" ] || {{ kill -0 {pid} 2>/dev/null && st=R || st=D; }}; echo "$st"',
-        timeout=5,
-    )
-    return res.stdout.strip() not in ("Z", "D", "X", "")
+    res = host.run(_state_shell(pid), timeout=5)
+    return res.stdout.strip() not in (*DEAD_STATES, "")

@@ -20,8 +20,9 @@ import sqlite_utils
 from pydantic import BaseModel, Field
 
 Status = Literal[
-    "pending", "running", "ok", "kept", "discarded", "failed", "hung", "timeout", "skipped"
-]
+    "pending", "running", "ok", "kept", "discarded", "inconclusive", "failed", "hung",
+    "timeout", "skipped",
+]  # fmt: skip
 Phase = Literal[
     "pending", "preflight", "apply", "launch", "ready", "benchmark", "stop", "revert",
     "diagnose", "done",
@@ -30,7 +31,9 @@ Phase = Literal[
 BEFORE_RESULT = {"preflight", "apply", "launch", "ready", "benchmark"}
 #: Phases after the result was recorded: a restart only finishes the cleanup (and diagnosis).
 AFTER_RESULT = {"stop", "revert", "diagnose"}
-TERMINAL = {"ok", "kept", "discarded", "failed", "hung", "timeout", "skipped"}
+TERMINAL = {"ok", "kept", "discarded", "inconclusive", "failed", "hung", "timeout", "skipped"}
+#: Statuses of a measured experiment (its metric is a result, whatever the verdict).
+MEASURED = ("ok", "kept", "discarded", "inconclusive")
 #: Terminal statuses that call for a diagnosis and a line under "Failures" in the report.
 FAILED = ("failed", "hung", "timeout")
 
@@ -50,6 +53,14 @@ class ExperimentRow(BaseModel):
     metric_mean: float | None = None
     metric_spread: float | None = None
     metric_values: list[float] = Field(default_factory=list)
+    #: Every metric the benchmark reported, one value per run (canonical names, see
+    #: tools/bench_results.py): latency percentiles, throughputs, errors.
+    metrics: dict[str, list[float]] = Field(default_factory=dict)
+    slo: str | None = Field(None, description="SLO verdict: 'met', or what the change broke")
+    ci_low: float | None = Field(None, description="interval of the metric's center")
+    ci_high: float | None = None
+    stats: str | None = Field(None, description="the statistical statement, in words")
+    remeasured: int = Field(0, description="launches spent re-measuring an inconclusive result")
     gain: float | None = None
     duration_s: float | None = None
     label: str | None = None
@@ -88,6 +99,19 @@ class NightRow(BaseModel):
     final_host: str | None = None
     note: str | None = None
     left_in_place: list[LeftChange] = Field(default_factory=list)
+    heartbeat: float | None = Field(None, description="last time the running loop said so")
+    loop_pid: int | None = None
+    loop_host: str | None = None
+
+
+class Event(BaseModel):
+    """Something that happened to the night rather than to one experiment: an interruption
+    (signal or kill -9) and what the stop or the next start did about it."""
+
+    night_id: str
+    at: float
+    kind: Literal["signal", "killed", "resumed"]
+    detail: str
 
 
 def _m001_init(db: sqlite_utils.Database) -> None:
@@ -121,9 +145,29 @@ def _m002_left_in_place(db: sqlite_utils.Database) -> None:
     db["nights"].add_column("left_in_place", str)  # JSON list of LeftChange
 
 
+def _m003_liveness_events(db: sqlite_utils.Database) -> None:
+    for col, typ in (("heartbeat", float), ("loop_pid", int), ("loop_host", str)):
+        db["nights"].add_column(col, typ)
+    db["events"].create({"night_id": str, "at": float, "kind": str, "detail": str})
+    db["events"].create_index(["night_id", "at"])
+
+
+def _m004_metrics_slo(db: sqlite_utils.Database) -> None:
+    db["experiments"].add_column("metrics", str)  # JSON {metric: [value per run]}
+    db["experiments"].add_column("slo", str)
+
+
+def _m005_intervals(db: sqlite_utils.Database) -> None:
+    for col, typ in (("ci_low", float), ("ci_high", float), ("stats", str), ("remeasured", int)):
+        db["experiments"].add_column(col, typ)
+
+
 MIGRATIONS: list[tuple[str, Callable[[sqlite_utils.Database], None]]] = [
     ("001_init", _m001_init),
     ("002_left_in_place", _m002_left_in_place),
+    ("003_liveness_events", _m003_liveness_events),
+    ("004_metrics_slo", _m004_metrics_slo),
+    ("005_intervals", _m005_intervals),
 ]
 
 
@@ -192,6 +236,18 @@ class Ledger:
         with self._lock, self.db.conn:
             self.db["nights"].update(night_id, fields)
 
+    # night events
+    def add_event(self, night_id: str, kind: str, detail: str) -> None:
+        with self._lock, self.db.conn:
+            self.db["events"].insert(
+                {"night_id": night_id, "at": time.time(), "kind": kind, "detail": detail}
+            )
+
+    def events(self, night_id: str) -> list[Event]:
+        with self._lock:
+            rows = list(self.db["events"].rows_where("night_id = ?", [night_id], order_by="at"))
+        return [Event(**r) for r in rows]
+
     # baseline files
     def save_baseline_file(self, night_id: str, host: str, path: str, content: bytes) -> None:
         import hashlib
@@ -236,7 +292,7 @@ class Ledger:
         return [self._load(r) for r in rows]
 
     def update(self, exp_id: str, **fields: Any) -> None:
-        for k in ("change", "metric_values"):
+        for k in JSON_FIELDS:
             if k in fields:
                 fields[k] = json.dumps(fields[k])
         with self._lock, self.db.conn:
@@ -264,17 +320,21 @@ class Ledger:
         self.db.conn.close()
 
 
+#: ExperimentRow fields stored as JSON text, with the value an empty column reads as.
+JSON_FIELDS: dict[str, str] = {"change": "{}", "metric_values": "[]", "metrics": "{}"}
+
+
 def dump_experiment(row: ExperimentRow) -> dict[str, Any]:
     d = row.model_dump()
-    d["change"] = json.dumps(d["change"])
-    d["metric_values"] = json.dumps(d["metric_values"])
+    for k in JSON_FIELDS:
+        d[k] = json.dumps(d[k])
     return d
 
 
 def load_experiment(r: dict[str, Any]) -> ExperimentRow:
     r = dict(r)
-    r["change"] = json.loads(r.get("change") or "{}")
-    r["metric_values"] = json.loads(r.get("metric_values") or "[]")
+    for k, empty in JSON_FIELDS.items():
+        r[k] = json.loads(r.get(k) or empty)
     return ExperimentRow(**{k: v for k, v in r.items() if v is not None})
 
 

@@ -18,7 +18,16 @@ from psycopg import Connection
 from pydantic import BaseModel
 
 from agent.pg import Migration, migrate, open_pool
-from loop.ledger import ExperimentRow, NightRow, Phase, _night, dump_experiment, load_experiment
+from loop.ledger import (
+    JSON_FIELDS,
+    Event,
+    ExperimentRow,
+    NightRow,
+    Phase,
+    _night,
+    dump_experiment,
+    load_experiment,
+)
 
 
 def _m001_init(conn: Connection[Any]) -> None:
@@ -47,10 +56,49 @@ def _m002_left_in_place(conn: Connection[Any]) -> None:
     conn.execute("alter table nights add column left_in_place text")
 
 
+def _m003_liveness_events(conn: Connection[Any]) -> None:
+    # SQLite's `events`: memory's `events` (agent/memory_pg.py) already has the name here.
+    # The key is the whole row, so a second `pivot db copy` of the same ledger adds nothing.
+    conn.execute(
+        """
+        alter table nights add column heartbeat double precision;
+        alter table nights add column loop_pid integer;
+        alter table nights add column loop_host text;
+        create table night_events (
+            night_id text not null, at double precision not null, kind text not null,
+            detail text not null, primary key (night_id, at, kind, detail));
+        create index night_events_night_at on night_events (night_id, at);
+        """
+    )
+
+
+def _m004_metrics_slo(conn: Connection[Any]) -> None:
+    conn.execute(
+        """
+        alter table experiments add column metrics text;
+        alter table experiments add column slo text;
+        """
+    )
+
+
+def _m005_intervals(conn: Connection[Any]) -> None:
+    conn.execute(
+        """
+        alter table experiments add column ci_low double precision;
+        alter table experiments add column ci_high double precision;
+        alter table experiments add column stats text;
+        alter table experiments add column remeasured integer;
+        """
+    )
+
+
 #: Named like their SQLite twins in loop/ledger.py.
 MIGRATIONS: list[Migration] = [
     ("001_init", _m001_init),
     ("002_left_in_place", _m002_left_in_place),
+    ("003_liveness_events", _m003_liveness_events),
+    ("004_metrics_slo", _m004_metrics_slo),
+    ("005_intervals", _m005_intervals),
 ]
 
 
@@ -113,6 +161,18 @@ class PgLedger:
         cols, args = _set(fields)
         self._exec(f"update nights set {cols} where id = %s", [*args, night_id])
 
+    # night events
+    def add_event(self, night_id: str, kind: str, detail: str) -> None:
+        self._exec(
+            """insert into night_events (night_id, at, kind, detail) values (%s, %s, %s, %s)
+               on conflict do nothing""",
+            [night_id, time.time(), kind, detail],
+        )
+
+    def events(self, night_id: str) -> list[Event]:
+        rows = self._all("select * from night_events where night_id = %s order by at", [night_id])
+        return [Event(**r) for r in rows]
+
     # baseline files
     def save_baseline_file(self, night_id: str, host: str, path: str, content: bytes) -> None:
         self._exec(
@@ -148,7 +208,7 @@ class PgLedger:
         return [load_experiment(r) for r in rows]
 
     def update(self, exp_id: str, **fields: Any) -> None:
-        for k in ("change", "metric_values"):
+        for k in JSON_FIELDS:
             if k in fields:
                 fields[k] = json.dumps(fields[k])
         cols, args = _set(fields)

@@ -7,6 +7,7 @@ revert, verify), then the loop simply continues with the rows that are not done.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import shlex
@@ -21,15 +22,13 @@ from loop.experiment import (
     Context,
     Diagnoser,
     Diagnosis,
-    cleanup,
     diagnose_row,
     run_experiment,
     run_marker,
 )
 from loop.ledger import (
-    AFTER_RESULT,
-    BEFORE_RESULT,
     FAILED,
+    MEASURED,
     TERMINAL,
     ExperimentRow,
     LeftChange,
@@ -38,6 +37,10 @@ from loop.ledger import (
     study_storage,
 )
 from loop.plan import HostSpec, Plan, SearchParam, plan_digest
+from loop.slo import constraint_values, violations
+from loop.stats import Z, compare, summarize
+from loop.stopping import Interrupted, interruptible
+from tools.bench_results import unit
 from tools.config_store import unified_diff
 from tools.host import Host
 
@@ -143,6 +146,8 @@ class Night:
         self.memory_path = memory_path
         self.on_phase = on_phase
         self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._threads: list[threading.Thread] = []
         self.night: NightRow
         self.baselines: dict[str, dict[str, bytes]] = {}
 
@@ -162,6 +167,7 @@ class Night:
             busy_elsewhere=(lambda: self._busy_elsewhere(host.name))
             if len(self.hosts) > 1
             else None,
+            stopping=self._stopping.is_set,
         )
 
     def _busy_elsewhere(self, host_name: str) -> set[str]:
@@ -224,7 +230,83 @@ class Night:
             self.baselines[host.name] = configs.capture_baseline(
                 self.ledger, self.night.id, host, self.plans[host.name].baseline.config_files
             )
-        self.recover()
+        beat = self._heartbeat()
+        try:
+            with interruptible():
+                try:
+                    return self._run(resumed)
+                except Interrupted as stop:
+                    stop.actions = self._stop(stop)
+                    raise
+        finally:
+            beat.set()
+
+    def _heartbeat(self) -> threading.Event:
+        """Stamp the night row every HEARTBEAT_S so `loop status` can tell a dead loop."""
+        done = threading.Event()
+        self.ledger.update_night(
+            self.night.id, heartbeat=time.time(), loop_pid=os.getpid(), loop_host=_hostname()
+        )
+
+        def beat() -> None:
+            while not done.wait(heartbeat_s()):
+                # a locked or closing ledger: the next beat tries again
+                with contextlib.suppress(Exception):
+                    self.ledger.update_night(self.night.id, heartbeat=time.time())
+
+        threading.Thread(target=beat, daemon=True, name="loop-heartbeat").start()
+        return done
+
+    def _stop(self, stop: Interrupted) -> list[str]:
+        """SIGTERM/SIGINT: stop every server of this night, let the slots' threads see it,
+        then recover exactly as a restart would (re-queue, revert), and record what was done."""
+        self._stopping.set()
+        actions = [f"{stop.name} received: stopping the night"]
+        self._kill_ours(actions)
+        for t in self._threads:
+            t.join(timeout=30)
+        actions += self.recover(why=stop.name)
+        self.ledger.add_event(self.night.id, "signal", "; ".join(actions))
+        self.ledger.update_night(
+            self.night.id, note=f"stopped by {stop.name}; `pivot loop run` resumes it"
+        )
+        return actions
+
+    def _kill_ours(self, actions: list[str]) -> None:
+        """KILL every marked process of this night but the morning server left up on purpose,
+        naming the experiment each belonged to."""
+        rows = self.ledger.experiments(self.night.id)
+        marker = {
+            r.name: run_marker(self.plan.name, self.night.id, r.seq, r.attempts) for r in rows
+        }
+        keep = {marker[r.name] for r in rows if r.kind == "final" and r.status == "ok"}
+        for host in self.hosts:
+            spared = {p for m in keep for p in launcher.marked_pids(host, marker=m)}
+            ours = set(launcher.marked_pids(host, prefix=f"{self.plan.name}/{self.night.id}."))
+            ours -= spared
+            if not ours:
+                continue
+            said: list[str] = []
+            left = set(ours)
+            for r in rows:
+                if r.attempts and r.phase not in ("pending", "done"):
+                    mine = sorted(left & set(launcher.marked_pids(host, marker=marker[r.name])))
+                    if mine:
+                        said.append(f"stopped {r.name}'s server and children (pids {mine})")
+                        left -= set(mine)
+            if left:
+                said.append(
+                    f"killed leftover processes of this night on {host.name}: {sorted(left)}"
+                )
+            host.run(f"kill -KILL {' '.join(map(str, sorted(ours)))} 2>/dev/null; true", timeout=5)
+            actions += said
+
+    def _run(self, resumed: bool) -> NightRow:
+        actions = self.recover()
+        if resumed:
+            self.ledger.add_event(
+                self.night.id, "resumed", "; ".join(actions) or "nothing was in flight"
+            )
         self._seed_rows()
         base = self.ledger.get(f"{self.night.id}:baseline")
         assert base is not None
@@ -236,9 +318,16 @@ class Night:
                 self.night.id, status="blocked", ended=time.time(), note="baseline failed"
             )
             return self._close()
-        noise = 2.0 * (base.metric_spread or 0.0)
-        self.ledger.update_night(self.night.id, noise=noise)
+        self._judge_baseline()
+        for r in self.ledger.experiments(self.night.id):  # measured, then killed before judged
+            if r.kind in ("ranked", "search") and r.status == "ok":
+                self._classify(r)
         self._parallel(self._ranked_worker)
+        if self._rechecks():  # A/B/A: judge every change again against all baseline runs
+            self._judge_baseline()
+            for r in self.ledger.experiments(self.night.id):
+                if r.kind == "ranked" and r.status in MEASURED:
+                    self._classify(r, again=True)
         if self.plan.search:
             self._search()
         if self.plan.budget.final_slot:
@@ -255,86 +344,205 @@ class Night:
         return self.ledger.night(self.night.id) or night
 
     def _seed_rows(self) -> None:
+        """The baseline, the ranked experiments, and (one slot, `recheck_every: N`) the
+        baseline again after every N of them and at the end: A/B/A, not A then B forever."""
         self._row("baseline", "baseline", 0, {}, expect="known-good config; measures noise")
+        every = self.plan.baseline.recheck_every if len(self.hosts) == 1 else 0
+        seq = 0
         for i, exp in enumerate(self.plan.experiments, start=1):
-            self._row(exp.name, "ranked", i, exp.change(), expect=exp.expect)
+            seq += 1
+            self._row(exp.name, "ranked", seq, exp.change(), expect=exp.expect)
+            if every and (i % every == 0 or i == len(self.plan.experiments)):
+                seq += 1
+                self._row(
+                    f"baseline-{seq}", "baseline", seq, {}, expect="baseline again: drift, noise"
+                )
 
-    def recover(self) -> None:
-        """Finish or reset whatever a killed loop left in flight; then clean and revert anyway."""
+    def _rechecks(self) -> list[ExperimentRow]:
+        return [
+            r
+            for r in self.ledger.experiments(self.night.id)
+            if r.kind == "baseline" and r.name != "baseline"
+        ]
+
+    def _baseline_values(self) -> tuple[list[float], dict[str, list[float]]]:
+        """Every baseline run of the night so far (first measurement and re-checks), pooled."""
+        values: list[float] = []
+        metrics: dict[str, list[float]] = {}
+        for r in self.ledger.experiments(self.night.id):
+            if r.kind == "baseline" and r.status == "ok":
+                values += r.metric_values
+                for k, v in r.metrics.items():
+                    metrics.setdefault(k, []).extend(v)
+        return values, metrics
+
+    def _judge_baseline(self) -> None:
+        """The baseline's robust noise (2 MAD sigmas) on the night; its interval on its row."""
+        values, _ = self._baseline_values()
+        s = summarize(values)
+        self.ledger.update_night(self.night.id, noise=Z * s.sigma)
+        unit_ = unit(self.plan.objective)
+        for r in self.ledger.experiments(self.night.id):
+            if r.kind == "baseline" and r.status == "ok" and r.metric_values:
+                own = summarize(r.metric_values)
+                self.ledger.update(
+                    r.id, ci_low=own.low, ci_high=own.high, stats=own.describe(unit_)
+                )
+
+    def recover(self, why: str = "loop killed") -> list[str]:
+        """Finish or re-queue whatever a stopped or killed loop left in flight; then clean and
+        revert anyway. Returns what it did, in words.
+
+        Crash-safe by construction: each row's fate is decided by whether its result was
+        recorded (its status), never by the phase a previous recovery may have written; the
+        steps before a row's last write (stop, revert, diagnose, tell) are all idempotent; and
+        that last write is one atomic update. A kill -9 at any moment of a recovery leaves the
+        row as it was, and the next start recovers it again.
+        """
+        actions: list[str] = []
         for row in self.ledger.experiments(self.night.id):
-            phase = row.phase  # cleanup() below moves the row's phase on; decide on this one
             # Taken but not started (killed between marking it and its first phase): a ranked
             # row marked running, or any search row, whose trial is asked in the study.
-            taken = phase == "pending" and (row.status == "running" or row.kind == "search")
-            if phase == "done" or (phase == "pending" and not taken):
+            taken = row.phase == "pending" and (row.status == "running" or row.kind == "search")
+            if row.phase == "done" or (row.phase == "pending" and not taken):
                 continue
             host = self._host(row.host)
-            ctx = self._ctx(host)
-            marker = run_marker(self.plan.name, self.night.id, row.seq, row.attempts)
-            cleanup(ctx, row.pid, marker, row)
-            bad = configs.revert(host, self.baselines[host.name], store_root=self._store_root(host))
-            if bad:
-                raise configs.ConfigError(f"cannot restore baseline config on {host.name}: {bad}")
-            if phase in BEFORE_RESULT or taken:
-                if row.kind == "search":
-                    self._fail_trial(row, f"{INTERRUPTED} {phase}; params re-queued")
-                else:
-                    self.ledger.update(row.id, status="pending", phase="pending", pid=None)
-            elif phase in AFTER_RESULT:
+            measured = row.status in TERMINAL
+            morning = row.kind == "final" and row.status == "ok"  # the server left up on purpose
+            self._recover_step(row, "stop")
+            if not morning:
+                marker = run_marker(self.plan.name, self.night.id, row.seq, row.attempts)
+                found = {p for p in [row.pid] if p and launcher._alive(host, p)}
+                found |= set(launcher.marked_pids(host, marker=marker))
+                left = launcher.stop(host, row.pid, marker, self.plan.policy.stop_grace_s)
+                if found:
+                    actions.append(
+                        f"stopped {row.name}'s server and children (pids {sorted(found)})"
+                    )
+                if left:
+                    actions.append(f"WARNING: {row.name}'s pids {left} survived kill -9")
+            self._recover_step(row, "revert")
+            actions += self._revert_all(host)
+            self._recover_step(row, "decide")
+            if measured:
                 stored = self.ledger.get(row.id) or row
                 if stored.status in FAILED and not stored.label and self.diagnoser:
-                    ctx.diagnoser = self.diagnoser
-                    diagnose_row(ctx, stored)
+                    diagnose_row(self._ctx(host), stored)
                 if stored.kind == "search":
-                    self._tell(stored)
+                    self._tell(self.ledger.get(row.id) or stored)
                 self.ledger.update(row.id, phase="done", ended=time.time())
+                actions.append(f"{row.name}: result already recorded ({row.status}); cleanup done")
+            elif row.kind == "search":
+                self._fail_trial(row, f"{INTERRUPTED} {row.phase} ({why}); params re-queued")
+                actions.append(f"{row.name}: interrupted in {row.phase}; its params re-queued")
+            else:
+                self.ledger.update(row.id, status="pending", phase="pending", pid=None)
+                actions.append(f"{row.name}: interrupted in {row.phase}; re-queued")
         # At start-up, always: no marked process of ours survives, every config is baseline.
-        keep = {
-            run_marker(self.plan.name, self.night.id, r.seq, r.attempts)
-            for r in self.ledger.experiments(self.night.id)
-            if r.kind == "final" and r.status == "ok"
-        }
-        keep_pids = {p for h in self.hosts for m in keep for p in launcher.marked_pids(h, marker=m)}
+        self._kill_ours(actions)
         for host in self.hosts:
-            for pid in launcher.marked_pids(host, prefix=f"{self.plan.name}/{self.night.id}."):
-                if pid not in keep_pids:
-                    host.run(f"kill -KILL {pid} 2>/dev/null; true", timeout=5)
-            bad = configs.revert(host, self.baselines[host.name], store_root=self._store_root(host))
-            if bad:
-                raise configs.ConfigError(f"cannot restore baseline config on {host.name}: {bad}")
+            actions += self._revert_all(host)
+        return actions
+
+    def _recover_step(self, row: ExperimentRow, step: str) -> None:
+        """Tell the phase hook where recovery is (the crash tests kill the loop here)."""
+        if self.on_phase:
+            self.on_phase(row, f"recover:{step}")
+
+    def _revert_all(self, host: Host) -> list[str]:
+        changed: list[str] = []
+        bad = configs.revert(
+            host, self.baselines[host.name], store_root=self._store_root(host), changed=changed
+        )
+        if bad:
+            raise configs.ConfigError(f"cannot restore baseline config on {host.name}: {bad}")
+        return [f"reverted {p} on {host.name} to its baseline bytes" for p in changed]
 
     def _parallel(self, worker: Callable[[Host], None]) -> None:
         if len(self.hosts) == 1:
             worker(self.hosts[0])
             return
-        threads = [threading.Thread(target=worker, args=(h,), daemon=True) for h in self.hosts]
+
+        def guarded(host: Host) -> None:
+            try:
+                worker(host)
+            except Interrupted:  # the main thread stops the night; this slot just ends
+                return
+
+        threads = [threading.Thread(target=guarded, args=(h,), daemon=True) for h in self.hosts]
+        self._threads = threads
         for t in threads:
             t.start()
         for t in threads:
             t.join()
 
-    def _classify(self, row: ExperimentRow) -> None:
-        base = self.ledger.get(f"{self.night.id}:baseline")
-        night = self.ledger.night(self.night.id)
-        if row.status != "ok" or row.metric_mean is None or base is None or not night:
+    def _classify(self, row: ExperimentRow, again: bool = False) -> None:
+        """kept / discarded / inconclusive, by a robust comparison with every baseline run so
+        far; a change that breaks an SLO the baseline met is discarded whatever its gain."""
+        if row.metric_mean is None or not row.metric_values:
             return
-        sign = 1.0 if self.plan.baseline.higher_is_better else -1.0
-        gain = (row.metric_mean - (base.metric_mean or 0.0)) * sign
-        # Beat both the baseline's run-to-run noise (2 sigma) and 2 standard errors of the
-        # difference of the two means, so neither a noisy change nor a noisy baseline wins.
-        nb, ne = max(1, len(base.metric_values)), max(1, len(row.metric_values))
-        se = ((base.metric_spread or 0.0) ** 2 / nb + (row.metric_spread or 0.0) ** 2 / ne) ** 0.5
-        threshold = max(night.noise or 0.0, 2.0 * se)
-        status = "kept" if gain > threshold else "discarded"
-        self.ledger.update(row.id, status=status, gain=gain)
+        if row.status != "ok" and not (again and row.status in MEASURED):
+            return
+        base_values, base_metrics = self._baseline_values()
+        if not base_values:
+            return
+        base, mine = summarize(base_values), summarize(row.metric_values)
+        cmp = compare(base, mine, self.plan.higher_is_better)
+        status = {"better": "kept", "worse": "discarded"}.get(cmp.verdict, "inconclusive")
+        unit_ = unit(self.plan.objective)
+        fields: dict[str, Any] = {
+            "status": status,
+            "gain": cmp.gain,
+            "ci_low": mine.low,
+            "ci_high": mine.high,
+            "stats": f"{mine.describe(unit_)}; vs baseline {base.center:.4g}: "
+            f"{cmp.describe(unit_)}",
+        }
+        slos = self.plan.slos()
+        if slos:
+            broken = violations(slos, base_metrics, row.metrics)
+            fields["slo"] = "; ".join(broken) if broken else "met"
+            if broken:
+                fields["status"] = "discarded"  # a faster server that breaks an SLO is no win
+        self.ledger.update(row.id, **fields)
+
+    def _remeasure(self, host: Host, row: ExperimentRow) -> None:
+        """An inconclusive change is measured once more (budget allowing) and judged on all
+        its runs; still inconclusive, it says so rather than pretending."""
+        if row.status != "inconclusive" or "re-measured" in (row.diagnosis or ""):
+            return
+        if not self.plan.baseline.remeasure:
+            return
+        if not self._fits():
+            self.ledger.update(row.id, diagnosis="inconclusive; no budget left to re-measure")
+            return
+        first_values, first_metrics = row.metric_values, row.metrics
+        self.ledger.update(row.id, status="running", phase="pending", remeasured=row.remeasured + 1)
+        again = run_experiment(self._ctx(host), self.ledger.get(row.id) or row)
+        if again.status != "ok":
+            return  # the second run failed: its failure is the row's story now
+        metrics = {
+            k: first_metrics.get(k, []) + again.metrics.get(k, [])
+            for k in set(first_metrics) | set(again.metrics)
+        }
+        values = first_values + again.metric_values
+        self.ledger.update(
+            row.id,
+            metric_values=values,
+            metrics=metrics,
+            metric_mean=sum(values) / len(values),
+            diagnosis=f"re-measured once: {len(first_values)} + {len(again.metric_values)} runs",
+        )
+        self._classify(self.ledger.get(row.id) or again)
 
     def _ranked_worker(self, host: Host) -> None:
-        while True:
+        while not self._stopping.is_set():
             with self._lock:
                 todo = [
                     r
                     for r in self.ledger.experiments(self.night.id)
-                    if r.kind == "ranked" and r.status == "pending"
+                    if r.status == "pending"
+                    and (r.kind == "ranked" or (r.kind == "baseline" and r.name != "baseline"))
                 ]
                 if not todo:
                     return
@@ -346,8 +554,13 @@ class Night:
                         )
                     return
                 self.ledger.update(row.id, status="running", host=host.name)
+            if row.kind == "baseline":  # a re-check: as many runs as the first measurement
+                repeat = max(self.plan.baseline.noise_runs, self.plan.baseline.benchmark.repeat)
+                run_experiment(self._ctx(host), row, repeat=repeat)
+                continue
             done = run_experiment(self._ctx(host), row)
             self._classify(done)
+            self._remeasure(host, self.ledger.get(row.id) or done)
 
     # search
     def _study(self) -> Any:
@@ -358,13 +571,15 @@ class Night:
         study = optuna.create_study(
             study_name=self.plan.search.study,
             storage=study_storage(self.state_dir),
-            direction="maximize" if self.plan.baseline.higher_is_better else "minimize",
+            direction="maximize" if self.plan.higher_is_better else "minimize",
             load_if_exists=True,
         )
         # A seeded sampler restarted after a kill would replay its random start-up sequence
         # and ask again the params it already tried; the seed moves on with the trial count.
         seed = self.plan.search.seed
         n = len(study.get_trials(deepcopy=False))
+        # constrained TPE reads each trial's constraints (set in _tell): a trial that breaks an
+        # SLO the baseline met is infeasible
         study.sampler = optuna.samplers.TPESampler(seed=None if seed is None else seed + n)
         return study
 
@@ -388,7 +603,7 @@ class Night:
         assert self.plan.search is not None
         study = self._study_obj
         dists = {p.knob: _distribution(p) for p in self.plan.search.params}
-        while True:
+        while not self._stopping.is_set():
             with self._lock:
                 rows = [
                     r
@@ -417,10 +632,25 @@ class Night:
         from optuna.trial import TrialState
 
         study = getattr(self, "_study_obj", None) or self._study()
-        if row.status in ("ok", "kept", "discarded") and row.metric_mean is not None:
+        if row.status in MEASURED and row.metric_mean is not None:
+            if self.plan.constraints and row.trial_number is not None:
+                self._constrain(study, row)
             study.tell(row.trial_number, row.metric_mean, skip_if_finished=True)
         else:
             study.tell(row.trial_number, state=TrialState.FAIL, skip_if_finished=True)
+
+    def _constrain(self, study: Any, row: ExperimentRow) -> None:
+        """Give the trial its SLO constraint values before it is told (<= 0 is feasible)."""
+        from optuna.trial import Trial, TrialState
+
+        frozen = next(t for t in study.get_trials(deepcopy=False) if t.number == row.trial_number)
+        if frozen.state != TrialState.RUNNING:
+            return  # told before a kill: its constraints went with it
+        _, base_metrics = self._baseline_values()
+        values = constraint_values(self.plan.slos(), base_metrics, row.metrics)
+        trial = Trial(study, frozen._trial_id)  # the ask/tell API has no lookup by number
+        for c, v in zip(self.plan.constraints, values, strict=True):
+            trial.set_constraint(c, v)
 
     def _fail_trial(self, row: ExperimentRow, why: str) -> None:
         study = getattr(self, "_study_obj", None) or self._study()
@@ -439,7 +669,7 @@ class Night:
         rows = self.ledger.experiments(self.night.id)
         final = next((r for r in rows if r.name == "final"), None)
         fallback = next((r for r in rows if r.name == "final-baseline"), None)
-        sign = 1.0 if self.plan.baseline.higher_is_better else -1.0
+        sign = 1.0 if self.plan.higher_is_better else -1.0
         kept = [r for r in rows if r.status == "kept" and r.metric_mean is not None]
         best = max(kept, key=lambda r: sign * (r.metric_mean or 0.0)) if kept else None
         if final is None:
@@ -540,4 +770,38 @@ def _plain(v: Any) -> Any:
 
 
 def default_state_dir() -> Path:
-    return Path(os.environ.get("PIVOT_LOOP_STATE", Path.home() / ".pivot" / "loop"))
+    """PIVOT_LOOP_STATE, else PIVOT_HOME/loop (where the rest of Pivot keeps its state)."""
+    if os.environ.get("PIVOT_LOOP_STATE"):
+        return Path(os.environ["PIVOT_LOOP_STATE"])
+    home = os.environ.get("PIVOT_HOME")
+    return (Path(home) if home else Path.home() / ".pivot") / "loop"
+
+
+#: Seconds between two heartbeats of a running loop; `loop status` calls a loop dead after
+#: three missed beats (or at once when its pid is gone on this machine).
+def heartbeat_s() -> float:
+    return float(os.environ.get("PIVOT_LOOP_HEARTBEAT_S", "5"))
+
+
+def _hostname() -> str:
+    import socket
+
+    return socket.gethostname()
+
+
+def loop_alive(night: NightRow, now: float | None = None) -> tuple[bool, str]:
+    """Whether the loop that runs `night` is alive, and why we think so."""
+    if night.status != "running":
+        return False, night.status
+    now = time.time() if now is None else now
+    if night.loop_pid and night.loop_host == _hostname():
+        try:
+            os.kill(night.loop_pid, 0)
+        except ProcessLookupError:
+            return False, f"loop pid {night.loop_pid} is gone"
+        except PermissionError:
+            pass
+    age = now - (night.heartbeat or night.started)
+    if age > 3 * heartbeat_s():
+        return False, f"no heartbeat for {age:.0f}s"
+    return True, f"heartbeat {age:.0f}s ago"

@@ -14,9 +14,17 @@ from string import Template
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from loop.knobs import Value, knob_id
+from loop.slo import Constraint
 
 
 class _Strict(BaseModel):
@@ -34,19 +42,31 @@ class BenchmarkSpec(_Strict):
     command: str
     metric_json_key: str | None = None
     metric_regex: str | None = None
+    result_file: str | None = Field(
+        None,
+        description="the client's result file, read after each run (vllm bench serve "
+        "--save-result --result-filename F; sglang bench_serving --output-file F)",
+    )
     repeat: int = Field(3, ge=1, le=50)
 
-    @model_validator(mode="after")
-    def _reader(self) -> BenchmarkSpec:
-        if not (self.metric_json_key or self.metric_regex):
-            raise ValueError("benchmark needs metric_json_key or metric_regex")
-        return self
+
+#: What a server takes from the loop's own environment unless the plan says otherwise: enough
+#: to find programs, libraries, caches and credentials, and nothing that tunes the engine.
+INHERIT_ENV = [
+    "PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "TZ", "TMPDIR", "LD_LIBRARY_PATH",
+    "CUDA_HOME", "HF_HOME", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "VIRTUAL_ENV",
+]  # fmt: skip
 
 
 class Baseline(_Strict):
     launch: str = Field(description="the known-good launch command")
     workdir: str = "."
-    env: dict[str, str] = Field(default_factory=dict)
+    env: dict[str, str] = Field(default_factory=dict, description="the server's environment")
+    inherit_env: list[str] = Field(
+        default_factory=lambda: list(INHERIT_ENV),
+        description="variables the server takes from the loop's environment (the rest of the "
+        "shell's is NOT passed on: set engine knobs in env)",
+    )
     config_file: str | None = Field(
         None, description="file where env knobs live (sitecustomize.py, .env)"
     )
@@ -58,6 +78,15 @@ class Baseline(_Strict):
     benchmark: BenchmarkSpec
     higher_is_better: bool = True
     noise_runs: int = Field(3, ge=3, description="baseline repeats to measure run-to-run noise")
+    remeasure: bool = Field(
+        True, description="measure an inconclusive change once more when the budget allows"
+    )
+    recheck_every: int = Field(
+        0,
+        ge=0,
+        description="measure the baseline again after every N ranked experiments (A/B/A; "
+        "one host slot), so drift through the night is not taken for an effect",
+    )
     timeouts: Timeouts = Field(default_factory=Timeouts)
 
     @model_validator(mode="after")
@@ -180,6 +209,39 @@ class Plan(_Strict):
     search: Search | None = None
     policy: Policy = Field(default_factory=Policy)
     budget: Budget = Field(default_factory=Budget)
+    maximize: str | None = Field(None, description="the metric to raise (output_throughput)")
+    minimize: str | None = Field(None, description="the metric to lower (p99_ttft_ms)")
+    constraints: list[str] = Field(
+        default_factory=list, description="SLOs every winner keeps: 'p99_ttft_ms <= 500'"
+    )
+
+    @property
+    def objective(self) -> str:
+        """The metric a change is ranked by."""
+        b = self.baseline.benchmark
+        return self.maximize or self.minimize or b.metric_json_key or "metric"
+
+    @property
+    def higher_is_better(self) -> bool:
+        if self.maximize or self.minimize:
+            return bool(self.maximize)
+        return self.baseline.higher_is_better
+
+    def slos(self) -> list[Constraint]:
+        return [Constraint.parse(c) for c in self.constraints]
+
+    @model_validator(mode="after")
+    def _objective(self) -> Plan:
+        if self.maximize and self.minimize:
+            raise ValueError("say maximize or minimize, not both")
+        b = self.baseline.benchmark
+        if not (self.maximize or self.minimize or b.metric_json_key or b.metric_regex):
+            raise ValueError(
+                "no objective: give maximize:/minimize: (a metric name) or "
+                "baseline.benchmark.metric_json_key / metric_regex"
+            )
+        self.slos()  # each constraint parses, or the plan is refused here
+        return self
 
     @model_validator(mode="after")
     def _checks(self) -> Plan:
@@ -256,12 +318,39 @@ class Plan(_Strict):
         return self.model_copy(update={"baseline": b, "policy": policy})
 
 
+class PlanError(ValueError):
+    """A plan that cannot be read or is not valid, said in one line."""
+
+
 def load_plan(path: str | Path, variables: dict[str, str] | None = None) -> Plan:
     """Load and validate a plan; `${VAR}` is filled from `variables`, then the environment."""
-    text = Path(path).read_text(encoding="utf-8")
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise PlanError(f"{path}: cannot read the plan: {exc.strerror or exc}") from None
     text = Template(text).safe_substitute({**os.environ, **(variables or {})})
-    data: Any = yaml.safe_load(text)
-    return Plan.model_validate(data)
+    try:
+        data: Any = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark else ""
+        raise PlanError(f"{path}:{where} not valid YAML: {getattr(exc, 'problem', exc)}") from None
+    if not isinstance(data, dict):
+        raise PlanError(f"{path}: a plan is a YAML mapping (name, baseline, experiments, ...)")
+    try:
+        return Plan.model_validate(data)
+    except ValidationError as exc:
+        raise PlanError(f"{path}: {_one_line(exc)}") from None
+
+
+def _one_line(exc: ValidationError) -> str:
+    """Pydantic's first error as `where: what` (and how many more there are)."""
+    errs = exc.errors()
+    first = errs[0]
+    where = ".".join(str(p) for p in first["loc"]) or "plan"
+    msg = str(first["msg"]).removeprefix("Value error, ")
+    more = f" (and {len(errs) - 1} more)" if len(errs) > 1 else ""
+    return f"{where}: {msg}{more}"
 
 
 def plan_digest(plan: Plan) -> str:

@@ -8,16 +8,21 @@ night's conclusions instead of a todo line in a chat.
 from __future__ import annotations
 
 import html
+import time
 from pathlib import Path
 
+from loop.experiment import reproduce
 from loop.knobs import describe
 from loop.ledger import FAILED, ExperimentRow, Ledger, NightRow
 from loop.plan import Plan
+from loop.stats import compare, summarize
+from tools.bench_results import unit as unit_of
 
 COLORS = {
     "ok": "#6b7280",
     "kept": "#16a34a",
     "discarded": "#9ca3af",
+    "inconclusive": "#a16207",
     "failed": "#dc2626",
     "hung": "#ea580c",
     "timeout": "#b45309",
@@ -29,54 +34,100 @@ def report_dir(night: NightRow) -> Path:
     return Path(night.state_dir) / "reports" / night.id
 
 
-def svg_chart(rows: list[ExperimentRow], noise: float | None, unit: str = "metric") -> str:
-    """Bars of metric mean per experiment with spread whiskers; the baseline ± noise as a band."""
+def _scale(lo: float, hi: float) -> tuple[float, float]:
+    """Axis limits around the data (never from 0: a 5% win must not look flat), padded."""
+    if hi <= lo:
+        pad = abs(hi) * 0.05 or 1.0
+        return lo - pad, hi + pad
+    pad = (hi - lo) * 0.15
+    return lo - pad, hi + pad
+
+
+def svg_chart(
+    rows: list[ExperimentRow],
+    noise: float | None,
+    unit: str = "",
+    metric: str = "metric",
+    values: dict[str, list[float]] | None = None,
+    slo: tuple[str, float] | None = None,
+    winner: str | None = None,
+) -> str:
+    """One bar (median) per experiment with its interval as a whisker, the baseline and its
+    noise as a band, an SLO bound as a red line, the winner outlined and starred.
+
+    `values` gives each experiment's runs of `metric` (default: the objective's runs)."""
     shown = [r for r in rows if r.kind != "final"]
-    w_bar, gap, left, top, h = 44, 14, 60, 30, 220
-    width = left + len(shown) * (w_bar + gap) + 20
-    vals = [r.metric_mean for r in shown if r.metric_mean is not None]
-    vmax = max([*vals, 1.0]) * 1.15
-    base = next((r.metric_mean for r in shown if r.kind == "baseline"), None)
+    runs = {r.name: (values or {}).get(r.name, r.metric_values) for r in shown}
+    stats = {n: summarize(v) for n, v in runs.items() if v}
+    w_bar, gap, left, top, h = 44, 14, 78, 34, 220
+    width = left + len(shown) * (w_bar + gap) + 150
+    pts = [x for s in stats.values() for x in (s.low, s.high, s.center)]
+    base = stats.get("baseline")
+    if base and noise:
+        pts += [base.center - noise, base.center + noise]
+    if slo:
+        pts.append(slo[1])
+    lo, hi = _scale(min(pts, default=0.0), max(pts, default=1.0))
 
     def y(v: float) -> float:
-        return top + h - (v / vmax) * h
+        return top + h - (min(max(v, lo), hi) - lo) / (hi - lo) * h
 
+    label = f"{metric} ({unit})" if unit else metric
     out = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{top + h + 110}" '
         f'font-family="sans-serif" font-size="11">',
-        f'<text x="{left}" y="18" font-size="13">{html.escape(unit)} per experiment '
-        "(bar = mean, whisker = spread, band = baseline ± noise)</text>",
-        f'<line x1="{left}" y1="{top + h}" x2="{width - 10}" y2="{top + h}" stroke="#111"/>',
+        f'<text x="{left}" y="18" font-size="13">{html.escape(label)} per experiment: bar = '
+        "median of runs, whisker = interval, band = baseline ± noise</text>",
+        f'<line x1="{left}" y1="{top + h}" x2="{width - 140}" y2="{top + h}" stroke="#111"/>',
         f'<line x1="{left}" y1="{top}" x2="{left}" y2="{top + h}" stroke="#111"/>',
+        f'<text transform="translate(16,{top + h / 2}) rotate(-90)" text-anchor="middle">'
+        f"{html.escape(label)}</text>",
     ]
-    for frac in (0.0, 0.5, 1.0):
-        v = vmax * frac
-        out.append(f'<text x="{left - 6}" y="{y(v) + 4:.1f}" text-anchor="end">{v:.0f}</text>')
+    for frac in (0.0, 0.25, 0.5, 0.75, 1.0):
+        v = lo + (hi - lo) * frac
+        out.append(f'<text x="{left - 6}" y="{y(v) + 4:.1f}" text-anchor="end">{v:.4g}</text>')
     if base is not None:
         n = noise or 0.0
         out.append(
-            f'<rect x="{left}" y="{y(base + n):.1f}" width="{width - left - 10}" '
-            f'height="{max(1.0, y(base - n) - y(base + n)):.1f}" fill="#3b82f6" opacity="0.15"/>'
+            f'<rect x="{left}" y="{y(base.center + n):.1f}" width="{width - left - 140}" '
+            f'height="{max(1.0, y(base.center - n) - y(base.center + n)):.1f}" '
+            'fill="#3b82f6" opacity="0.15"/>'
         )
         out.append(
-            f'<line x1="{left}" y1="{y(base):.1f}" x2="{width - 10}" y2="{y(base):.1f}" '
-            'stroke="#3b82f6" stroke-dasharray="4 3"/>'
+            f'<line x1="{left}" y1="{y(base.center):.1f}" x2="{width - 140}" '
+            f'y2="{y(base.center):.1f}" stroke="#3b82f6" stroke-dasharray="4 3"/>'
+        )
+    if slo:
+        out.append(
+            f'<line x1="{left}" y1="{y(slo[1]):.1f}" x2="{width - 140}" y2="{y(slo[1]):.1f}" '
+            'stroke="#dc2626" stroke-width="2"/>'
+        )
+        out.append(
+            f'<text x="{width - 136}" y="{y(slo[1]) + 4:.1f}" fill="#dc2626">SLO {html.escape(slo[0])}</text>'
         )
     for i, r in enumerate(shown):
         x = left + gap + i * (w_bar + gap)
         color = COLORS.get(r.status, "#6b7280")
-        if r.metric_mean is not None:
+        st = stats.get(r.name)
+        if st is not None:
+            star = r.name == winner
             out.append(
-                f'<rect x="{x}" y="{y(r.metric_mean):.1f}" width="{w_bar}" '
-                f'height="{top + h - y(r.metric_mean):.1f}" fill="{color}"><title>'
-                f"{html.escape(r.name)}: {r.metric_mean:.1f} ± {r.metric_spread or 0:.1f}</title></rect>"
+                f'<rect x="{x}" y="{y(st.center):.1f}" width="{w_bar}" '
+                f'height="{max(1.0, top + h - y(st.center)):.1f}" fill="{color}"'
+                + (' stroke="#111" stroke-width="3"' if star else "")
+                + f"><title>{html.escape(r.name)}: {st.center:.4g} [{st.low:.4g}, "
+                f"{st.high:.4g}] {html.escape(unit)}</title></rect>"
             )
-            s = r.metric_spread or 0.0
             cx = x + w_bar / 2
             out.append(
-                f'<line x1="{cx}" y1="{y(r.metric_mean + s):.1f}" x2="{cx}" '
-                f'y2="{y(max(0.0, r.metric_mean - s)):.1f}" stroke="#111"/>'
+                f'<line x1="{cx}" y1="{y(st.high):.1f}" x2="{cx}" y2="{y(st.low):.1f}" '
+                'stroke="#111" stroke-width="1.5"/>'
             )
+            if star:
+                out.append(
+                    f'<text x="{cx}" y="{y(st.high) - 6:.1f}" text-anchor="middle" '
+                    'font-size="14" fill="#16a34a">★ winner</text>'
+                )
         else:
             out.append(
                 f'<text x="{x + w_bar / 2}" y="{top + h - 6}" text-anchor="middle" '
@@ -86,6 +137,13 @@ def svg_chart(rows: list[ExperimentRow], noise: float | None, unit: str = "metri
             f'<text transform="translate({x + w_bar / 2},{top + h + 10}) rotate(40)" '
             f'font-size="10">{html.escape(r.name[:22])}</text>'
         )
+    legend_y = top + 4
+    for status in ("kept", "discarded", "inconclusive", "failed"):
+        out.append(
+            f'<rect x="{width - 130}" y="{legend_y}" width="10" height="10" '
+            f'fill="{COLORS[status]}"/><text x="{width - 115}" y="{legend_y + 9}">{status}</text>'
+        )
+        legend_y += 16
     out.append("</svg>")
     return "\n".join(out)
 
@@ -98,14 +156,36 @@ def _fmt(v: float | None, digits: int = 1) -> str:
     return "-" if v is None else f"{v:.{digits}f}"
 
 
+def compatible(kept: list[ExperimentRow]) -> tuple[list[ExperimentRow], list[str]]:
+    """The kept changes that can go together, best first, and why the others cannot: two
+    changes that set one knob to different values are alternatives, not a combination."""
+    chosen: list[ExperimentRow] = []
+    knobs: dict[str, object] = {}
+    left_out: list[str] = []
+    for r in sorted(kept, key=lambda r: -(r.gain or 0.0)):
+        clash = [k for k, v in r.change.items() if k in knobs and knobs[k] != v]
+        if clash:
+            left_out.append(f"{r.name} (sets {', '.join(clash)} otherwise)")
+            continue
+        chosen.append(r)
+        knobs.update(r.change)
+    return chosen, left_out
+
+
 def next_steps(rows: list[ExperimentRow], plan: Plan) -> list[str]:
     out: list[str] = []
-    kept = [r for r in rows if r.status == "kept"]
-    if len(kept) > 1:
-        names = ", ".join(r.name for r in kept)
-        out.append(
-            f"Combine the kept changes ({names}) as one `combined: true` experiment and measure it."
+    kept = [r for r in rows if r.status == "kept" and r.kind != "final"]
+    chosen, left_out = compatible(kept)
+    if len(chosen) > 1:
+        names = ", ".join(r.name for r in chosen)
+        merged = describe({k: v for r in chosen for k, v in r.change.items()})
+        step = (
+            f"Combine the compatible kept changes ({names}: {merged}) as one "
+            "`combined: true` experiment and measure it."
         )
+        if left_out:
+            step += f" Not with: {'; '.join(left_out)}."
+        out.append(step)
     for r in rows:
         if r.status in FAILED:
             why = f"{r.label or 'unclassified'}: {one_line(r.evidence or r.diagnosis)}"
@@ -160,40 +240,124 @@ def left_in_place(night: NightRow, rows: list[ExperimentRow]) -> list[str]:
     return out
 
 
+def _interrupted(r: ExperimentRow) -> bool:
+    return (r.diagnosis or "").startswith("interrupted during")
+
+
+def _median(vals: list[float]) -> str:
+    return _fmt(summarize(vals).center, 2) if vals else "-"
+
+
+def winner_statement(rows: list[ExperimentRow], plan: Plan, best: str | None) -> str:
+    """The winner against the runner-up (or the baseline), as a statistical statement."""
+    measured = {r.name: r for r in rows if r.metric_values and r.kind != "final"}
+    win = measured.get(best or "")
+    if win is None:
+        return "No change beat the baseline beyond the noise (and its SLOs); the baseline stays."
+    others = [
+        r
+        for r in measured.values()
+        if r.name != win.name and r.kind != "baseline" and r.status in ("kept", "inconclusive")
+    ]
+    runner = max(others, key=lambda r: r.gain or 0.0) if others else measured.get("baseline")
+    if runner is None:
+        return f"{win.name} won."
+    c = compare(
+        summarize(runner.metric_values), summarize(win.metric_values), plan.higher_is_better
+    )
+    u = unit_of(plan.objective)
+    verdict = {
+        "better": "beats",
+        "inconclusive": "is NOT distinguishable from",
+        "worse": "is worse than",
+    }[c.verdict]
+    return f"**{win.name}** {verdict} runner-up **{runner.name}**: {c.describe(u)}."
+
+
 def write_report(ledger: Ledger, night: NightRow, plan: Plan) -> Path:
     rows = ledger.experiments(night.id)
+    events = ledger.events(night.id)
     d = report_dir(night)
     d.mkdir(parents=True, exist_ok=True)
-    (d / "chart.svg").write_text(svg_chart(rows, night.noise), encoding="utf-8")
+    u = unit_of(plan.objective)
+    kept = [r for r in rows if r.status == "kept" and r.kind != "final"]
+    best = night.best if night.best and night.best != "baseline" else None
+    if best is None and kept:
+        best = max(kept, key=lambda r: r.gain or 0.0).name
+    (d / "chart.svg").write_text(
+        svg_chart(rows, night.noise, u, plan.objective, winner=best), encoding="utf-8"
+    )
+    charts = ["![objective per experiment](chart.svg)"]
+    for c in plan.slos():
+        if c.metric == plan.objective:
+            continue
+        name = f"chart-{c.metric}.svg"
+        vals = {r.name: r.metrics.get(c.metric, []) for r in rows}
+        (d / name).write_text(
+            svg_chart(rows, None, unit_of(c.metric), c.metric, vals, (str(c), c.bound), best),
+            encoding="utf-8",
+        )
+        charts.append(f"![{c.metric} per experiment, SLO line]({name})")
     base = next((r for r in rows if r.kind == "baseline"), None)
-    bm = base.metric_mean if base else None
+    bm = summarize(base.metric_values).center if base and base.metric_values else None
+    direction = "maximize" if plan.higher_is_better else "minimize"
     lines = [
         f"# Night report: {plan.name} ({night.id})",
         "",
         f"- status: **{night.status}**{' — ' + night.note if night.note else ''}",
-        f"- hosts: {', '.join(h.name for h in plan.host_specs())}; metric: {'higher' if plan.baseline.higher_is_better else 'lower'} is better",
-        f"- baseline: {_fmt(bm)} ± {_fmt(base.metric_spread if base else None)} over "
-        f"{len(base.metric_values) if base else 0} runs; noise threshold (2σ): {_fmt(night.noise)}",
-        f"- best: **{night.best or '-'}**; morning server: "
+        f"- hosts: {', '.join(h.name for h in plan.host_specs())}; objective: {direction} "
+        f"`{plan.objective}`{f' ({u})' if u else ''}; SLOs: "
+        + (", ".join(f"`{c}`" for c in plan.constraints) or "none"),
+        f"- baseline: {base.stats if base and base.stats else _fmt(bm)}; noise (2 robust σ): "
+        f"{_fmt(night.noise)}",
+        f"- best: **{best or 'baseline'}**; morning server: "
         + (f"pid {night.final_pid} on {night.final_host}" if night.final_pid else "not running"),
+        f"- {winner_statement(rows, plan, best)}",
+    ]
+    stops = [e for e in events if e.kind in ("signal", "killed", "resumed")]
+    if stops:
+        lines.append(
+            f"- the night was interrupted and resumed {sum(e.kind == 'resumed' for e in stops)} "
+            "time(s): see Interruptions"
+        )
+    lines += [
         "",
-        "![metric per experiment](chart.svg)",
+        *charts,
         "",
-        "| # | experiment | change | status | mean | spread | vs baseline | duration s | diagnosis |",
+        f"| # | experiment | change | status | {plan.objective} median [interval] | vs baseline "
+        "| SLO | duration s | diagnosis |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
+        if r.metric_values:
+            st = summarize(r.metric_values)
+            val = f"{st.center:.4g} [{st.low:.4g}, {st.high:.4g}]"
+        else:
+            val = "-"
         rel = (
-            f"{100 * (r.metric_mean - bm) / bm:+.1f}%"
-            if r.metric_mean is not None and bm and r.kind != "baseline"
+            f"{100 * (summarize(r.metric_values).center - bm) / bm:+.1f}%"
+            if r.metric_values and bm and r.kind != "baseline"
             else "-"
         )
-        diag = f"{r.label or ''} {('`' + one_line(r.evidence, 80) + '`') if r.evidence else ''}".strip()
+        mark = " ★" if r.name == best else ""
+        diag = f"{r.label or ''} {('`' + one_line(r.evidence, 80) + '`') if r.evidence else ''}"
+        diag = (diag.strip() or one_line(r.diagnosis, 80)).replace("|", "/")
         lines.append(
-            f"| {r.seq} | {r.name} | {describe(r.change)} | {r.status} | {_fmt(r.metric_mean)} | "
-            f"{_fmt(r.metric_spread)} | {rel} | {_fmt(r.duration_s)} | {diag.replace('|', '/')} |"
+            f"| {r.seq} | {r.name}{mark} | {describe(r.change)} | {r.status} | {val} | {rel} | "
+            f"{(r.slo or '-').replace('|', '/')} | {_fmt(r.duration_s)} | {diag} |"
         )
-    failures = [r for r in rows if r.status in FAILED]
+    lines += _all_metrics(rows)
+    lines += ["", "## Interruptions", ""]
+    interrupted = [r for r in rows if _interrupted(r)]
+    if not stops and not interrupted:
+        lines += ["None: the night ran through.", ""]
+    for e in stops:
+        when = time.strftime("%H:%M:%S", time.localtime(e.at))
+        what = {"signal": "stopped by a signal", "resumed": "resumed after a stop or kill"}
+        lines.append(f"- {when} {what.get(e.kind, e.kind)}: {one_line(e.detail, 400)}")
+    for r in interrupted:
+        lines.append(f"- {r.name} ({describe(r.change)}): {one_line(r.diagnosis, 200)}")
+    failures = [r for r in rows if r.status in FAILED and not _interrupted(r)]
     lines += ["", "## Failures", ""]
     if not failures:
         lines += ["None.", ""]
@@ -207,12 +371,48 @@ def write_report(ledger: Ledger, night: NightRow, plan: Plan) -> Path:
             f"- log: `{r.log_path}`",
             "",
         ]
+    win = next((r for r in rows if r.name == best), None)
+    if win is not None:
+        lines += [
+            "## Reproduce the winner",
+            "",
+            "```sh",
+            reproduce(plan, win.change),
+            "```",
+            "",
+        ]
+        if any(k.startswith("env:") for k in win.change):
+            lines += [f"with `{plan.baseline.config_file}` edited as in its diff:", ""]
+            lines += ["```diff", *win.diff.splitlines()[:40], "```", ""]
+        lines += [
+            f"then measure: `cd {plan.baseline.workdir} && {plan.baseline.benchmark.command}`",
+            "",
+        ]
     lines += left_in_place(night, rows)
     lines += ["## What to try next", ""] + [f"- {s}" for s in next_steps(rows, plan)]
     path = d / "report.md"
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     (Path(night.state_dir) / "latest-report.txt").write_text(str(path), encoding="utf-8")
     return path
+
+
+def _all_metrics(rows: list[ExperimentRow]) -> list[str]:
+    """Every metric any benchmark reported: one line per metric, the median over runs."""
+    shown = [r for r in rows if r.metrics]
+    names = sorted({k for r in shown for k in r.metrics})
+    if not names:
+        return []
+    out = [
+        "",
+        "## Every metric (median over runs)",
+        "",
+        "| metric | unit | " + " | ".join(r.name for r in shown) + " |",
+        "|---|---|" + "---|" * len(shown),
+    ]
+    for k in names:
+        cells = " | ".join(_median(r.metrics.get(k, [])) for r in shown)
+        out.append(f"| {k} | {unit_of(k) or '-'} | {cells} |")
+    return out
 
 
 def handoff(ledger: Ledger, night: NightRow, plan: Plan, memory_path: str | Path | None) -> None:

@@ -11,6 +11,7 @@
 #                                                                            cuda_oom, never "kill it"
 #   s5 noise      inductor "OutOfMemoryError: out of resource: triton_mm"
 #                 ERROR lines while a real GPU job keeps running           -> not cuda_oom_runtime
+# GL_ONE_GPU=1 (one H200 lent): every rank on GPU 0 with gloo between them; for s3 only.
 # Everything goes to $OUT/gpu-live.tar.gz (+ $OUT/summary.txt). Needs wheels in .whl/ (no network
 # there). GL_DRY=1 runs the orchestration without torch/GPUs (to test the script anywhere).
 set -u
@@ -57,6 +58,7 @@ RANK = int(os.environ.get("RANK", sys.argv[2] if len(sys.argv) > 2 else 0))
 WORLD = int(os.environ.get("WORLD_SIZE", sys.argv[3] if len(sys.argv) > 3 else 1))
 DRY = os.environ.get("GL_DRY") == "1"
 STAGE = os.environ.get("GL_STAGE", "/tmp/gl/stage")
+ONE = os.environ.get("GL_ONE_GPU") == "1"   # one GPU lent: every rank on GPU 0, gloo between them
 GiB = 2**30
 
 
@@ -73,10 +75,10 @@ if DRY:
     def avail(): return 139.10
 else:
     import torch, torch.distributed as dist
-    torch.cuda.set_device(RANK)
+    torch.cuda.set_device(0 if ONE else RANK)
     def alloc(n): return torch.empty(int(n * GiB), dtype=torch.uint8, device="cuda")
     def all_reduce_step():
-        t = torch.ones(1 << 20, device="cuda")
+        t = torch.ones(1 << 20, device="cpu" if ONE else "cuda")
         dist.all_reduce(t)
         torch.cuda.synchronize()
         return t
@@ -88,7 +90,10 @@ open(f"{STAGE}/allpids", "a").write(f"{os.getpid()}\n")  # torchrun puts ranks i
 log(f"server_args=ServerArgs(model_path='/models/Llama-3.1-70B-Instruct', tp_size={WORLD}, port=30000, mode={MODE!r})") if RANK == 0 else None
 log(f"Init torch distributed begin. world_size={WORLD} backend=nccl")
 if not DRY:
-    dist.init_process_group("nccl", rank=RANK, world_size=WORLD, device_id=torch.device("cuda", RANK))
+    if ONE:
+        dist.init_process_group("gloo", rank=RANK, world_size=WORLD)
+    else:
+        dist.init_process_group("nccl", rank=RANK, world_size=WORLD, device_id=torch.device("cuda", RANK))
 all_reduce_step()
 log(f"Init torch distributed ends. mem usage=0.00 GB")
 log(f"Load weight begin. avail mem={avail():.2f} GB")

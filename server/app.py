@@ -7,6 +7,7 @@ with a temp home, their card directories and a known token.
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -18,12 +19,22 @@ from fastapi.staticfiles import StaticFiles
 from server.auth import BearerGate, TokenVerifier, ensure_token
 from server.config import ServeConfig
 from server.deps import require_token
+from server.headers import SecurityHeaders
 from server.hosts import HostCatalog
+from server.inflight import Inflight
 from server.limits import BodyLimit
-from server.routers import approvals, evals, events, health, hosts, loop, memory, sessions
+from server.routers import approvals, evals, events, health, hosts, loop, memory, pages, sessions
 from server.runs import RunHub
 
 STATIC = Path(__file__).resolve().parent / "static"
+
+
+def swagger_ui_static() -> Path:
+    """Swagger UI 5 (OpenAPI 3.1) as shipped in the pinned `swagger-ui-py` wheel; not imported."""
+    spec = importlib.util.find_spec("swagger_ui")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("swagger-ui-py is not installed (requirements.lock pins it)")
+    return Path(next(iter(spec.submodule_search_locations))) / "static"
 
 
 def _open_memory(settings: Any) -> Any:
@@ -67,7 +78,15 @@ def create_app(
         mem = _open_memory(settings)
         runner = _make_runner(settings, mem)
         cluster = _cluster(settings, runner)
-        hub = RunHub(mem, runner, app.state.catalog, workers=config.workers, cluster=cluster)
+        inflight = Inflight(config.home)
+        hub = RunHub(
+            mem,
+            runner,
+            app.state.catalog,
+            workers=config.workers,
+            cluster=cluster,
+            inflight=inflight,
+        )
         hub.bind(asyncio.get_running_loop())
         hub.restore()
         if cluster is not None:
@@ -88,18 +107,24 @@ def create_app(
         summary="Hypothesis-driven debugging agent for GPU LLM inference servers",
         version="0.1.0",
         lifespan=lifespan,
+        docs_url=None,  # served offline by routers/pages.py
+        redoc_url=None,
     )
     app.state.config = config
     app.state.settings = settings
     app.state.verifier = verifier
     app.state.catalog = HostCatalog(config)
     app.state.evals = {}
+    app.state.eval_reports = {}  # eval id -> (report key, the harness's run)
 
     app.include_router(health.router)
+    app.include_router(pages.router)
     authed = [Depends(require_token)]
     for r in (sessions, events, approvals, memory, hosts, evals, loop):
         app.include_router(r.router, dependencies=authed)
     app.add_middleware(BodyLimit, max_bytes=config.max_body_bytes)
-    app.add_middleware(BearerGate, verifier=verifier, public=("/api/health",))  # outermost
+    app.add_middleware(BearerGate, verifier=verifier, public=("/api/health",))
+    app.add_middleware(SecurityHeaders)  # outermost: even a 401 carries the headers
+    app.mount("/_docs", StaticFiles(directory=swagger_ui_static()), name="swagger-ui")
     app.mount("/", StaticFiles(directory=STATIC, html=True), name="page")
     return app

@@ -3,9 +3,24 @@ PIVOT_LLM_BASE_URL is set, hosts from ~/.ssh/config plus the shipped cards as re
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 import typer
+
+
+def sign_in_lines(url: str, fresh: str | None, home: Path) -> list[str]:
+    """What the terminal says so a person can open the page and get in."""
+    if fresh:
+        return [
+            f"API token (shown once; stored hashed in {home}): {fresh}",
+            f"Sign in: open {url}#token={fresh}",
+            "  (the page keeps the token and drops it from the address bar)",
+        ]
+    return [
+        f"Open {url} and paste the token printed when this home was first served.",
+        "  Lost it? `pivot serve --new-token` prints a fresh sign-in link (the old token stops).",
+    ]
 
 
 def serve(
@@ -14,15 +29,32 @@ def serve(
     new_token: Annotated[
         bool, typer.Option(help="replace the stored token and print the new one")
     ] = False,
+    cards: Annotated[
+        list[Path] | None,
+        typer.Option("--cards", help="a directory of your own incident cards (repeatable)"),
+    ] = None,
+    read_root: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--read-root", help="a log/config directory or glob the file API may read (repeatable)"
+        ),
+    ] = None,
 ) -> None:
-    """Serve the API and the web page. The bearer token is printed once, on first start."""
+    """Serve the API and the web page; prints the URL and how to sign in."""
     import uvicorn
 
     from server.app import create_app
     from server.auth import TokenVerifier, ensure_token, load_stored, reset_token
-    from server.config import ServeConfig
+    from server.config import SHIPPED_CARDS, ServeConfig
+    from server.file_policy import shipped
 
-    config = ServeConfig.from_settings()
+    overrides: dict[str, object] = {}
+    if cards:
+        overrides["card_dirs"] = [SHIPPED_CARDS, *(c.expanduser().resolve() for c in cards)]
+    config = ServeConfig.from_settings(**overrides)
+    if read_root:
+        base = config.read_roots.get("*") or list(shipped().read_roots)
+        config.read_roots = {**config.read_roots, "*": [*base, *read_root]}
     if new_token:
         fresh: str | None = reset_token(config.home)
         stored = load_stored(config.home)
@@ -30,9 +62,11 @@ def serve(
         verifier = TokenVerifier(stored)
     else:
         verifier, fresh = ensure_token(config.home)
-    if fresh:
-        typer.echo(f"API token (shown once; stored hashed in {config.home}): {fresh}")
-    typer.echo(f"Pivot on http://{host}:{port}/  (memory: {config.home})")
+    url = f"http://{host}:{port}/"
+    typer.echo(f"Pivot on {url}  (memory: {config.home})")
+    for line in sign_in_lines(url, fresh, config.home):
+        typer.echo(line)
+    typer.echo(f"API docs (offline): {url}docs")
     uvicorn.run(create_app(config, verifier=verifier), host=host, port=port, log_level="warning")
 
 

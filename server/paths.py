@@ -1,8 +1,8 @@
-"""Paths that arrive in requests are checked against the host's allowed roots before any read.
+"""Paths that arrive in requests are checked before any read or approved write.
 
-Two layers: a lexical check (absolute, no `..`, no NUL, under a root) and, where the host can
-answer, the same check on the path with every symlink resolved, so a link inside a root that
-points outside it is refused too.
+Two layers: a lexical check (absolute, no `..`, no NUL, allowed by the policy) and, where the
+host can answer, the same check on the path with every symlink resolved plus an inode check,
+so neither a link out of a root nor a hard link to Pivot's own database gets through.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from __future__ import annotations
 import posixpath
 import shlex
 
+from server.file_policy import Protected, refusal
 from tools.host import Host
 
 
@@ -22,12 +23,9 @@ class PathRefused(Exception):
         self.message = message
 
 
-def _under(path: str, root: str) -> bool:
-    root = posixpath.normpath(root)
-    return root == "/" or path == root or path.startswith(root.rstrip("/") + "/")
-
-
-def check_lexical(path: str, roots: list[str]) -> str:
+def check_lexical(
+    path: str, roots: list[str], deny: list[str] | None = None, protected: Protected | None = None
+) -> str:
     if not path or "\x00" in path:
         raise PathRefused(400, "empty path or NUL byte in path")
     if not path.startswith("/"):
@@ -35,16 +33,29 @@ def check_lexical(path: str, roots: list[str]) -> str:
     if ".." in path.split("/"):
         raise PathRefused(400, f"{path!r} contains '..'")
     norm = posixpath.normpath(path)
-    if not any(_under(norm, r) for r in roots):
-        raise PathRefused(403, f"{norm} is outside the allowed roots {roots}")
+    why = refusal(norm, roots, deny or [], protected or Protected())
+    if why:
+        raise PathRefused(403, why)
     return norm
 
 
-def check_on_host(host: Host, path: str, roots: list[str]) -> str:
-    """Lexical check, then resolve symlinks on the host itself and check the target too."""
-    norm = check_lexical(path, roots)
-    res = host.run(f"readlink -f -- {shlex.quote(norm)}", timeout=5, max_bytes=8192)
-    real = res.stdout.strip() if res.ok else ""
-    if real and real.startswith("/") and not any(_under(real, r) for r in roots):
-        raise PathRefused(403, f"{norm} resolves to {real}, outside the allowed roots")
+def check_on_host(
+    host: Host, path: str, roots: list[str], deny: list[str], protected: Protected
+) -> str:
+    """Lexical check, then resolve symlinks and read the inode on the host itself, check both."""
+    norm = check_lexical(path, roots, deny, protected)
+    q = shlex.quote(norm)
+    res = host.run(
+        f"readlink -f -- {q}; stat -L -c %d:%i -- {q} 2>/dev/null", timeout=5, max_bytes=8192
+    )
+    lines = res.stdout.splitlines() if res.stdout else []
+    real = lines[0].strip() if lines else ""
+    if real.startswith("/") and real != norm:
+        why = refusal(real, roots, deny, protected)
+        if why:
+            raise PathRefused(403, f"{norm} resolves to {real}: {why}")
+    if len(lines) > 1:
+        dev, _, ino = lines[1].strip().partition(":")
+        if dev.isdigit() and ino.isdigit() and (int(dev), int(ino)) in protected.inodes:
+            raise PathRefused(403, f"{norm} is the same file as one of Pivot's own (a hard link)")
     return norm

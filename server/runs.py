@@ -17,14 +17,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
+from agent.brains import make_brain
 from agent.models import ApprovalRequest, Decision, Event, Report
 from server.hosts import HostCatalog
+from server.inflight import Inflight
 from tools.host import Host
 
 if TYPE_CHECKING:
@@ -46,6 +49,15 @@ class NotFound(Exception):
     pass
 
 
+class BrainFailed(Exception):
+    """The brain could not start (an LLM with no endpoint): the session is recorded as failed."""
+
+    def __init__(self, session_id: str, error: str) -> None:
+        super().__init__(error)
+        self.session_id = session_id
+        self.error = error
+
+
 @dataclass
 class SessionState:
     session_id: str
@@ -56,6 +68,8 @@ class SessionState:
     report: Report | None = None
     error: str | None = None
     subscribers: set[asyncio.Queue[Any]] = field(default_factory=set)
+    #: answers to questions asked while the run went on, not yet said: streams stay open for them
+    answering: int = 0
 
 
 #: Event types after which a session run elsewhere sends nothing more by itself.
@@ -70,13 +84,16 @@ class RunHub:
         catalog: HostCatalog,
         workers: int = 8,
         cluster: Cluster | None = None,
+        inflight: Inflight | None = None,
     ) -> None:
         self.memory = memory
+        self.inflight = inflight
         self.runner = runner
         self.catalog = catalog
         self.cluster = cluster
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="pivot-run")
         self._sessions: dict[str, SessionState] = {}
+        self._count = threading.Lock()  # SessionState.answering: routers' threads and the loop
         self._pending: dict[str, ApprovalRequest] = {}
         #: live streams of sessions this replica does not run (another replica does)
         self._remote: dict[str, set[asyncio.Queue[Any]]] = {}
@@ -87,7 +104,22 @@ class RunHub:
         self._loop = loop
 
     def restore(self) -> int:
-        """Re-list approvals that sessions of an earlier process still wait on (checkpointed)."""
+        """Re-list approvals that sessions of an earlier process still wait on (checkpointed);
+        end as failed the runs that process lost when it was killed mid-run. With a cluster
+        those runs are not failed: their leases lapse and a live replica continues them."""
+        if self.inflight is not None:
+            lost = set() if self.cluster is not None else self.inflight.load()
+            for sid in sorted(lost):
+                row = self.memory.get_session(sid)
+                if row is None or row.status not in ("running", "queued"):
+                    continue
+                why = (
+                    "interrupted: the service stopped while this run was going; "
+                    "ask a follow-up to continue, or start the investigation again"
+                )
+                self.memory.append_event(Event(session_id=sid, type="error", data={"error": why}))
+                self.memory.set_status(sid, "error")
+            self.inflight.reset()
         found = 0
         for row in self.memory.list_sessions(limit=500):
             if row.status != "awaiting_approval":
@@ -142,8 +174,10 @@ class RunHub:
         return row is not None and row.status in ("running", "awaiting_approval")
 
     def active(self, session_id: str) -> bool:
-        """True while more events may come without anyone asking (queued or running)."""
-        return self.phase(session_id) in ("queued", "running")
+        """True while more events may come without anyone asking (queued or running, or an
+        answer to a question asked mid-run still on its way)."""
+        st = self._sessions.get(session_id)
+        return st is not None and (st.phase in ("queued", "running") or st.answering > 0)
 
     def waiting(self, session_id: str) -> bool:
         return self.phase(session_id) == "awaiting_approval"
@@ -157,6 +191,19 @@ class RunHub:
         session_id = self.memory.create_session(host_name, symptom, brain, session_id)
         st = SessionState(session_id=session_id, host_name=host_name, brain=brain, host=host)
         self._sessions[session_id] = st
+        try:  # before any thread: a brain that cannot start ends the session now, by name
+            make_brain(brain, self.runner.settings)
+        except Exception as exc:
+            st.error = f"the {brain} brain could not start: {exc}"
+            st.phase = "done"
+            host.close()
+            st.host = None
+            self.memory.append_event(
+                Event(session_id=session_id, type="error", data={"error": st.error})
+            )
+            self.memory.set_status(session_id, "error")
+            self._release(session_id)
+            raise BrainFailed(session_id, st.error) from exc
 
         def work(on_event: Callable[[Event], None]) -> Report:
             return self.runner.start(
@@ -185,7 +232,16 @@ class RunHub:
         return req
 
     def message(self, session_id: str, text: str) -> None:
+        """A question is answered in prose from the board, even while the run goes on; a request
+        for another read resumes the graph, so it waits until the run pauses or ends."""
         st = self._session_for(session_id)
+        question = self.runner.is_question(session_id, text)
+        if question and st.phase in ("queued", "running"):
+            # read-only: the latest checkpoint answers; the run's phase and stream go on as they are
+            with self._count:
+                st.answering += 1
+            self._pool.submit(self._answer_live, st, text)
+            return
         if st.phase in ("queued", "running"):
             raise Busy(f"session {session_id} is still running; send the message when it pauses")
         host = self._host(st)
@@ -193,7 +249,26 @@ class RunHub:
         def work(on_event: Callable[[Event], None]) -> Report:
             return self.runner.message(host, session_id, text, on_event=on_event)
 
-        self._submit(st, work)
+        # an answer is not a new outcome: no conclusion is repeated after it
+        self._submit(st, work, conclude=not question)
+
+    def _answer_live(self, st: SessionState, text: str) -> None:
+        def on_event(ev: Event) -> None:
+            self._call(self._fanout, st.session_id, self._store(st.session_id, ev))
+
+        try:
+            self.runner.answer(st.session_id, text, on_event, running=True)
+        except Exception as exc:  # the run itself goes on; say why this answer is missing
+            log.exception("answer in session %s failed", st.session_id)
+            on_event(
+                Event(
+                    session_id=st.session_id,
+                    type="error",
+                    data={"error": f"{type(exc).__name__}: {exc}"},
+                )
+            )
+        finally:
+            self._call(self._answered, st)
 
     def _claim(self, session_id: str) -> None:
         """Lease first, then the status: a replica that scans in between sees no free lease."""
@@ -276,13 +351,25 @@ class RunHub:
         return st.host
 
     # -- the worker side -------------------------------------------------------------------------
-    def _submit(self, st: SessionState, work: Callable[[Callable[[Event], None]], Report]) -> None:
+    def _submit(
+        self,
+        st: SessionState,
+        work: Callable[[Callable[[Event], None]], Report],
+        conclude: bool = True,
+    ) -> None:
         assert self._loop is not None, "RunHub.bind(loop) is called in the app's lifespan"
         st.phase = "queued"
         st.error = None
-        self._pool.submit(self._run, st, work)
+        if self.inflight is not None:
+            self.inflight.add(st.session_id)
+        self._pool.submit(self._run, st, work, conclude)
 
-    def _run(self, st: SessionState, work: Callable[[Callable[[Event], None]], Report]) -> None:
+    def _run(
+        self,
+        st: SessionState,
+        work: Callable[[Callable[[Event], None]], Report],
+        conclude: bool = True,
+    ) -> None:
         concluded = failed = False
         self._call(self._set_phase, st, "running")
 
@@ -298,12 +385,13 @@ class RunHub:
         except Exception as exc:  # a bug in the agent must end the stream, not hang it
             log.exception("run of session %s failed", st.session_id)
             st.error = f"{type(exc).__name__}: {exc}"
+            self.memory.set_status(st.session_id, "error")  # never "running" forever
             if not failed:
                 on_event(Event(session_id=st.session_id, type="error", data={"error": st.error}))
             self._release(st.session_id)
             self._call(self._finish, st, None)
             return
-        if report.status != "awaiting_approval" and not concluded:
+        if conclude and report.status != "awaiting_approval" and not concluded:
             on_event(
                 Event(
                     session_id=st.session_id,
@@ -343,14 +431,25 @@ class RunHub:
 
     def _finish(self, st: SessionState, report: Report | None) -> None:
         st.report = report
+        if self.inflight is not None:
+            self.inflight.discard(st.session_id)
         if report is not None and report.status == "awaiting_approval":
             st.phase = "awaiting_approval"
             if report.pending_approval is not None:
                 self._pending[report.pending_approval.id] = report.pending_approval
             return
         st.phase = "done"
-        for q in st.subscribers:
-            q.put_nowait(END)
+        if st.answering == 0:  # else the last answer's _answered ends the streams
+            for q in st.subscribers:
+                q.put_nowait(END)
+
+    def _answered(self, st: SessionState) -> None:
+        with self._count:
+            st.answering -= 1
+            last = st.answering == 0
+        if last and st.phase == "done":
+            for q in st.subscribers:
+                q.put_nowait(END)
 
     def subscribe(self, session_id: str) -> asyncio.Queue[Any]:
         q: asyncio.Queue[Any] = asyncio.Queue()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from agent.models import Event, HypothesisView, Report
 
@@ -89,8 +89,17 @@ class FileTailOut(BaseModel):
 
 
 class EvalIn(Strict):
-    paths: list[str] = Field(min_length=1, max_length=200)
+    paths: list[str] = Field(default_factory=list, max_length=200)
+    directory: str | None = Field(
+        None, max_length=4096, description="one of GET /api/evals/dirs: run every card in it"
+    )
     brain: Literal["rulebook", "llm"] | None = None
+
+    @model_validator(mode="after")
+    def _one_source(self) -> EvalIn:
+        if bool(self.paths) == bool(self.directory):
+            raise ValueError("give either paths or directory")
+        return self
 
 
 class EvalRun(BaseModel):
@@ -99,12 +108,25 @@ class EvalRun(BaseModel):
     paths: list[str]
     result: dict[str, Any] | None = None
     error: str | None = None
+    report_url: str | None = Field(None, description="the run's HTML report, once done")
+
+
+class CardDir(BaseModel):
+    path: str
+    name: str
+    cards: int
 
 
 class LoopStatus(BaseModel):
     available: bool
     detail: str = ""
     status: dict[str, Any] = Field(default_factory=dict)
+
+
+class MorningReport(BaseModel):
+    available: bool
+    detail: str = ""
+    markdown: str = ""
 
 
 class Ledger(BaseModel):

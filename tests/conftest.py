@@ -26,11 +26,14 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from cards.model import IncidentCard, load_card  # noqa: E402
+from cards.replay import ReplayHost  # noqa: E402
 from tests.postgres import Postgres, PostgresUnavailable, start_postgres  # noqa: E402
 from tests.sshd import FAKE_BIN, Sshd, SshdUnavailable, start_sshd  # noqa: E402
-from tools.cards import IncidentCard, load_card  # noqa: E402
+
+# in CI a skip for a missing sshd / Chromium / PostgreSQL / tmux is a failure (tests/strict_skips.py)
+from tests.strict_skips import pytest_runtest_makereport  # noqa: E402, F401
 from tools.local_host import LocalHost  # noqa: E402
-from tools.replay_host import ReplayHost  # noqa: E402
 from tools.ssh_host import SSHHost  # noqa: E402
 
 

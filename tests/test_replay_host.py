@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from tools.cards import IncidentCard, load_card
-from tools.replay_host import ReplayHost
+from cards.model import IncidentCard, load_card
+from cards.replay import ReplayHost
 
 CARDS = sorted((Path(__file__).resolve().parent.parent / "evals" / "incidents").glob("*.yaml"))
 SECRET = "ZZ-the-answer-is-kv-cache-ZZ"
@@ -205,8 +205,8 @@ def test_real_cards_never_leak_their_answers(path: Path) -> None:
 
 
 def test_closest_command_needs_the_same_path_and_some_shared_nvidia_smi_flag() -> None:
-    from tools.cards import IncidentCard
-    from tools.replay_host import ReplayHost
+    from cards.model import IncidentCard
+    from cards.replay import ReplayHost
 
     card = IncidentCard.model_validate(
         {
@@ -287,7 +287,7 @@ def test_read_order_lists_keep_their_meaning_beside_timed_ones(replay_host_facto
 
 
 def test_timed_snapshots_are_validated() -> None:
-    from tools.cards import IncidentCard
+    from cards.model import IncidentCard
 
     ok = IncidentCard.model_validate(_card(ps=[{"at": 0, "text": "a"}, {"at": 0, "text": "b"}]))
     assert ok.host.ps and len(ok.host.ps) == 2  # equal times are allowed

@@ -8,7 +8,7 @@ import re
 import yaml
 
 from agent.signatures import KB_DIR, SignatureFile
-from tools.taxonomy import LABELS
+from cards.taxonomy import LABELS
 
 THREAD = re.compile(r"^https://github\.com/[\w.-]+/[\w.-]+/(?:issues|pull|discussions)/\d+")
 

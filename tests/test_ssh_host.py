@@ -14,10 +14,10 @@ from pathlib import Path
 import paramiko
 import pytest
 
+from cards.replay import ReplayHost
 from tests.sshd import Sshd, free_port, start_sshd
 from tools import hosts
 from tools.local_host import LocalHost
-from tools.replay_host import ReplayHost
 from tools.ssh_host import SSHHost
 
 

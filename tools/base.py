@@ -8,7 +8,7 @@ specs; the agent, the CLI and the service all call tools through it and nothing 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel, ConfigDict
@@ -54,6 +54,19 @@ class ToolSpec(Generic[A, R]):
     fn: Callable[[Host, A], R]
     #: Changing tools (config apply/revert, launch, kill, benchmark) need approval.
     changing: bool = False
+    # -- its role in an investigation: the agent asks the registry, never keeps its own tuple --
+    #: its place in round 0's first wave (every cheap read at once); None: not in it
+    first_sweep: int | None = None
+    #: the arguments of that first-wave call (find_logs walks more roots than its default)
+    first_sweep_args: dict[str, Any] = field(default_factory=dict)
+    #: its lines are scanned for failure signatures (agent/knowledge/signatures/)
+    scanned: bool = False
+    #: its lines are a launch's own log: read from the last launch on, the launch's verdict
+    launch_log: bool = False
+    #: a failed read leaves a hypothesis unknown (not refuted): the report says how to read it
+    verdict_needs: bool = False
+    #: the facts (agent/facts.Facts fields) its result yields, for the reader and the docs
+    facts: tuple[str, ...] = ()
 
     def call(self, host: Host, args: A | dict[str, Any] | None = None) -> R:
         parsed = args if isinstance(args, self.args) else self.args.model_validate(args or {})

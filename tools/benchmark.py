@@ -17,6 +17,7 @@ import time
 from pydantic import BaseModel, Field, model_validator
 
 from tools.base import ToolResult, ToolSpec, bound_lines
+from tools.bench_results import parse_results
 from tools.host import Host
 
 
@@ -26,13 +27,19 @@ class Args(BaseModel):
     env: dict[str, str] = Field(default_factory=dict)
     metric_json_key: str | None = Field(None, description="dotted key in a JSON output line")
     metric_regex: str | None = Field(None, description="regex whose group 1 is the metric")
+    objective: str | None = Field(
+        None, description="canonical metric name (p99_ttft_ms, output_throughput, ...)"
+    )
+    result_file: str | None = Field(
+        None, description="file the client writes its result to (vllm --result-filename)"
+    )
     repeat: int = Field(1, ge=1, le=50)
     timeout_s: float = Field(300.0, gt=0)
 
     @model_validator(mode="after")
     def _one_reader(self) -> Args:
-        if not (self.metric_json_key or self.metric_regex):
-            raise ValueError("give metric_json_key or metric_regex")
+        if not (self.metric_json_key or self.metric_regex or self.objective):
+            raise ValueError("give metric_json_key, metric_regex or objective")
         return self
 
 
@@ -42,6 +49,9 @@ class Result(ToolResult):
     spread: float | None = Field(None, description="sample standard deviation; 0 for one run")
     output_tail: list[str] = Field(default_factory=list)
     timed_out: bool = Field(False, description="a run was stopped by its timeout or the deadline")
+    runs: list[dict[str, float]] = Field(
+        default_factory=list, description="every metric each run reported (canonical names)"
+    )
 
     def lines(self) -> list[str]:
         head = super().lines()
@@ -94,7 +104,11 @@ def benchmark(host: Host, args: Args, deadline: float | None = None) -> Result:
     env = " ".join(shlex.quote(f"{k}={v}") for k, v in args.env.items())
     line = f"cd {shlex.quote(args.workdir)} && {'env ' + env + ' ' if env else ''}/bin/sh -c {shlex.quote(args.command)} 2>&1"
     values: list[float] = []
+    runs: list[dict[str, float]] = []
     tail: list[str] = []
+    if args.result_file:  # a stale file from an earlier run must never be read as this one's
+        f = shlex.quote(args.result_file)
+        line = f"rm -f {f} ; ( {line} ) && {{ echo; cat {f}; }}"
     for i in range(args.repeat):
         timeout = args.timeout_s
         if deadline is not None:
@@ -122,19 +136,26 @@ def benchmark(host: Host, args: Args, deadline: float | None = None) -> Result:
                 output_tail=tail,
                 timed_out=res.timed_out,
             )
+        metrics = parse_results(res.stdout)
         v = parse_metric(res.stdout, args.metric_json_key, args.metric_regex)
+        if v is None and args.objective:
+            v = metrics.get(args.objective)
         if v is None:
             return Result(
                 host=host.name,
                 ok=False,
                 error=f"benchmark run {i + 1} on {host.name}: metric not found in the output",
-                fix="check metric_json_key / metric_regex against the output tail",
+                fix="check metric_json_key / metric_regex / objective against the output tail",
                 values=values,
                 output_tail=tail,
+                runs=runs,
             )
         values.append(v)
+        runs.append(metrics)
     mean, spread = summarize(values)
-    return Result(host=host.name, values=values, mean=mean, spread=spread, output_tail=tail)
+    return Result(
+        host=host.name, values=values, mean=mean, spread=spread, output_tail=tail, runs=runs
+    )
 
 
 SPEC = ToolSpec(

@@ -18,17 +18,16 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, Field
 
+from tools import engines
 from tools.base import ToolResult, ToolSpec, bound_lines
 from tools.host import Host
 from tools.textclean import safe_decode
 
 MAX_CONFIG_BYTES = 1_000_000
-NOTABLE_PREFIXES = ("NCCL_", "CUDA_", "VLLM_", "SGLANG_", "TORCH_", "PYTORCH_", "TRTLLM_", "HF_")
+#: Keys worth flagging: every engine's config prefixes plus NCCL_, CUDA_, HF_ (tools/engines.yaml).
+NOTABLE_PREFIXES = engines.registry().config_prefixes()
 #: Words that make a shell line an engine or container launch whose flags matter.
-_LAUNCH_MARKERS = re.compile(
-    r"sglang|vllm|trtllm|tensorrt_llm|torchrun|deepspeed|tritonserver|text-generation-launcher"
-    r"|\bpython[\d.]*\b|\bdocker\b|\bpodman\b|\bmpirun\b"
-)
+_LAUNCH_MARKERS = engines.launch_line_pattern()
 _ENV_KEY = r"[A-Za-z_][A-Za-z0-9_]*"
 _PY_VALUE = r"""(?P<value>"(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*'|[^,)\s#]+)"""
 _PY_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
@@ -362,7 +361,8 @@ SPEC = ToolSpec(
     description=(
         "Read a config (sitecustomize.py, .env, shell exports, launch scripts with engine "
         "flags, docker -e, YAML/JSON) and list the settings it makes: env keys as-is, flags as "
-        "--flag, each with its source line. Flags NCCL_*, CUDA_*, VLLM_*, SGLANG_*, TORCH_* keys."
+        "--flag, each with its source line. Flags NCCL_*, CUDA_*, HF_* and every engine's own keys "
+        "(VLLM_*, SGLANG_*, ...)."
     ),
     args=Args,
     result=Result,

@@ -237,4 +237,7 @@ SPEC = ToolSpec(
     args=Args,
     result=Result,
     fn=run,
+    first_sweep=4,
+    verdict_needs=True,
+    facts=("shm_mib", "shm_use_pct", "full_mounts"),
 )

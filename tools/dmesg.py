@@ -262,4 +262,8 @@ SPEC = ToolSpec(
     args=Args,
     result=Result,
     fn=run,
+    first_sweep=3,
+    scanned=True,
+    verdict_needs=True,
+    facts=("dmesg_lines", "dmesg_summary"),
 )

@@ -42,6 +42,16 @@ class Engine(BaseModel):
     ready_markers: list[Pattern] = Field(default_factory=list)
     phases: dict[str, Pattern] = Field(default_factory=dict)
     config_prefixes: list[str] = Field(default_factory=list)
+    names: list[str] = Field(default_factory=list, description="words naming it (any case)")
+    source_dirs: list[str] = Field(default_factory=list, description="its source in a stack")
+    generic: bool = Field(False, description="a catch-all: no signatures are its own")
+
+    @field_validator("names", "source_dirs")
+    @classmethod
+    def _compiles(cls, v: list[str]) -> list[str]:
+        for p in v:
+            re.compile(p)
+        return v
 
     @field_validator(
         "entry_points", "launchers", "workers", "launch_markers", "ready_markers", mode="before"
@@ -78,10 +88,32 @@ class Never(BaseModel):
         return re.compile("(?:" + "|".join(f"(?:{p})" for p in v) + r")\Z")
 
 
+class Common(BaseModel):
+    """What every engine shares (see the `common:` section of engines.yaml)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    underlying: list[str]
+    server_words: list[str]
+    launch_words: list[str]
+    launch_markers: list[str]
+    config_prefixes: list[str]
+    worker_words: str
+    workload_programs: str
+
+    @field_validator("server_words", "launch_words", "launch_markers")
+    @classmethod
+    def _compiles(cls, v: list[str]) -> list[str]:
+        for p in v:
+            re.compile(p)
+        return v
+
+
 class Registry(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     engines: dict[str, Engine]
+    common: Common
     never: Never
 
     def model_post_init(self, _: object) -> None:
@@ -89,7 +121,9 @@ class Registry(BaseModel):
             e.name = name
 
     def config_prefixes(self) -> tuple[str, ...]:
-        return tuple(dict.fromkeys(p for e in self.engines.values() for p in e.config_prefixes))
+        """Every engine's prefixes, then the common ones (NCCL_, CUDA_, HF_)."""
+        own = [p for e in self.engines.values() for p in e.config_prefixes]
+        return tuple(dict.fromkeys([*own, *self.common.config_prefixes]))
 
 
 @cache
@@ -295,3 +329,84 @@ def log_ranks(lines: list[str], engine: str | None = None) -> set[int]:
         for ln in lines:
             out |= {int(m.group(1)) for m in e.log_rank.finditer(ln)}
     return out
+
+
+def _union(parts: list[str], flags: int = 0) -> re.Pattern[str]:
+    return re.compile("|".join(f"(?:{p})" for p in parts) or r"(?!)", flags)
+
+
+@cache
+def name_pattern() -> Pattern:
+    """Any engine's name (case-insensitive), as a unit, container, script or log says it."""
+    return _union([n for e in registry().engines.values() for n in e.names], re.I)
+
+
+@cache
+def server_name_pattern() -> Pattern:
+    """A container / pod / unit name that looks like an inference server's."""
+    reg = registry()
+    return _union(
+        [n for e in reg.engines.values() for n in e.names] + reg.common.server_words, re.I
+    )
+
+
+@cache
+def launch_line_pattern() -> Pattern:
+    """A script line that launches an engine or a container: its flags and env matter."""
+    reg = registry()
+    names = [n for e in reg.engines.values() for n in e.names]
+    return re.compile("|".join([*names, *reg.common.launch_words]))
+
+
+def launch_patterns() -> tuple[str, ...]:
+    """Log lines that start a launch: every engine's markers, then the common ones."""
+    reg = registry()
+    own = [p.pattern for e in reg.engines.values() for p in e.launch_markers]
+    return tuple(dict.fromkeys([*own, *reg.common.launch_markers]))
+
+
+@cache
+def worker_pattern() -> Pattern:
+    """A process title that is part of a server (a rank, a scheduler), never its main process."""
+    return re.compile(registry().common.worker_words)
+
+
+@cache
+def workload_pattern() -> Pattern:
+    """A command that may run a workload no engine knows (python, MPI, a launcher, a benchmark)."""
+    progs = registry().common.workload_programs
+    return re.compile(rf"(?i)(?:^|/|\s)(?:{progs})(?:\s|$)")
+
+
+@cache
+def collective_dirs() -> str:
+    """Engine source directories (a regex alternation) whose `distributed/` holds collectives."""
+    return "|".join(d for e in registry().engines.values() for d in e.source_dirs)
+
+
+def underlying() -> set[str]:
+    """Engines every launch runs on: a signature for one of them applies to any launch."""
+    return set(registry().common.underlying)
+
+
+def signature_engine(engine: str | None) -> str | None:
+    """The engine whose signatures a launch's log speaks, or None (unknown, or a catch-all)."""
+    e = registry().engines.get(engine or "")
+    return None if e is None or e.generic else e.name
+
+
+def card_engines() -> tuple[str, ...]:
+    """What a card's `engine` may say: a registry engine or `other`."""
+    return (*(n for n, e in registry().engines.items() if not e.generic), "other")
+
+
+def guess_engine(texts: list[str]) -> str:
+    """The engine a host capture names most often (for a card draft), or `other`."""
+    blob = "\n".join(texts)
+    counts = {
+        name: sum(len(re.findall(n, blob, re.I)) for n in e.names)
+        for name, e in registry().engines.items()
+        if not e.generic
+    }
+    best = max(counts, key=lambda k: counts[k], default="other")
+    return best if counts.get(best) else "other"

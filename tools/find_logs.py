@@ -47,6 +47,33 @@ _LOG_NAMES = [
     "*crash*.txt",
 ]
 _LOG_PATHS = ["*/logs/*.txt", "*/log/*.txt"]
+#: Any other .txt may be a launch's output teed to a file (`| tee all_reduce_4_gpus.txt`,
+#: `modal-container.txt`): listed after the named logs, never before them. Text files that are
+#: known not to be output are left out.
+_WEAK_LOG_NAMES = ["*.txt"]
+_NOT_OUTPUT_TXT = [
+    "requirements*.txt",
+    "constraints*.txt",
+    "LICENSE*",
+    "COPYING*",
+    "NOTICE*",
+    "README*",
+    "CHANGELOG*",
+    "CMakeLists.txt",
+    "*vocab*.txt",
+    "merges.txt",
+    "*tokenizer*",
+    "robots.txt",
+    "entry_points.txt",
+    "top_level.txt",
+    "SOURCES.txt",
+    "dependency_links.txt",
+    "*.dist-info",
+    "*.egg-info",
+    "*notes*.txt",
+    "*todo*.txt",
+    "*TODO*.txt",
+]
 _CONFIG_NAMES = [
     "sitecustomize.py",
     "usercustomize.py",
@@ -61,6 +88,35 @@ _CONFIG_DIR_NAMES = ["*.json", "*.toml", "*.pbtxt", "*.ini", "*.conf"]
 _CONFIG_DIRS = ["*/conf/*", "*/config/*", "*/configs/*", "*/etc/*", "*/k8s/*", "*/deploy/*"]
 #: Hidden dirs (.git, .cache, .pyenv, .npm), package trees and caches hold other tools' files.
 _NOT_UNDER = ["*-packages/*", "*/.*/*", "*/node_modules/*", "*/__pycache__/*"]
+#: Trees a walk from "/" never enters: pseudo-filesystems and the OS's own files hold no server
+#: logs or launch configs, and walking them costs most of the sweep's time (/proc alone has a
+#: directory per thread). Explicit roots under them (/usr/lib/python3*) are still walked.
+_PRUNE = [
+    "/proc",
+    "/sys",
+    "/dev",
+    "/run",
+    "/boot",
+    "/snap",
+    "/bin",
+    "/sbin",
+    "/lib",
+    "/lib32",
+    "/lib64",
+    "/libx32",
+    "/usr/bin",
+    "/usr/sbin",
+    "/usr/lib",
+    "/usr/lib32",
+    "/usr/lib64",
+    "/usr/libexec",
+    "/usr/include",
+    "/usr/share",
+    "/usr/src",
+    "/var/cache",
+    "/var/lib/dpkg",
+    "/var/lib/apt",
+]
 #: Lines asked of the host; the classification in Python takes `limit` of each kind from them.
 HOST_LINE_CAP = 4000
 
@@ -115,7 +171,21 @@ def classify(path: str) -> Literal["log", "config"] | None:
         fnmatch.fnmatch(path, p) for p in _CONFIG_DIRS
     ):
         return "config"
+    if weak_log(path):
+        return "log"
     return None
+
+
+def weak_log(path: str) -> bool:
+    """A .txt that may be a launch's teed output: a log candidate after the named ones."""
+    name = posixpath.basename(path)
+    if not any(fnmatch.fnmatch(name, p) for p in _WEAK_LOG_NAMES):
+        return False
+    if any(fnmatch.fnmatch(path, p) for p in _LOG_PATHS) or any(
+        fnmatch.fnmatch(name, p) for p in _LOG_NAMES
+    ):
+        return False
+    return not any(fnmatch.fnmatch(name, p) for p in _NOT_OUTPUT_TXT)
 
 
 def _root_arg(root: str) -> str:
@@ -133,7 +203,10 @@ def _or(flag: str, patterns: list[str]) -> str:
 
 def build_command(args: Args) -> str:
     not_under = " ".join(f"-not -path {shlex.quote(p)}" for p in _NOT_UNDER)
-    logs = f"\\( {_or('-name', _LOG_NAMES)} -o {_or('-path', _LOG_PATHS)} \\) {not_under}"
+    logs = (
+        f"\\( {_or('-name', _LOG_NAMES)} -o {_or('-path', _LOG_PATHS)}"
+        f" -o {_or('-name', _WEAK_LOG_NAMES)} \\) {not_under}"
+    )
     configs = (
         f"-name 'sitecustomize.py*' -o -name usercustomize.py"
         f" -o \\( \\( {_or('-name', _CONFIG_NAMES[2:])} \\) {not_under} \\)"
@@ -142,8 +215,10 @@ def build_command(args: Args) -> str:
     )
     match = {"logs": logs, "configs": configs, "all": f"{logs} -o {configs}"}[args.kind]
     roots = " ".join(_root_arg(r) for r in args.roots)
+    prune = _or("-path", _PRUNE)
     return (
-        f"find {roots} -maxdepth {args.max_depth} -type f \\( {match} \\)"
+        f"find {roots} -maxdepth {args.max_depth} \\( {prune} \\) -prune"
+        f" -o -type f \\( {match} \\)"
         f" -printf '%T@ %s %p\\n' 2>/dev/null | sort -rn | head -n {HOST_LINE_CAP}"
     )
 
@@ -183,8 +258,10 @@ def run(host: Host, args: Args) -> Result:
             continue
         seen.add(path)
         bucket = logs if kind == "log" else configs
-        if len(bucket) < args.limit:
-            bucket.append(FoundFile(path=path, kind=kind, mtime=mtime, size=size, line=line))
+        bucket.append(FoundFile(path=path, kind=kind, mtime=mtime, size=size, line=line))
+    # named logs first (newest first within each group), teed .txt candidates after them
+    logs.sort(key=lambda f: weak_log(f.path))
+    logs, configs = logs[: args.limit], configs[: args.limit]
     return Result(
         host=host.name,
         command=command,
@@ -205,4 +282,8 @@ SPEC = ToolSpec(
     args=Args,
     result=Result,
     fn=run,
+    # the usual places first, then the whole tree shallowly: containers put logs in /app,
+    # /tensorrtllm_backend, /home/<user>/..., wherever the launch script ran
+    first_sweep=7,
+    first_sweep_args={"roots": [*DEFAULT_ROOTS, "/home", "/"], "max_depth": 4},
 )

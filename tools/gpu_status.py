@@ -416,4 +416,7 @@ SPEC = ToolSpec(
     args=Args,
     result=Result,
     fn=run,
+    first_sweep=1,
+    verdict_needs=True,
+    facts=("gpus", "gpu_pids", "gpu_pid_lines", "graphics_mib", "gpu_error"),
 )

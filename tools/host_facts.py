@@ -10,6 +10,7 @@ installed (rc 127) is recorded as unavailable, which is a fact, not an error.
 from __future__ import annotations
 
 import re
+from concurrent.futures import ThreadPoolExecutor
 from typing import Literal
 
 from pydantic import BaseModel, Field
@@ -39,6 +40,9 @@ _POD_KEEP = re.compile(
     r"^\s*(Name|Status|Reason|Exit Code|Restart Count|Started|Finished|Last State|State|Message)\s*:"
     r"|OOMKilled|Killing|Unhealthy|BackOff|Evicted|probe"
 )
+
+#: concurrent commands; below sshd's default MaxSessions (10) with the sweep's other reads
+_PARALLEL = 4
 
 _ECC_KEEP = re.compile(
     r"^GPU [0-9A-Fa-f]|ECC|^Volatile$|^Aggregate$|Correctable|Uncorrectable|Parity|SEC-DED|"
@@ -135,9 +139,15 @@ def run(host: Host, args: Args) -> Result:
     sections: list[Section] = []
     driver = None
     ecc = None
-    for name in dict.fromkeys(args.sections):
+    names = list(dict.fromkeys(args.sections))
+    # independent one-line reads: run at once over the one connection (each its own channel),
+    # so the sweep waits for the slowest command, not for the sum of nine
+    with ThreadPoolExecutor(max_workers=max(1, min(len(names), _PARALLEL))) as pool:
+        results = list(
+            pool.map(lambda n: host.run(COMMANDS[n][0], timeout=15, max_bytes=200_000), names)
+        )
+    for name, res in zip(names, results, strict=True):
         command, keep = COMMANDS[name]
-        res = host.run(command, timeout=15, max_bytes=200_000)
         text = res.stdout if res.stdout.strip() else res.stderr
         lines = [ln for ln in text.splitlines() if ln.strip()]
         note = None
@@ -178,4 +188,6 @@ SPEC = ToolSpec(
     args=Args,
     result=Result,
     fn=run,
+    first_sweep=6,
+    scanned=True,
 )

@@ -16,10 +16,10 @@ from typing import Any
 
 import paramiko
 
-from tools.cards import load_card
+from cards.model import load_card
+from cards.replay import ReplayHost
 from tools.host import Host
 from tools.local_host import LocalHost
-from tools.replay_host import ReplayHost
 from tools.ssh_host import SSHHost
 
 _cache: dict[tuple[str, tuple[tuple[str, str], ...]], SSHHost] = {}

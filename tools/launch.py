@@ -8,6 +8,7 @@ re-parent to init keep it too).
 
 from __future__ import annotations
 
+import re
 import shlex
 
 from pydantic import BaseModel, Field
@@ -26,6 +27,11 @@ class Args(BaseModel):
     env: dict[str, str] = Field(default_factory=dict, description="extra environment variables")
     pid_file: str | None = Field(None, description="where to write the pid; default LOG.pid")
     marker: str | None = Field(None, description=f"value of {MARKER_VAR} for this launch")
+    inherit_env: list[str] | None = Field(
+        None,
+        description="start from an empty environment and pass on only these variables of the "
+        "caller's (None: inherit everything, as a shell would)",
+    )
 
 
 class Result(ToolResult):
@@ -52,13 +58,21 @@ def build_command(args: Args) -> tuple[str, str]:
         env[MARKER_VAR] = args.marker
     assigns = " ".join(shlex.quote(f"{k}={v}") for k, v in env.items())
     q = shlex.quote
+    clean = ""
+    if args.inherit_env is not None:
+        # `${V+"V=$V"}` is one word when V is set, nothing when it is not
+        keep = " ".join(f'${{{v}+"{v}=${v}"}}' for v in args.inherit_env if _NAME.match(v))
+        clean = f"-i {keep} " if keep else "-i "
     line = (
         f"mkdir -p {q(_dirname(args.log_path))} && cd {q(args.workdir)} && "
-        f"{{ setsid env {assigns} /bin/sh -c {q('exec ' + args.command)} "
+        f"{{ setsid env {clean}{assigns} /bin/sh -c {q('exec ' + args.command)} "
         f"> {q(args.log_path)} 2>&1 < /dev/null & }} ; "
         f"echo $! > {q(pid_file)} ; echo $!"
     )
     return line, pid_file
+
+
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 def _dirname(path: str) -> str:

@@ -2,7 +2,7 @@
 
 The tail shows how a launch ended; the search finds where it went wrong earlier (the first
 NCCL WARN, the OOM 12 MB before the end). The last 8 MiB come through `read_tail`; when the file
-is bigger, the last launch marker (agent/knowledge/launch_markers.yaml) is looked for BACKWARDS
+is bigger, the last launch marker (tools/engines.yaml) is looked for BACKWARDS
 in bounded chunks by one remote command each, and the region from it to the 8 MiB window is
 searched by grep on the host, so only matching lines (with context) travel. The result says
 exactly what was searched (`searched_from`, `bytes_searched`, `launch_found`,
@@ -322,4 +322,6 @@ SPEC = ToolSpec(
     args=Args,
     result=Result,
     fn=run,
+    scanned=True,
+    verdict_needs=True,
 )

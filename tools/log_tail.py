@@ -236,4 +236,8 @@ SPEC = ToolSpec(
     args=Args,
     result=Result,
     fn=run,
+    scanned=True,
+    launch_log=True,
+    verdict_needs=True,
+    facts=("log_growth", "log_watch", "log_ranks"),
 )

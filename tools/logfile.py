@@ -20,16 +20,12 @@ from __future__ import annotations
 import re
 import shlex
 from functools import lru_cache
-from pathlib import Path
 
-import yaml
 from pydantic import BaseModel, Field
 
+from tools import engines
 from tools.host import Host
 
-LAUNCH_MARKERS_YAML = (
-    Path(__file__).resolve().parent.parent / "agent" / "knowledge" / "launch_markers.yaml"
-)
 #: names that look like logs, for "the directory holds ..." answers
 LOG_LIKE = re.compile(r"(?i)(\.log|\.out|\.err|\.txt|nohup|stdout|stderr)")
 #: bytes a text log does not contain (NUL and C0 controls except \t \n \r ESC, DEL)
@@ -177,10 +173,9 @@ def binary_reason(data: bytes) -> str | None:
 
 
 # -- launch markers --------------------------------------------------------------------------
-@lru_cache(maxsize=1)
 def launch_patterns() -> tuple[str, ...]:
-    pats = yaml.safe_load(LAUNCH_MARKERS_YAML.read_text(encoding="utf-8")) or []
-    return tuple(str(p) for p in pats)
+    """Lines that start a launch: the engine registry's markers (tools/engines.yaml)."""
+    return engines.launch_patterns()
 
 
 @lru_cache(maxsize=1)

@@ -24,7 +24,9 @@ NETSTAT = "netstat -ltnp"
 PROC_TCP = "cat /proc/net/tcp /proc/net/tcp6"
 #: One `ls` for every fd dir we may read (a fork per fd took seconds); unreadable ones skipped.
 PROC_FDS = "ls -l /proc/[0-9]*/fd 2>/dev/null | grep -E '^/proc/|socket:'"
-PROC_COMM = "cat /proc/{pid}/comm"
+#: every owner's name in one round trip: `/proc/PID/comm:NAME` lines
+PROC_COMM = "grep -H . {paths} 2>/dev/null"
+_COMM_LINE = re.compile(r"^/proc/(\d+)/comm:(.*)$")
 
 
 class Args(BaseModel):
@@ -206,6 +208,16 @@ def parse_socket_fds(text: str) -> dict[int, int]:
     return out
 
 
+def parse_comm(text: str) -> dict[int, str]:
+    """`grep -H . /proc/PID/comm ...` -> pid -> process name (a gone pid simply has no line)."""
+    out: dict[int, str] = {}
+    for line in text.splitlines():
+        m = _COMM_LINE.match(line.strip())
+        if m:
+            out.setdefault(int(m.group(1)), m.group(2).strip())
+    return out
+
+
 def run(host: Host, args: Args) -> Result:
     listeners: list[Listener] | None = None
     source = ""
@@ -227,12 +239,13 @@ def run(host: Host, args: Args) -> Result:
                 owners = parse_socket_fds(fds.stdout) if fds.ok else {}
                 for ln in listeners:
                     ln.pid = owners.get(ln.inode or -1)
-                for pid in sorted({ln.pid for ln in listeners if ln.pid})[:20]:
-                    comm = host.run(PROC_COMM.format(pid=pid), timeout=5)
-                    name = comm.stdout.strip().splitlines()[0] if comm.ok and comm.stdout else None
+                pids = sorted({ln.pid for ln in listeners if ln.pid})[:20]
+                if pids:
+                    paths = " ".join(f"/proc/{pid}/comm" for pid in pids)
+                    comm = host.run(PROC_COMM.format(paths=paths), timeout=15)
+                    names = parse_comm(comm.stdout)
                     for ln in listeners:
-                        if ln.pid == pid:
-                            ln.process = name
+                        ln.process = names.get(ln.pid or -1)
         else:
             tried.append(f"{PROC_TCP}: {res.error or f'rc {res.rc}'}")
     if listeners is None:
@@ -267,4 +280,7 @@ SPEC = ToolSpec(
     args=Args,
     result=Result,
     fn=run,
+    first_sweep=5,
+    verdict_needs=True,
+    facts=("listeners",),
 )

@@ -511,4 +511,15 @@ SPEC = ToolSpec(
     args=Args,
     result=Result,
     fn=run,
+    first_sweep=2,
+    verdict_needs=True,
+    facts=(
+        "procs",
+        "server_pids",
+        "server_engine",
+        "ranks",
+        "log_writers",
+        "building_pids",
+        "busy_unknown_pids",
+    ),
 )

@@ -29,6 +29,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from tools import engines
 from tools.base import ToolResult, ToolSpec, bound_lines
 from tools.host import CommandResult, Host
 
@@ -173,7 +174,7 @@ _COLL_NAMES = re.compile(
 )
 _COLL_FILES = re.compile(
     r"torch/distributed/(?!elastic/)(?!run\.py)(?!launch\.py)|"  # the launcher (elastic agent, metrics) only watches its ranks
-    r"(?:vllm|sglang/srt|tensorrt_llm(?:/_torch)?|lmdeploy|deepspeed/comm|megatron/core)/"
+    rf"(?:{engines.collective_dirs()})/"
     r"distributed/|pynccl|custom_all_reduce|device_communicators/|communication_op|"
     r"deepspeed/comm/|mpi4py/|parallel_state\.py"
 )

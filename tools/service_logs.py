@@ -14,15 +14,14 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from tools import engines
 from tools.base import ToolResult, ToolSpec, bound_lines
 from tools.host import Host
 from tools.textclean import clean_lines
 
 Kind = Literal["docker", "kubectl", "journalctl"]
 #: What an inference server's container, pod or unit tends to be called.
-SERVER_NAME = re.compile(
-    r"(?i)vllm|sglang|tgi|text-generation|triton|trtllm|tensorrt|ollama|lmdeploy|llm|serve|inference"
-)
+SERVER_NAME = engines.server_name_pattern()  # engine names + llm|serve|inference
 SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:@/-]{0,200}$")
 
 
@@ -127,4 +126,6 @@ SPEC = ToolSpec(
     args=Args,
     result=Result,
     fn=run,
+    scanned=True,
+    launch_log=True,
 )

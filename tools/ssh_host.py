@@ -1,6 +1,6 @@
 """`SSHHost`: the Host protocol over one reused SSH connection (paramiko).
 
-Why it looks the way it does (see ../shared/stack-notes.md):
+Why it looks the way it does:
 - ONE connection per host, and every command on its own channel (`open_session` +
   `exec_command`): a channel costs ~2 ms, a new connection ~64 ms. `SSHClient.exec_command` from
   several threads drops the connection (paramiko #1705), so it is never used.

@@ -1,10 +1,7 @@
-"""The root-cause labels, loaded from taxonomy.yaml so the contract lives in one data file."""
+"""Moved to `cards/taxonomy.py`; this name stays an alias of that module for code written before."""
 
-from __future__ import annotations
+import sys
 
-from pathlib import Path
+from cards import taxonomy as _moved
 
-import yaml
-
-TAXONOMY: dict[str, str] = yaml.safe_load((Path(__file__).with_name("taxonomy.yaml")).read_text())
-LABELS: tuple[str, ...] = tuple(TAXONOMY)
+sys.modules[__name__] = _moved

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from agent.brains.base import Brain, Context
+from agent.brains.base import Brain, BrainContext, Context
 
 
 def make_brain(name: str, settings: object | None = None) -> Brain:
@@ -21,4 +21,4 @@ def make_brain(name: str, settings: object | None = None) -> Brain:
     raise ValueError(f"unknown brain {name!r}: use rulebook or llm")
 
 
-__all__ = ["Brain", "Context", "make_brain"]
+__all__ = ["Brain", "BrainContext", "Context", "make_brain"]

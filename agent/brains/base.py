@@ -8,11 +8,15 @@ from pydantic import BaseModel, ConfigDict
 
 from agent.checks import CheckOption
 from agent.facts import Facts
+from agent.followup import Answer, Known
 from agent.state import Action, State
 
 
-class Context(BaseModel):
-    """Everything a brain may consult besides the state: derived, never raw host text to obey."""
+class BrainContext(BaseModel):
+    """Everything a brain may consult besides the state: derived, never raw host text to obey.
+
+    Named apart from `agent.context.RunContext` (what a run is given: host, limits, memory) and
+    the overnight loop's own context; `Context` stays as an alias for code written before."""
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
@@ -22,15 +26,23 @@ class Context(BaseModel):
     budget_left: dict[str, float] = {}
 
 
+#: the old name, for code written before the rename
+Context = BrainContext
+
+
 class Brain(Protocol):
     name: str
 
-    def decide(self, state: State, ctx: Context) -> Action:
+    def decide(self, state: State, ctx: BrainContext) -> Action:
         """One next step: a check, a change (needs approval), a conclusion, or insufficient."""
         ...
 
-    def follow_up(self, state: State, text: str, ctx: Context) -> tuple[str, list[Action]]:
+    def follow_up(self, state: State, text: str, ctx: BrainContext) -> tuple[str, list[Action]]:
         """Answer an operator's follow-up and name the checks it asks for."""
+        ...
+
+    def explain(self, question: str, answer: Answer, known: Known) -> str:
+        """Say `answer` (the rulebook's reply over `known`) to the operator, in prose."""
         ...
 
     def tokens_used(self) -> int: ...

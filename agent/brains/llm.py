@@ -21,13 +21,14 @@ from openai import APIStatusError, OpenAI, OpenAIError
 from pydantic import BaseModel, Field, ValidationError
 
 from agent.board import ranked
-from agent.brains.base import Context
+from agent.brains.base import BrainContext
+from agent.followup import Answer, Known
 from agent.proof import fatal_lines
 from agent.signatures import scan
 from agent.state import Action, State
+from cards.taxonomy import LABELS, TAXONOMY
 from prompts import render
 from tools.registry import TOOLS
-from tools.taxonomy import LABELS, TAXONOMY
 
 
 class Cited(BaseModel):
@@ -190,13 +191,14 @@ class LLMBrain:
         if choice == "required":
             modes = ["auto"] if self.choice_mode == "auto" else ["required", "auto"]
         for i, mode in enumerate(modes):
+            # a prose turn offers no tools at all (an empty `tools` is refused by some servers)
+            offer: dict[str, Any] = {"tools": tools, "tool_choice": mode} if tools else {}
             try:
                 resp = self._client.chat.completions.create(
                     model=self.model,
                     messages=messages,  # type: ignore[arg-type]
-                    tools=tools,  # type: ignore[arg-type]
-                    tool_choice=mode,  # type: ignore[arg-type]
                     temperature=0,
+                    **offer,
                 )
             except APIStatusError as exc:
                 if i + 1 < len(modes) and exc.status_code in _REJECTS_CHOICE:
@@ -208,7 +210,7 @@ class LLMBrain:
         raise AssertionError("unreachable")  # pragma: no cover
 
     # -- policy ----------------------------------------------------------------------------------------
-    def decide(self, state: State, ctx: Context) -> Action:
+    def decide(self, state: State, ctx: BrainContext) -> Action:
         self._start_turns(state)
         tools = _tool_schemas(changing_ok=True) + CONCLUDE_TOOLS
         system = render("system.j2", taxonomy=TAXONOMY)
@@ -326,7 +328,7 @@ class LLMBrain:
             call,
         )
 
-    def follow_up(self, state: State, text: str, ctx: Context) -> tuple[str, list[Action]]:
+    def follow_up(self, state: State, text: str, ctx: BrainContext) -> tuple[str, list[Action]]:
         self._start_turns(state)
         messages = [
             {"role": "system", "content": render("system.j2", taxonomy=TAXONOMY)},
@@ -360,6 +362,42 @@ class LLMBrain:
                 Action(kind="check", tool=spec.name, args=args, why=f"asked: {text[:80]}")
             )
         return (_content(data) or "Checking.").strip(), actions
+
+    def explain(self, question: str, answer: Answer, known: Known) -> str:
+        """The rulebook's answer, said by the model over the same facts. A reply that quotes a
+        line nobody observed, or fails, is dropped for the rulebook's own words."""
+        diff = next((c.diff for c in known.changes), []) if answer.intent == "approval" else []
+        prompt = render(
+            "answer.j2",
+            question=question,
+            symptom=known.symptom,
+            facts=answer.text,
+            cites=answer.cites,
+            diff=diff,
+        )
+        try:
+            data = self._complete([{"role": "user", "content": prompt}], [], "none")
+        except (OpenAIError, LookupError):
+            return answer.text
+        text = " ".join(_content(data).split())
+        if not text or _invented_quote(text, known):
+            return answer.text
+        if answer.cites and not any(c.line.strip()[:60] in text for c in answer.cites):
+            c = answer.cites[0]
+            text += f' (cited: {c.observation}: "{c.line.strip()}")'
+        return text
+
+
+_QUOTE = re.compile(r'"([^"]{16,})"')
+
+
+def _invented_quote(text: str, known: Known) -> bool:
+    """A double-quoted stretch that looks like a log line but occurs in no observation."""
+    for q in _QUOTE.findall(text):
+        q = q.rstrip("…").strip()
+        if not known.observed(q):
+            return True
+    return False
 
 
 #: The wall-clock budget in the prompt differs between a recorded run and its replay; the turn

@@ -14,13 +14,16 @@ from pathlib import Path
 import yaml
 
 from agent.board import alluded, ranked
-from agent.brains.base import Context
+from agent.brains.base import BrainContext
+from agent.followup import Answer, Known
 from agent.signatures import load_signatures
 from agent.state import Action, State
+from agent.thresholds import THRESHOLDS
 
-MIN_CHECK_VALUE = 0.12
-DECISIVE_SCORE, DECISIVE_MARGIN = 4.5, 2.5
-CONCLUDE_SCORE, CONCLUDE_MARGIN = 3.0, 1.0
+_R = THRESHOLDS.rulebook  # agent/knowledge/thresholds.yaml
+MIN_CHECK_VALUE = _R.min_check_value
+DECISIVE_SCORE, DECISIVE_MARGIN = _R.decisive_score, _R.decisive_margin
+CONCLUDE_SCORE, CONCLUDE_MARGIN = _R.conclude_score, _R.conclude_margin
 
 
 @lru_cache(maxsize=1)
@@ -76,7 +79,7 @@ class RulebookBrain:
     def tokens_used(self) -> int:
         return 0
 
-    def decide(self, state: State, ctx: Context) -> Action:
+    def decide(self, state: State, ctx: BrainContext) -> Action:
         board = state.get("hypotheses", {})
         order = [h for h in ranked(board) if h["status"] != "refuted"]
         rejected = set(_rejected_labels(state))
@@ -103,7 +106,7 @@ class RulebookBrain:
             )
         if top and top["score"] >= CONCLUDE_SCORE and margin >= CONCLUDE_MARGIN:
             return self._conclude(state, top, min(0.99, 0.5 + 0.08 * top["score"] + 0.05 * margin))
-        if top and top["score"] >= 2.0 and margin >= 1.5:
+        if top and top["score"] >= _R.lean_score and margin >= _R.lean_margin:
             return self._conclude(state, top, 0.5)
         ready = _ready_line(state) if ctx.facts.server_alive else None
         if ready:
@@ -138,7 +141,11 @@ class RulebookBrain:
             summary=f"{top['label']}: {top['evidence'][0].get('note', '') if top['evidence'] else ''}",
         )
 
-    def follow_up(self, state: State, text: str, ctx: Context) -> tuple[str, list[Action]]:
+    def explain(self, question: str, answer: Answer, known: Known) -> str:
+        """The rulebook's answer is already prose over the board: it stands as written."""
+        return answer.text
+
+    def follow_up(self, state: State, text: str, ctx: BrainContext) -> tuple[str, list[Action]]:
         board = state.get("hypotheses", {})
         asked = [lbl for lbl in board if re.search(lbl.replace("_", "[ _-]?"), text, re.I)]
         asked += [

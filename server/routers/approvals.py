@@ -8,7 +8,9 @@ from fastapi import APIRouter, HTTPException, Path, status
 from pydantic import BaseModel
 
 from agent.models import ApprovalRequest, Decision
-from server.deps import Catalog, Hub
+from server.deps import Catalog, Config, Hub
+from server.diffs import SOURCE_KEYS, ApprovalDiff, approval_diff
+from server.hosts import UnknownHost
 from server.paths import PathRefused, check_lexical
 from server.runs import Busy, NotFound
 from server.schemas import DecisionIn
@@ -36,9 +38,39 @@ def pending(hub: Hub) -> list[ApprovalRequest]:
     return hub.pending()
 
 
+@router.get("/{approval_id}/diff", response_model=ApprovalDiff)
+def diff(
+    approval_id: Annotated[str, Path(max_length=100)], hub: Hub, catalog: Catalog, config: Config
+) -> ApprovalDiff:
+    """The unified diff of the file change a pending approval would make (read on the host)."""
+    req = next((a for a in hub.pending() if a.id == approval_id), None)
+    if req is None:
+        raise HTTPException(404, f"no pending approval {approval_id}")
+    st = hub.state(req.session_id)
+    host_name = st.host_name if st else "*"
+    roots, protected = catalog.roots(host_name), config.protected_now()
+    try:  # the same paths an approval may touch, and only those, are read for the diff
+        for p in _paths(req.args) + [v for k, v in req.args.items() if k in SOURCE_KEYS]:
+            check_lexical(p, roots, None, protected)
+    except PathRefused as exc:
+        raise HTTPException(exc.status, exc.message) from exc
+    try:
+        host = catalog.open(host_name)
+    except UnknownHost as exc:
+        raise HTTPException(409, f"the session's host is gone: {exc}") from exc
+    try:
+        return approval_diff(req, host)
+    finally:
+        host.close()
+
+
 @router.post("/{approval_id}", status_code=status.HTTP_202_ACCEPTED, response_model=Decided)
 def decide(
-    approval_id: Annotated[str, Path(max_length=100)], body: DecisionIn, hub: Hub, catalog: Catalog
+    approval_id: Annotated[str, Path(max_length=100)],
+    body: DecisionIn,
+    hub: Hub,
+    catalog: Catalog,
+    config: Config,
 ) -> Decided:
     """Approve or deny; the run resumes in the background and streams on the session's events."""
     req = next((a for a in hub.pending() if a.id == approval_id), None)
@@ -47,9 +79,10 @@ def decide(
     if body.approve:
         st = hub.state(req.session_id)
         roots = catalog.roots(st.host_name if st else "*")
+        protected = config.protected_now()  # a change never writes Pivot's own state
         try:
             for p in _paths(req.args):
-                check_lexical(p, roots)
+                check_lexical(p, roots, None, protected)
         except PathRefused as exc:
             raise HTTPException(exc.status, f"refusing to approve: {exc.message}") from exc
     try:

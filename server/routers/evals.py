@@ -1,12 +1,15 @@
-"""Evals: start a harness run over card paths in the background and read its result.
+"""Evals: run the harness over cards (named files, or one whole card directory) in the
+background, read its result, and open its HTML report.
 
 The harness (evals/harness.py) is its own area; it is imported only when asked for, and its
-absence is a clear 501, not a crash at start-up.
+absence is a clear 501, not a crash at start-up. Card directories are the ones `pivot serve`
+was given (`--cards DIR`, after the shipped ones); a request can name only those.
 """
 
 from __future__ import annotations
 
 import importlib
+import secrets
 import threading
 import uuid
 from typing import Annotated, Any
@@ -14,7 +17,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, HTTPException, Path, Request, status
 
 from server.deps import Catalog, Config
-from server.schemas import EvalIn, EvalRun
+from server.schemas import CardDir, EvalIn, EvalRun
 
 router = APIRouter(prefix="/api/evals", tags=["evals"])
 
@@ -43,18 +46,41 @@ def _as_dict(result: Any) -> dict[str, Any]:
     return {"result": repr(result)}
 
 
+@router.get("/dirs", response_model=list[CardDir])
+def card_dirs(config: Config) -> list[CardDir]:
+    """The card directories this service may run (shipped first, then `serve --cards`)."""
+    return [
+        CardDir(path=str(d), name=d.name, cards=sum(1 for _ in d.rglob("*.yaml")))
+        for d in config.card_dirs
+        if d.is_dir()
+    ]
+
+
+def _directory(config: Any, wanted: str) -> str:
+    for d in config.card_dirs:
+        if wanted in (str(d), d.name) and d.is_dir():
+            return str(d)
+    raise HTTPException(
+        404, f"{wanted} is not a card directory of this service (GET /api/evals/dirs)"
+    )
+
+
 @router.post("", status_code=status.HTTP_202_ACCEPTED, response_model=EvalRun)
 def start_eval(body: EvalIn, request: Request, catalog: Catalog, config: Config) -> EvalRun:
-    try:
-        paths = [str(catalog.card_path(p)) for p in body.paths]
-    except ValueError as exc:
-        raise HTTPException(400, str(exc)) from exc
-    except FileNotFoundError as exc:
-        raise HTTPException(404, str(exc)) from exc
+    if body.directory:
+        paths = [_directory(config, body.directory)]
+    else:
+        try:
+            paths = [str(catalog.card_path(p)) for p in body.paths]
+        except ValueError as exc:
+            raise HTTPException(400, str(exc)) from exc
+        except FileNotFoundError as exc:
+            raise HTTPException(404, str(exc)) from exc
     entry = _harness_entry()
     if entry is None:
         raise HTTPException(501, "the eval harness (evals/harness.py) is not installed here yet")
     runs: dict[str, EvalRun] = request.app.state.evals
+    reports: dict[str, tuple[str, Any]] = request.app.state.eval_reports
     run = EvalRun(eval_id=uuid.uuid4().hex[:12], status="running", paths=paths)
     runs[run.eval_id] = run
     brain = body.brain or config.default_brain
@@ -67,7 +93,15 @@ def start_eval(body: EvalIn, request: Request, catalog: Catalog, config: Config)
                 update={"status": "error", "error": f"{type(exc).__name__}: {exc}"}
             )
             return
-        runs[run.eval_id] = run.model_copy(update={"status": "done", "result": _as_dict(result)})
+        key = secrets.token_urlsafe(16)  # the report page cannot send a bearer header
+        reports[run.eval_id] = (key, result)
+        runs[run.eval_id] = run.model_copy(
+            update={
+                "status": "done",
+                "result": _as_dict(result),
+                "report_url": f"/reports/{run.eval_id}.html?key={key}",
+            }
+        )
 
     threading.Thread(target=work, name=f"pivot-eval-{run.eval_id}", daemon=True).start()
     return run

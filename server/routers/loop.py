@@ -17,7 +17,7 @@ from fastapi import APIRouter, Request
 from starlette.concurrency import run_in_threadpool
 
 from server.deps import Config
-from server.schemas import Ledger, LoopStatus
+from server.schemas import Ledger, LoopStatus, MorningReport
 
 router = APIRouter(prefix="/api/loop", tags=["loop"])
 
@@ -114,3 +114,29 @@ async def loop_ledger(config: Config, request: Request) -> Ledger:
             for e in exps
         ],
     )
+
+
+MAX_REPORT_BYTES = 200_000
+
+
+def _morning(config: Any) -> MorningReport:
+    got = _read(config)
+    if got is None:
+        return MorningReport(available=False, detail="no overnight loop night found")
+    night = got[0]
+    try:
+        path = importlib.import_module("loop.report").report_dir(night) / "report.md"
+    except (ModuleNotFoundError, AttributeError):
+        path = Path(night.state_dir) / "reports" / night.id / "report.md"
+    try:
+        with path.open("rb") as fh:
+            text = fh.read(MAX_REPORT_BYTES).decode("utf-8", "replace")
+    except OSError:
+        return MorningReport(available=False, detail=f"night {night.id} has no report yet")
+    return MorningReport(available=True, detail=str(path), markdown=text)
+
+
+@router.get("/report", response_model=MorningReport)
+async def morning_report(config: Config) -> MorningReport:
+    """The latest night's morning report, as the loop wrote it (markdown)."""
+    return await run_in_threadpool(_morning, config)

@@ -8,7 +8,7 @@ from fastapi import APIRouter, HTTPException, Path, Query, status
 
 from server.deps import Catalog, Config, Hub, Mem
 from server.hosts import UnknownHost
-from server.runs import Busy, NotFound
+from server.runs import BrainFailed, Busy, NotFound
 from server.schemas import (
     Accepted,
     MessageIn,
@@ -22,7 +22,12 @@ router = APIRouter(prefix="/api/sessions", tags=["sessions"])
 SessionId = Annotated[str, Path(max_length=100, pattern=r"^[A-Za-z0-9_-]+$")]
 
 
-@router.post("", status_code=status.HTTP_201_CREATED, response_model=SessionCreated)
+@router.post(
+    "",
+    status_code=status.HTTP_201_CREATED,
+    response_model=SessionCreated,
+    responses={422: {"description": "bad body, or the brain could not start (session failed)"}},
+)
 def create_session(
     body: SessionCreate, hub: Hub, config: Config, catalog: Catalog
 ) -> SessionCreated:
@@ -33,6 +38,9 @@ def create_session(
         sid = hub.start(body.host, body.symptom, body.brain or config.default_brain)
     except UnknownHost as exc:
         raise HTTPException(404, str(exc)) from exc
+    except BrainFailed as exc:
+        detail = {"error": exc.error, "session_id": exc.session_id, "status": "error"}
+        raise HTTPException(422, detail) from exc
     return SessionCreated(session_id=sid, events_url=f"/api/sessions/{sid}/events")
 
 
@@ -42,9 +50,20 @@ def list_sessions(
     hub: Hub,
     host: Annotated[str | None, Query(max_length=200)] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
+    q: Annotated[
+        str,
+        Query(max_length=200, description="words that must all appear in host, symptom or cause"),
+    ] = "",
 ) -> list[SessionSummary]:
+    """Newest first; `q` searches past sessions by host, symptom and root cause."""
+    words = q.lower().split()
     out = []
-    for row in mem.list_sessions(host=host, limit=limit):
+    for row in mem.list_sessions(host=host, limit=500 if words else limit):
+        hay = f"{row.host} {row.symptom} {row.root_cause or ''} {row.id}".lower()
+        if words and not all(w in hay for w in words):
+            continue
+        if len(out) >= limit:
+            break
         phase = hub.phase(row.id)
         out.append(
             SessionSummary(
@@ -103,7 +122,9 @@ def get_session(session_id: SessionId, mem: Mem, hub: Hub) -> SessionDetail:
     "/{session_id}/messages", status_code=status.HTTP_202_ACCEPTED, response_model=Accepted
 )
 def post_message(session_id: SessionId, body: MessageIn, hub: Hub) -> Accepted:
-    """A follow-up ("check dmesg too"); answers arrive on the session's event stream."""
+    """A follow-up: a question ("why did you want to restore it?") gets one prose answer from
+    the board, also while the run goes on; a request for a read ("check dmesg too") resumes the
+    run once it pauses (409 while it runs). Answers arrive on the session's event stream."""
     try:
         hub.message(session_id, body.text)
     except NotFound as exc:

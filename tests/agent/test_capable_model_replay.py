@@ -32,6 +32,7 @@ def test_replayed_capable_model_turns_still_pass(
     for i in ids:
         shutil.copy(CARDS / f"{i}.yaml", cards / f"{i}.yaml")
     run = evaluate([str(cards)], EvalOptions(brain="llm", jobs=1, replay_dir=REC))
+    assert sorted(r.id for r in run.results) == sorted(ids)  # exactly the 40 recorded cards
     assert not [r for r in run.results if r.error], [r.error for r in run.results if r.error]
     passed = [r.id for r in run.results if r.passed]
     failed = [f"{r.id}: got {r.got} ({r.status})" for r in run.results if not r.passed]

@@ -8,9 +8,10 @@ from pathlib import Path
 import yaml
 
 from agent.checks import catalogue, deciding_checks
+from cards.taxonomy import LABELS, TAXONOMY
 from prompts import names, render
+from tools import engines
 from tools.registry import TOOLS
-from tools.taxonomy import LABELS, TAXONOMY
 
 KB = Path(__file__).resolve().parents[2] / "agent" / "knowledge"
 
@@ -42,7 +43,7 @@ def test_rival_and_followup_patterns_compile_and_name_real_tools() -> None:
     for pattern, tool in yaml.safe_load((KB / "followups.yaml").read_text()).items():
         re.compile(pattern)
         assert tool in TOOLS, tool
-    for pattern in yaml.safe_load((KB / "launch_markers.yaml").read_text()):
+    for pattern in engines.launch_patterns():  # launch markers live in the engine registry
         re.compile(pattern)
 
 
@@ -54,7 +55,7 @@ def test_every_check_uses_a_registered_read_only_tool_and_separates_real_labels(
 
 
 def test_every_prompt_renders() -> None:
-    assert {"system.j2", "decide.j2", "follow_up.j2"} <= set(names())
+    assert {"system.j2", "decide.j2", "follow_up.j2", "answer.j2"} <= set(names())
     assert "kv_cache_no_room" in render("system.j2", taxonomy=TAXONOMY)
     text = render(
         "decide.j2",
@@ -69,3 +70,35 @@ def test_every_prompt_renders() -> None:
     )
     assert "UNTRUSTED HOST OUTPUT" in text and "o1" in text
     assert "why not nccl?" in render("follow_up.j2", symptom="s", text="why not nccl?", board=[])
+
+
+def test_question_patterns_load_and_the_answer_prompt_renders() -> None:
+    from agent.followup import _patterns
+
+    assert set(_patterns()) == {"check", "approval", "next_check", "why"}
+    text = render(
+        "answer.j2",
+        question="why restore?",
+        symptom="s",
+        facts="f",
+        cites=[{"observation": "o1", "line": "x"}],
+        diff=["-a", "+b"],
+    )
+    assert 'o1: "x"' in text and "+b" in text
+
+
+def test_the_rulebook_numbers_load_from_one_table_and_disk_full_is_one_number() -> None:
+    from agent import board
+    from agent.rules import WEIGHT
+    from agent.signatures import load_signatures
+    from agent.thresholds import THRESHOLDS, load
+    from tools.disk import FULL_PCT
+
+    assert load() == THRESHOLDS
+    assert THRESHOLDS.signature_weight.model_dump() == WEIGHT
+    assert (board.SUPPORTED_AT, board.REFUTED_AT) == (1.5, -2.0)
+    # one fatal line is enough to support a label; one weak line never is
+    assert WEIGHT["fatal"] >= board.SUPPORTED_AT > WEIGHT["weak"]
+    df = next(s for s in load_signatures() if s.id == "df-filesystem-full")
+    row = "/dev/vdb         20G   19G   1G {}% /workspace"
+    assert [p for p in range(80, 101) if df.matches(row.format(p))] == list(range(FULL_PCT, 101))

@@ -7,19 +7,19 @@ import json
 from typing import Any
 
 from agent import observe
-from agent.brains.base import Context
+from agent.brains.base import BrainContext
 from agent.brains.llm import LLMBrain, compact
 from agent.facts import Facts
 from agent.memory import Memory
 from agent.runner import investigate
 from agent.settings import Settings
 from agent.state import State
+from cards.model import load_card
+from cards.replay import ReplayHost
 from tests.agent.conftest import card_path
 from tests.scripted_llm import board, observation_lines, serve, tool_call
 from tools.base import ToolSpec
-from tools.cards import load_card
 from tools.registry import TOOLS
-from tools.replay_host import ReplayHost
 
 SEED = "seed-sglang-fewchan-kv-oom"
 SITECUSTOMIZE = "/usr/lib/python3.12/sitecustomize.py"
@@ -257,7 +257,7 @@ def test_a_whole_decision_on_a_huge_log_stays_under_8k_tokens(settings: Settings
     }
     with serve(script) as (url, _):
         brain = LLMBrain(brain_settings.model_copy(update={"llm_base_url": url}))
-        action = brain.decide(state, Context(options=[], facts=Facts()))
+        action = brain.decide(state, BrainContext(options=[], facts=Facts()))
     assert action["kind"] == "insufficient"
     assert seen == [True] and sizes[0] / 4 <= 8000
 

@@ -18,10 +18,10 @@ from agent.memory import open_memory
 from agent.models import Decision
 from agent.runner import Runner, investigate
 from agent.settings import Settings
+from cards.model import load_card
+from cards.replay import ReplayHost
 from tests.agent.conftest import ROOT, card_path
-from tools.cards import load_card
 from tools.local_host import LocalHost
-from tools.replay_host import ReplayHost
 
 PIVOT = [sys.executable, "-m", "agent.cli"]
 pytestmark = pytest.mark.usefixtures("database")

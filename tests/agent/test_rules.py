@@ -6,8 +6,8 @@ from typing import Any
 
 from agent.runner import investigate
 from agent.settings import Settings
-from tools.cards import IncidentCard
-from tools.replay_host import ReplayHost
+from cards.model import IncidentCard
+from cards.replay import ReplayHost
 
 PS_HEADER = "USER         PID %CPU %MEM    VSZ   RSS TTY      STAT START   TIME COMMAND\n"
 PS_IDLE = PS_HEADER + "root        412  0.0  0.0   7232  3968 pts/0    Ss   09:01   0:00 -bash\n"

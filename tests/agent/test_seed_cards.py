@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from agent.runner import investigate
 from agent.settings import Settings
+from cards.model import load_card
+from cards.replay import ReplayHost
 from tests.agent.conftest import card_path
-from tools.cards import load_card
-from tools.replay_host import ReplayHost
 
 
 def _run(card_id: str, settings: Settings):  # type: ignore[no-untyped-def]

@@ -14,7 +14,10 @@ def _match(engines: set[str]) -> Match:
 
 def test_the_launch_engine_comes_from_its_process_in_taxonomy_terms() -> None:
     assert launch_engine(Facts(server_engine="sglang"), []) == "sglang"
+    # an engine no signature names is served by the "other" signatures; a catch-all by none
     assert launch_engine(Facts(server_engine="ollama"), []) == "other"
+    assert launch_engine(Facts(server_engine="custom"), []) is None
+    assert launch_engine(Facts(server_engine="emulator"), []) is None
     assert launch_engine(Facts(server_engine=None), []) is None
 
 

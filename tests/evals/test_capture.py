@@ -15,12 +15,12 @@ import yaml
 from typer.testing import CliRunner
 
 from agent.cli import app
+from cards.model import card_text_bytes, load_card
+from cards.replay import ReplayHost
 from evals.capture import CaptureOptions, capture, card_text
 from evals.harness import discover, load_cards
 from evals.redact import Redactor, redact
-from tools.cards import card_text_bytes, load_card
 from tools.local_host import LocalHost
-from tools.replay_host import ReplayHost
 
 HF = "hf_" + "AbCdEfGhIjKlMnOpQrStUvWxYz0123"
 SK = "sk-proj-" + "Zy9Xw8Vu7Ts6Rq5Po4Nm3Lk2"

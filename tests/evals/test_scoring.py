@@ -8,9 +8,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from agent.models import Evidence, HypothesisView, Report
+from cards.model import IncidentCard
+from cards.taxonomy import LABELS
 from evals.scoring import CardResult, confusion, counts_line, pass_at_k, score, summarize
-from tools.cards import IncidentCard
-from tools.taxonomy import LABELS
 
 OOM_LINE = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 896.00 MiB"
 

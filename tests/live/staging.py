@@ -42,6 +42,8 @@ PIVOT_PY = str(ROOT / ".venv" / "bin" / "python") if (ROOT / ".venv").exists() e
 #:   ["bind", port] really bind 0.0.0.0:port; on EADDRINUSE print uvicorn's error and exit 1
 #:   ["exit", rc]   exit with rc
 #:   ["ranks", n]   start n scheduler children titled sglang::scheduler_TP<r>, dying with us
+#:   ["workers", n] start n untitled children, as a custom launcher's spawned ranks look in ps
+#:                  (`python -c from multiprocessing.spawn import spawn_main ...`)
 #:   ["loop", text, every_s, n]  every every_s seconds write text.format(i=, n=, pct=, el=, eta=)
 #:                  for i = 1..n (a tqdm bar: pct done, elapsed and remaining as mm:ss)
 LAUNCHER = r"""
@@ -59,6 +61,10 @@ for step in script:
     elif op == "ranks":
         kids += [subprocess.Popen(["sglang::scheduler_TP%d" % r, "-c", child],
                                   executable=sys.executable) for r in range(step[1])]
+    elif op == "workers":
+        spawn = "from multiprocessing.spawn import spawn_main; " + child
+        kids += [subprocess.Popen([sys.executable, "-c", spawn, "--multiprocessing-fork"])
+                 for r in range(step[1])]
     elif op == "bind":
         s = socket.socket()
         try:
@@ -546,6 +552,32 @@ case "$*" in
     echo "Invalid combination of input arguments. Please run 'nvidia-smi -h' for help." ; exit 2 ;;
 esac
 """
+
+
+ONE_RANK_GONE_FIXTURE = r"""#!/bin/sh
+# FIXTURE: fake nvidia-smi after rank 1 was killed: GPU 0 pinned 100% by rank 0, GPU 1 empty.
+case "$*" in
+  *--query-gpu=*noheader,nounits*)
+    printf '%s\n' \
+      '0, NVIDIA H200, 21961, 121196, 143771, 100, 580.159.04, 9.0, 00000000:00:06.0' \
+      '1, NVIDIA H200, 292, 142865, 143771, 0, 580.159.04, 9.0, 00000000:00:07.0' ;;
+  *--query-gpu=*)
+    printf '%s\n' \
+      '0, NVIDIA H200, 21961 MiB, 121196 MiB, 143771 MiB, 100 %' \
+      '1, NVIDIA H200, 292 MiB, 142865 MiB, 143771 MiB, 0 %' ;;
+  *--query-compute-apps=*gpu_bus_id*)
+    printf '%s\n' 'pid, process_name, used_gpu_memory [MiB], gpu_bus_id' \
+      '@PID0@, /usr/bin/python3, 21400 MiB, 00000000:00:06.0' ;;
+  *--query-compute-apps=*)
+    printf '%s\n' 'pid, process_name, used_gpu_memory [MiB]' '@PID0@, /usr/bin/python3, 21400 MiB' ;;
+  *)
+    echo "Invalid combination of input arguments. Please run 'nvidia-smi -h' for help." ; exit 2 ;;
+esac
+"""
+
+
+def one_rank_gone_fixture(pid0: int) -> str:
+    return ONE_RANK_GONE_FIXTURE.replace("@PID0@", str(pid0))
 
 
 def two_gpu_hung_fixture(pid0: int, pid1: int) -> str:

@@ -22,6 +22,7 @@ import hashlib
 import os
 import re
 import shutil
+import signal
 import subprocess
 import tempfile
 from collections.abc import Iterator
@@ -299,7 +300,11 @@ def test_changed_config_is_restored_byte_for_byte(scene: Scene) -> None:
 
     assert_concluded(v, "kv_cache_no_room")
     assert_cites(v, log, S.KV_FATAL)
-    assert hashlib.sha256(cfg.read_bytes()).hexdigest() == hashlib.sha256(KNOWN_GOOD).hexdigest()
+    # on a mismatch, say why: which reads and changes ran, and how each ended
+    trail = v.stderr[-3000:]
+    assert hashlib.sha256(cfg.read_bytes()).hexdigest() == hashlib.sha256(KNOWN_GOOD).hexdigest(), (
+        trail
+    )
     assert good.read_bytes() == KNOWN_GOOD
     assert "config_apply" in obs_tools(v).values()
     scene.assert_bystanders_untouched(v)
@@ -320,6 +325,27 @@ def test_restore_refused_by_permissions_is_reported_as_failed(user_scene: Scene)
     text = v.report["next_step"] + " " + " ".join(v.report.get("notes") or [])
     assert "Applied with approval" not in text, text
     assert re.search(r"(?i)permission denied|not writable|could not|failed", text), text
+
+
+def test_a_rank_killed_under_a_custom_launcher_is_named_gone(scene: Scene) -> None:
+    """Ranks spawned by a custom launcher carry no rank in their title; which ones live is told
+    by the GPUs they hold against the ranks the log names (as on the real H200s, docs/gpu-live)."""
+    log = scene.stage.logs / "server.log"
+    args = [*S.SERVER_ARGS[:-1], "2"]
+    script = [["out", S.startup(tp=2)], ["workers", 2], ["out", S.nccl_init(2)]]
+    proc = scene.stage.start_server(script, log, args)
+    S.wait_for(lambda: b"Init COMPLETE" in log.read_bytes(), 10, "NCCL init")
+    S.wait_for(lambda: len(scene.stage.tree(proc)) == 3, 10, "the two ranks")
+    rank0, rank1 = sorted(scene.stage.tree(proc)[1:])
+    os.kill(rank1, signal.SIGKILL)
+
+    with scene.sshd.nvidia_smi_fixture(S.one_rank_gone_fixture(rank0)):
+        v = scene.investigate([log], "it stopped answering, why?", window_s=3.0)
+
+    assert proc.poll() is None
+    assert_concluded(v, "killed_externally")
+    assert re.search(r"rank 1", v.report["summary"] + v.report["next_step"]), v.report
+    scene.assert_bystanders_untouched(v)
 
 
 # -- 7. hung collective --------------------------------------------------------------------------------

@@ -28,9 +28,7 @@ def emulator_cmd(port: int, load_s: float = 0.2, extra: str = "") -> str:
 
 
 def bench_cmd(port: int, tokens: int = 40) -> str:
-    return (
-        f"{PY} -m loop.emulator --bench-client --port {port} --requests 2 --tokens {tokens}"
-    )
+    return f"{PY} -m loop.emulator --bench-client --port {port} --requests 2 --tokens {tokens}"
 
 
 def make_plan(

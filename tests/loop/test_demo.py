@@ -10,15 +10,17 @@ from pathlib import Path
 from loop import launcher
 from loop.cli import KNOWN_GOOD_SITECUSTOMIZE
 from loop.ledger import TERMINAL, Ledger
-from tests.loop.conftest import REPO
+from tests.loop.conftest import REPO, free_port
 from tools.local_host import LocalHost
 
 
 def test_demo_night_end_to_end(tmp_path: Path) -> None:
     state = tmp_path / "demo"
+    port = free_port()
     res = subprocess.run(
-        [sys.executable, "-m", "agent.cli", "loop", "demo", "--quiet", "--load-s", "0.3", "--state", str(state)],
-        cwd=REPO, capture_output=True, text=True, timeout=110,
+        [sys.executable, "-m", "agent.cli", "loop", "demo", "--quiet", "--load-s", "0.3", "--state", str(state),
+         "--port", str(port)],
+        cwd=REPO, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert res.returncode == 0, res.stderr[-3000:]
     report = Path(res.stdout.strip().splitlines()[-1])
@@ -26,6 +28,8 @@ def test_demo_night_end_to_end(tmp_path: Path) -> None:
     text = report.read_text()
     night = Ledger(state / "ledger.db").night()
     assert night and night.status == "done" and night.final_pid
+    plan = (state / "plans" / f"{night.id}.json").read_text()
+    assert f'"port": {port}' in plan and f"--port {port}" in plan  # demo --port is honoured
     rows = {r.name: r for r in Ledger(state / "ledger.db").experiments(night.id)}
     assert all(r.status in TERMINAL for r in rows.values())
     assert rows["fewer-nccl-channels"].status == "failed"

@@ -61,3 +61,45 @@ def test_stop_kills_group_and_reparented_orphan(tmp_path: Path) -> None:
     assert len(before) >= 2  # the server and its double-forked orphan
     assert launcher.stop(HOST, pid, marker, grace_s=1) == []
     assert launcher.marked_pids(HOST, marker) == []
+
+
+#: A process that sits in uninterruptible sleep ("D") for ~2 s: a vfork parent waits in the
+#: kernel until its child execs or exits. A server exec'd from a cold disk passes through D too.
+VFORK_PARENT = """
+import ctypes, sys, time
+libc = ctypes.CDLL(None)
+print("vforking", flush=True)
+if libc.vfork() == 0:
+    libc.usleep(2000000)
+    libc._exit(0)
+time.sleep(60)
+"""
+
+
+def test_uninterruptible_sleep_is_alive_not_dead(tmp_path: Path) -> None:
+    """The flaky two-slot night ("trial-2 died: exited after 0.0s with no fatal line") came
+    from reading state D as dead on the first tick after a launch."""
+    script = tmp_path / "vfork_parent.py"
+    script.write_text(VFORK_PARENT, encoding="utf-8")
+    log = str(tmp_path / "d.log")
+    res = launcher.start(HOST, f"python3 {script}", str(tmp_path), {}, log, f"d-{tmp_path.name}")
+    assert res.ok and res.pid, res.error
+    try:
+        deadline = time.monotonic() + 5
+        state = ""
+        while time.monotonic() < deadline:
+            state = Path(f"/proc/{res.pid}/status").read_text().split("State:")[1].split()[0]
+            if state == "D":
+                break
+            time.sleep(0.01)
+        assert state == "D", f"the vfork parent never showed state D (saw {state!r})"
+        assert launcher._alive(HOST, res.pid)
+        t0 = time.monotonic()
+        v = launcher.watch_until_ready(
+            HOST, res.pid, log, f"http://127.0.0.1:{free_port()}/", ready_s=1.0, stall_s=30
+        )
+        assert v.state == "timeout", v  # alive all along: never "died"
+        assert time.monotonic() - t0 >= 1.0
+    finally:
+        launcher.stop(HOST, res.pid, None, grace_s=0.5)
+    assert not launcher._alive(HOST, res.pid)

@@ -24,12 +24,12 @@ from agent.memory import Memory
 from agent.models import Report
 from agent.runner import investigate
 from agent.settings import Settings
+from cards.model import IncidentCard, load_card
+from cards.replay import ReplayHost
 from tests.agent.test_llm_brain import _conclude_from_board
 from tests.scripted_llm import observation_lines, serve, tool_call
-from tools.cards import IncidentCard, load_card
 from tools.local_host import LocalHost
 from tools.registry import TOOLS
-from tools.replay_host import ReplayHost
 
 ROOT = Path(__file__).resolve().parents[2]
 REAL_OOM = (ROOT / "tests/fixtures/logs/cuda-oom.too-big.log").read_text(encoding="utf-8")

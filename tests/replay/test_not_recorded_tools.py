@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
+from cards.model import IncidentCard
+from cards.replay import ReplayHost
 from tools import disk, dmesg, gpu_status, ports, processes
-from tools.cards import IncidentCard
-from tools.replay_host import ReplayHost
 
 PS_HEADER = "USER PID %CPU %MEM VSZ RSS TTY STAT START TIME COMMAND\n"
 DF = (

@@ -138,7 +138,7 @@ def rooted(tmp_path_factory: pytest.TempPathFactory) -> tuple[Live, Path]:
     outside = base / "secret.txt"
     outside.write_text("do not read me\n")
     os.symlink(outside, root / "innocent.log")
-    srv = start_live(base / "home", allowed_roots={"*": [str(root)]})
+    srv = start_live(base / "home", read_roots={"*": [str(root)]})
     yield srv, root
     srv.stop()
 

@@ -40,6 +40,16 @@ def test_approve_a_revert_round_trip(live: Live) -> None:
         assert req["tool"] in ("config_apply", "config_revert")
         assert req["args"]["path"].endswith("sitecustomize.py")
         assert before[-1].data["data"]["tool"] == req["tool"]
+        diff = c.get(f"/api/approvals/{req['id']}/diff").json()
+        assert diff["path"] == req["args"]["path"] and diff["diff"], diff
+        lines = diff["diff"].splitlines()
+        assert lines[0].startswith("--- ") and lines[1].startswith("+++ ")
+        changed = [x for x in lines[2:] if x[:1] in "+-"]
+        assert '-os.environ.setdefault("NCCL_MIN_NCHANNELS", "1")' in changed or any(
+            x.startswith("-") and "NCCL_MIN_NCHANNELS" in x for x in changed
+        ), changed
+        assert " import os" in lines  # unchanged lines are context, not part of the change
+        assert c.get("/api/approvals/nope/diff").status_code == 404
         r = c.post(f"/api/approvals/{req['id']}", json={"approve": True, "reason": "go ahead"})
         assert r.status_code == 202 and r.json()["session_id"] == sid
         after = read_stream(c, sid, last_event_id=before[-1].seq)

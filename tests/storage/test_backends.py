@@ -14,11 +14,11 @@ from agent.memory_pg import PgMemory
 from agent.models import Event, Evidence, Report
 from agent.runner import Runner
 from agent.settings import Settings
+from cards.model import load_card
+from cards.replay import ReplayHost
 from loop.ledger import ExperimentRow, Ledger, open_ledger, study_storage
 from loop.ledger_pg import PgLedger
 from tests.agent.conftest import card_path
-from tools.cards import load_card
-from tools.replay_host import ReplayHost
 
 pytestmark = pytest.mark.usefixtures("database")
 
@@ -149,10 +149,22 @@ def test_ledger_answers_alike(tmp_path: Path) -> None:
         ledger.add(row)
         ledger.add(row)  # idempotent
         ledger.update("e1", status="ok", metric_values=[1.0, 2.0], metric_mean=1.5)
+        ledger.update(
+            "e1", metrics={"ttft_p99_ms": [40.0, 41.0]}, slo="met", ci_low=1.2, ci_high=1.8,
+            stats="better than the baseline", remeasured=1,
+        )  # fmt: skip
         ledger.set_phase("e1", "done")
         got = ledger.get("e1")
         assert got is not None and got.metric_values == [1.0, 2.0] and got.phase == "done"
         assert got.change == {"--mem-fraction-static": 0.8}
+        assert got.metrics == {"ttft_p99_ms": [40.0, 41.0]} and got.slo == "met"
+        assert (got.ci_low, got.ci_high, got.remeasured) == (1.2, 1.8, 1)
+        ledger.update_night(night.id, heartbeat=12.5, loop_pid=4242, loop_host="node-17")
+        ledger.add_event(night.id, "signal", "SIGTERM")
+        ledger.add_event(night.id, "resumed", "after a kill")
+        assert [e.kind for e in ledger.events(night.id)] == ["signal", "resumed"]
+        beat = ledger.night(night.id)
+        assert beat is not None and (beat.heartbeat, beat.loop_pid) == (12.5, 4242)
         assert ledger.next_seq(night.id) == 1
         ledger.save_baseline_file(night.id, "h", "/etc/x.yaml", b"a: 1\n\x00")
         assert ledger.baseline_files(night.id, "h") == {"/etc/x.yaml": b"a: 1\n\x00"}

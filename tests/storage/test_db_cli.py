@@ -14,11 +14,11 @@ import psycopg
 from agent.memory import Memory
 from agent.runner import Runner
 from agent.settings import Settings
+from cards.model import load_card
+from cards.replay import ReplayHost
 from loop.ledger import ExperimentRow, Ledger
 from tests.agent.conftest import ROOT, card_path
 from tests.postgres import Postgres
-from tools.cards import load_card
-from tools.replay_host import ReplayHost
 
 PIVOT = [sys.executable, "-m", "agent.cli"]
 
@@ -57,8 +57,11 @@ def _populate(home: Path) -> str:
             ExperimentRow(
                 id=f"{night.id}:e{i}", night_id=night.id, seq=i, name=f"e{i}", kind="ranked",
                 change={"x": i}, metric_values=[1.0 + i], metric_mean=1.0 + i, status="ok",
+                metrics={"ttft_p99_ms": [40.0 + i]}, slo="met", ci_low=0.5, ci_high=1.5,
             )
         )  # fmt: skip
+    ledger.update_night(night.id, heartbeat=1.5, loop_pid=4242, loop_host="node-17")
+    ledger.add_event(night.id, "signal", "SIGTERM: stopped after the running experiment")
     ledger.save_baseline_file(night.id, "node-17", "/etc/a.yaml", b"\x00bytes\n")
     ledger.close()
     study = optuna.create_study(
@@ -85,6 +88,12 @@ def test_copy_moves_every_row_and_a_paused_session_resumes_from_postgres(
             assert theirs is not None and ours is not None
             assert theirs[0] == ours[0] > 0, table
         assert conn.execute("select count(*) from experiments").fetchone() == (3,)
+        assert conn.execute("select metrics, slo from experiments where seq = 2").fetchone() == (
+            '{"ttft_p99_ms": [42.0]}',
+            "met",
+        )
+        assert conn.execute("select loop_pid from nights").fetchone() == (4242,)
+        assert conn.execute("select kind from night_events").fetchone() == ("signal",)
         blob = conn.execute("select content from baseline_files").fetchone()
         assert blob is not None and bytes(blob[0]) == b"\x00bytes\n"
     src.close()
@@ -116,6 +125,7 @@ def test_migrate_is_named_and_idempotent(tmp_path: Path, postgres: Postgres) -> 
     second = _pivot("db", "migrate", home=tmp_path / "h", url=url)
     assert first.returncode == 0 and second.returncode == 0, first.stderr
     assert "memory/003_host_spec" in first.stdout and "ledger/002_left_in_place" in first.stdout
+    assert "ledger/003_liveness_events" in first.stdout and "ledger/005_intervals" in first.stdout
     assert first.stdout == second.stdout
     lite = _pivot("db", "migrate", home=tmp_path / "h")
     assert lite.returncode == 0 and "003_host_spec" in lite.stdout

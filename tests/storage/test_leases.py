@@ -9,10 +9,10 @@ from agent.leases_pg import RunLeases
 from agent.models import Event
 from agent.runner import Runner
 from agent.settings import Settings
+from cards.model import load_card
+from cards.replay import ReplayHost
 from tests.agent.conftest import card_path
 from tests.postgres import Postgres
-from tools.cards import load_card
-from tools.replay_host import ReplayHost
 
 
 def test_one_holder_counted_holds_and_freed_by_death(postgres: Postgres) -> None:

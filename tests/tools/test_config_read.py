@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from tools.cards import load_card
+from cards.model import load_card
+from cards.replay import ReplayHost
 from tools.config_read import SPEC, Args, parse_config, run
 from tools.local_host import LocalHost
-from tools.replay_host import ReplayHost
 
 ROOT = Path(__file__).resolve().parents[2]
 SITE = "/usr/lib/python3.12/sitecustomize.py"

@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from tools.cards import load_card
+from cards.model import load_card
+from cards.replay import ReplayHost
 from tools.config_apply import SPEC as APPLY
 from tools.config_apply import apply_settings
 from tools.config_revert import SPEC as REVERT
 from tools.config_store import ConfigStore
 from tools.local_host import LocalHost
-from tools.replay_host import ReplayHost
 
 ROOT = Path(__file__).resolve().parents[2]
 SITE = "/usr/lib/python3.12/sitecustomize.py"

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from cards.replay import replay_name
 from tests.cardkit import minimal_card as _card
 from tools.dmesg import SPEC, parse_dmesg
 from tools.local_host import LocalHost
-from tools.replay_host import replay_name
 
 FIX = Path(__file__).resolve().parent.parent / "fixtures"
 INCIDENTS = Path(__file__).resolve().parents[2] / "evals" / "incidents"

@@ -5,10 +5,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from tools.cards import load_card
+from cards.model import load_card
+from cards.replay import ReplayHost
 from tools.find_logs import Args, build_command, classify, parse_find, run
 from tools.local_host import LocalHost
-from tools.replay_host import ReplayHost
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -94,3 +94,18 @@ def test_command_is_one_find_with_home_expanded() -> None:
     cmd = build_command(Args(roots=["~/logs", "/usr/lib/python3*", "/odd dir"]))
     assert cmd.startswith("find \"$HOME\"/logs /usr/lib/python3* '/odd dir' -maxdepth 4")
     assert cmd.count("find ") == 1 and "-printf '%T@ %s %p\\n'" in cmd
+
+
+def test_teed_txt_output_is_a_log_candidate_after_the_named_logs(tmp_path: Path) -> None:
+    """`| tee all_reduce_4_gpus.txt` is where a launch's output often is; it is listed, but after
+    every named log even when newer, and text files that are not output never are."""
+    t = 1_700_000_000
+    _touch(tmp_path / "server.log", t)
+    _touch(tmp_path / "all_reduce_4_gpus.txt", t + 500, "# nThread 1 nGpus 4\n")
+    _touch(tmp_path / "requirements.txt", t + 600, "torch\n")
+    _touch(tmp_path / "README.txt", t + 600)
+    r = run(LocalHost(), Args(roots=[str(tmp_path)], kind="logs"))
+    assert r.ok, r.lines()
+    assert [Path(f.path).name for f in r.logs] == ["server.log", "all_reduce_4_gpus.txt"]
+    assert classify("/workspace/requirements.txt") is None
+    assert classify("/tmp/modal-container.txt") == "log"

@@ -5,10 +5,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from tools.cards import IncidentCard
+from cards.model import IncidentCard
+from cards.replay import ReplayHost
 from tools.local_host import LocalHost
 from tools.log_search import MAX_SEARCH_BYTES, SPEC, Args, run
-from tools.replay_host import ReplayHost
 
 LOGS = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "logs"
 

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from tools.cards import load_card
+from cards.model import load_card
+from cards.replay import ReplayHost
 from tools.local_host import LocalHost
 from tools.log_tail import FIRST_WINDOW, MAX_WINDOW, SPEC, Args, run
-from tools.replay_host import ReplayHost
 
 ROOT = Path(__file__).resolve().parents[2]
 LOGS = ROOT / "tests" / "fixtures" / "logs"
@@ -156,7 +156,7 @@ def test_over_real_ssh(ssh_host) -> None:  # type: ignore[no-untyped-def]
 
 # -- liveness window, progress, bad input -------------------------------------------------------
 def _card(files: dict) -> "ReplayHost":  # noqa: UP037
-    from tools.cards import IncidentCard
+    from cards.model import IncidentCard
 
     return ReplayHost(
         IncidentCard(

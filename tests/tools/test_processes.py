@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from cards.replay import replay_name
 from tests.cardkit import minimal_card as _card
 from tools import engines
 from tools.local_host import LocalHost
 from tools.processes import SPEC, Result, identify, parse_ps, server_kind
-from tools.replay_host import replay_name
 
 FIX = Path(__file__).resolve().parent.parent / "fixtures"
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from tools.cards import IncidentCard
+from cards.model import IncidentCard
+from cards.replay import ReplayHost
 from tools.local_host import LocalHost
-from tools.replay_host import ReplayHost
 from tools.service_logs import SPEC, pick
 
 OOM = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB."

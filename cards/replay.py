@@ -1,0 +1,414 @@
+"""`ReplayHost`: answers from an incident card's `host` section and from nothing else.
+
+It stands in for a live machine in evals and demos. Canonical reads (nvidia-smi, ps, dmesg, env,
+files) map to the card's keys; any other command is looked up in `host.commands` (exact, then the
+closest command of the same program). What the card does not hold was NOT RECORDED: it answers
+as a read that could not be made ("not recorded in this card: ...", rc None, a fix), never as a
+missing program (rc 127) and never as an empty output, so no tool mistakes it for a host fact.
+A key given with an empty or header-only value is a real "nothing there".
+
+A list value is either read-ordered snapshots (each read sees the next, the last repeats) or
+timed ones (`{at, text}`: a read at time t sees the latest with `at <= t`). Time runs on a
+virtual clock that starts at the first read and only `sleep` advances, so an eval never waits.
+Writes land in an in-memory overlay so approved changes can be replayed without touching disk.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import posixpath
+import re
+import shlex
+import threading
+import time
+from dataclasses import dataclass
+from functools import lru_cache
+
+from cards.model import HostSnapshot, IncidentCard, Snapshots, TimedSnapshot, card_text_bytes
+from tools.host import (
+    DEFAULT_MAX_BYTES,
+    DEFAULT_TIMEOUT_S,
+    CommandResult,
+    FileTail,
+    clip,
+    decode,
+    missing_file,
+)
+
+#: How every unanswered read begins: a tool (and the agent) must read it as unknown.
+NOT_RECORDED = "not recorded in this card"
+NOT_RECORDED_FIX = (
+    "read it on the live host: the card did not record it, so it is unknown here (not absent)"
+)
+
+
+@dataclass(frozen=True)
+class _Unrecorded:
+    """The card holds no answer to this read; `what` names the key or command it lacks."""
+
+    what: str
+
+
+@dataclass(frozen=True)
+class _Absent:
+    """The card shows the file is not there (a recorded listing lacks it)."""
+
+    why: str
+
+
+def latest_at(value: list[TimedSnapshot], t: float) -> str:
+    """The latest snapshot taken at or before `t`; before the first one, the first one."""
+    chosen = value[0]
+    for snap in value:
+        if snap.at > t:
+            break
+        chosen = snap
+    return chosen.text
+
+
+class _Cursor:
+    """One read pointer per key, so each read of a read-ordered list sees the next snapshot;
+    timed lists are looked up by the clock instead."""
+
+    def __init__(self) -> None:
+        self._pos: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def read(self, key: str, value: Snapshots, t: float = 0.0) -> str:
+        if isinstance(value, str):
+            return value
+        if not value:
+            return ""
+        if isinstance(value[0], TimedSnapshot):
+            return latest_at(value, t)  # type: ignore[arg-type]
+        with self._lock:
+            i = self._pos.get(key, 0)
+            self._pos[key] = i + 1
+        return value[min(i, len(value) - 1)]  # type: ignore[return-value]
+
+    def peek(self, key: str, value: Snapshots, t: float = 0.0) -> str:
+        if isinstance(value, str):
+            return value
+        if not value:
+            return ""
+        if isinstance(value[0], TimedSnapshot):
+            return latest_at(value, t)  # type: ignore[arg-type]
+        i = self._pos.get(key, 0)
+        return value[min(max(i - 1, 0), len(value) - 1)]  # type: ignore[return-value]
+
+
+@lru_cache(maxsize=4096)
+def _tokens_cached(command: str) -> tuple[str, ...]:
+    return tuple(_split(command))
+
+
+def _tokens(command: str) -> list[str]:
+    """The first pipeline stage's words, without sudo/command/exec (memoised: cards are reread)."""
+    return list(_tokens_cached(command))
+
+
+def _split(command: str) -> list[str]:
+    first = command.split("|", 1)[0].strip()
+    try:
+        toks = shlex.split(first)
+    except ValueError:
+        toks = first.split()
+    while toks and toks[0] in ("sudo", "command", "exec"):
+        toks = toks[1:]
+    return toks
+
+
+def _find_roots(args: list[str]) -> list[str]:
+    roots: list[str] = []
+    for a in args:
+        if a.startswith(("-", "(", "!", "\\(")):
+            break
+        roots.append(a)
+    return roots or ["."]
+
+
+def _under(path: str, root: str) -> bool:
+    if root == "/":
+        return True
+    if any(c in root for c in "*?["):
+        parts = root.count("/")
+        prefix = "/".join(path.split("/")[: parts + 1])
+        return fnmatch.fnmatchcase(prefix, root) and len(path) > len(prefix)
+    return path.startswith(root + "/")
+
+
+def _paths(args: list[str]) -> set[str]:
+    return {posixpath.normpath(a) for a in args if a.startswith("/")}
+
+
+def _verb(args: list[str]) -> str:
+    """The sub-command (`logs`, `describe`, `show`), singular, or '' when there is none."""
+    words = [a for a in args if not a.startswith(("-", "/", "'", '"')) and "=" not in a]
+    return words[0].rstrip("s") if words else ""
+
+
+def _words(args: list[str]) -> set[str]:
+    """Sub-commands and names (not flags, not paths): `logs`, `get`, a container name."""
+    return {a for a in args if not a.startswith(("-", "/", "'", '"')) and "=" not in a}
+
+
+def _flags(args: list[str]) -> set[str]:
+    """`-hP` and `-h -P` are the same flags; long options compare by name."""
+    out: set[str] = set()
+    for a in args:
+        if a.startswith("--"):
+            out.add(a.split("=", 1)[0])
+        elif a.startswith("-") and len(a) > 1:
+            out.update(f"-{c}" for c in a[1:])
+        elif not a.startswith("/"):
+            out.add(a)
+    return out
+
+
+#: Pivot's own state on a host (the config snapshot store): it starts empty on replay.
+_PIVOT_STATE = re.compile(r"(^|/)\.pivot(/|$)")
+_KERNEL_JOURNAL = {"-k", "--dmesg"}
+
+
+def replay_name(card_id: str) -> str:
+    """The host name a replayed card gets: stable per card, saying nothing about it."""
+    return "replay-" + hashlib.sha256(card_id.encode()).hexdigest()[:8]
+
+
+class ReplayHost:
+    def __init__(self, card: IncidentCard, name: str | None = None) -> None:
+        # Keep only the host snapshot: expected answers and transcripts never reach a tool.
+        self._snap: HostSnapshot = card.host.model_copy(deep=True)
+        # an opaque name: the card's id often names its answer, and every tool line carries the
+        # host name into what a brain sees
+        self.name = name or replay_name(card.id)
+        self._cursor = _Cursor()
+        self._overlay: dict[str, bytes] = {}
+        self._now = 0.0  # the investigation's virtual clock: waits advance it, never sleep
+        self._t0: float | None = None  # the clock at the first read: time 0 of timed snapshots
+
+    def clock(self) -> float:
+        return self._now
+
+    def sleep(self, seconds: float) -> None:
+        self._now += max(0.0, seconds)
+
+    def elapsed(self) -> float:
+        """Seconds since the first read on the virtual clock (0 before and at the first read)."""
+        return 0.0 if self._t0 is None else self._now - self._t0
+
+    def _reading(self) -> float:
+        if self._t0 is None:
+            self._t0 = self._now
+        return self._now - self._t0
+
+    # -- Host protocol -------------------------------------------------------------------------
+    def run(
+        self, command: str, timeout: float = DEFAULT_TIMEOUT_S, max_bytes: int = DEFAULT_MAX_BYTES
+    ) -> CommandResult:
+        start = time.monotonic()
+        t = self._reading()
+        out = self._answer(command, t)
+        if isinstance(out, _Unrecorded):
+            return CommandResult(
+                host=self.name,
+                command=command,
+                rc=None,
+                error=f"{NOT_RECORDED}: {out.what}",
+                fix=NOT_RECORDED_FIX,
+                duration_s=time.monotonic() - start,
+            )
+        if isinstance(out, _Absent):
+            return CommandResult(
+                host=self.name,
+                command=command,
+                rc=1,
+                stderr=out.why,
+                duration_s=time.monotonic() - start,
+            )
+        data, truncated = clip(out.encode("utf-8", errors="surrogateescape"), max_bytes)
+        return CommandResult(
+            host=self.name,
+            command=command,
+            rc=0,
+            stdout=decode(data),
+            truncated=truncated,
+            duration_s=time.monotonic() - start,
+        )
+
+    def read_tail(self, path: str, max_bytes: int = 256_000) -> FileTail:
+        data = self._file_bytes(path, advance=True, t=self._reading())
+        if isinstance(data, _Absent):
+            return missing_file(self.name, path)
+        if isinstance(data, _Unrecorded):
+            return FileTail(
+                host=self.name,
+                path=path,
+                exists=False,  # not shown to exist; `error` says it is unknown, not absent
+                error=f"{NOT_RECORDED}: {data.what}",
+                fix=NOT_RECORDED_FIX,
+            )
+        tail = data[-max_bytes:] if max_bytes > 0 else b""
+        return FileTail(host=self.name, path=path, data=tail, size=len(data), bytes_read=len(tail))
+
+    def write_file(self, path: str, data: bytes, mode: int | None = None) -> CommandResult:
+        self._overlay[posixpath.normpath(path)] = bytes(data)
+        return CommandResult(host=self.name, command=f"write {path}", rc=0)
+
+    def close(self) -> None:
+        return None
+
+    # -- what the card can answer --------------------------------------------------------------
+    def file_paths(self) -> list[str]:
+        return sorted(set(self._snap.files) | set(self._overlay))
+
+    def _file_bytes(self, path: str, advance: bool, t: float) -> bytes | _Unrecorded | _Absent:
+        path = posixpath.normpath(path)
+        if path in self._overlay:
+            return self._overlay[path]
+        value = self._snap.files.get(path)
+        if value is None:
+            return self._no_file(path)
+        key = f"file:{path}"
+        text = self._cursor.read(key, value, t) if advance else self._cursor.peek(key, value, t)
+        return card_text_bytes(text)
+
+    def _no_file(self, path: str) -> _Unrecorded | _Absent:
+        """A path the card has no text for: absent only where the card shows it is not there."""
+        gone = f"{path}: No such file or directory\n"
+        if _PIVOT_STATE.search(path):
+            return _Absent(gone)  # Pivot's own store, empty until Pivot writes to it on replay
+        if self._listing_lacks(path):
+            return _Absent(gone)
+        return _Unrecorded(f"{path} (not in host.files)")
+
+    def _listing_lacks(self, path: str) -> bool:
+        """A recorded `ls` of the file's directory that does not name it, or an `ls` of the
+        path itself that says it does not exist."""
+        parent, base = posixpath.split(path)
+        for key, value in self._snap.commands.items():
+            toks = _tokens(key)
+            if not toks or posixpath.basename(toks[0]) != "ls" or "|" in key:
+                continue
+            operands = {posixpath.normpath(a) for a in toks[1:] if a.startswith("/")}
+            text = "\n".join(self._texts(value))
+            if path in operands and re.search(
+                rf"{re.escape(path)}'?:? No such file or directory", text
+            ):
+                return True
+            if operands == {parent} and "No such file" not in text and "denied" not in text:
+                names = {w for ln in text.splitlines() for w in ln.split()}
+                names |= {w.rstrip("/*@=|") for w in names}
+                if base not in names:
+                    return True
+        return False
+
+    @staticmethod
+    def _texts(value: Snapshots) -> list[str]:
+        if isinstance(value, str):
+            return [value]
+        return [v.text if isinstance(v, TimedSnapshot) else v for v in value]
+
+    def _key(self, key: str, t: float, what: str) -> str | _Unrecorded:
+        value = getattr(self._snap, key)
+        if value is None:
+            return _Unrecorded(f"host.{key} is absent ({what})")
+        return self._cursor.read(key, value, t)
+
+    def _answer(self, command: str, t: float) -> str | _Unrecorded | _Absent:
+        exact = self._snap.commands.get(command)
+        if exact is not None:
+            return self._cursor.read(f"cmd:{command}", exact, t)
+        toks = _tokens(command)
+        unrecorded = _Unrecorded(f"`{command}` (not in host.commands)")
+        if not toks:
+            return unrecorded
+        prog = posixpath.basename(toks[0])
+        args = toks[1:]
+        if prog == "nvidia-smi":
+            joined = " ".join(args)
+            if "--query-gpu" in joined:
+                return self._key("nvidia_smi", t, "the nvidia-smi GPU query")
+            if not args:
+                return self._key("nvidia_smi_full", t, "the plain nvidia-smi table")
+        elif prog == "ps":
+            return self._key("ps", t, "the process table")
+        elif prog == "dmesg":
+            out = self._key("dmesg", t, "the kernel log")
+            if not isinstance(out, _Unrecorded):
+                return out
+            closest = self._closest_command(prog, args, t)
+            return out if closest is None else closest
+        elif prog == "journalctl" and _KERNEL_JOURNAL & set(args):
+            # the kernel log: the card's dmesg, or a recorded kernel journal; never a unit's log
+            if self._snap.dmesg is not None:
+                return self._key("dmesg", t, "the kernel log")
+            kernel = {
+                k: v
+                for k, v in self._snap.commands.items()
+                if _KERNEL_JOURNAL & set(_tokens(k)[1:])
+            }
+            closest = self._closest_command(prog, args, t, kernel)
+            return (
+                _Unrecorded("host.dmesg is absent (the kernel log)") if closest is None else closest
+            )
+        elif prog in ("env", "printenv"):
+            return self._key("env", t, "the launch environment")
+        elif prog in ("cat", "head", "tail") and args:
+            path = args[-1]
+            if path.startswith("/proc/") and path.endswith("/environ"):
+                env = self._key("env", t, "the launch environment")
+                return env if isinstance(env, _Unrecorded) else env.replace("\n", "\0")
+            data = self._file_bytes(path, advance=True, t=t)
+            if isinstance(data, bytes):
+                return data.decode("utf-8", errors="surrogateescape")
+            closest = self._closest_command(prog, args, t)
+            if closest is not None:
+                return closest
+            if isinstance(data, _Absent):
+                return _Absent(f"{prog}: {data.why}")
+            return data
+        elif prog == "stat" and args:
+            data = self._file_bytes(args[-1], advance=False, t=t)
+            if isinstance(data, bytes):
+                return f"{len(data)} {int(time.time())}\n"
+        elif prog == "find" and args:
+            # Every leading operand is a root (find A B -maxdepth ...); globs match as the
+            # shell would have expanded them.
+            roots = [a.rstrip("/") or "/" for a in _find_roots(args)]
+            hits = [p for p in self.file_paths() if any(_under(p, r) for r in roots)]
+            return "".join(f"{p}\n" for p in hits)
+        closest = self._closest_command(prog, args, t)
+        return unrecorded if closest is None else closest
+
+    def _closest_command(
+        self,
+        prog: str,
+        args: list[str],
+        t: float,
+        commands: dict[str, Snapshots] | None = None,
+    ) -> str | None:
+        """A card records the command its author typed; ours may differ in flags or pipes."""
+        commands = self._snap.commands if commands is None else commands
+        best: tuple[int, str] | None = None
+        for key in commands:
+            ktoks = _tokens(key)
+            if not ktoks or posixpath.basename(ktoks[0]) != prog:
+                continue
+            kargs = ktoks[1:]
+            ours, theirs = _paths(args), _paths(kargs)
+            if ours and theirs and not ours & theirs:
+                continue  # `cat /proc/net/tcp` is not `cat /proc/driver/nvidia/version`
+            score = len(_flags(args) & _flags(kargs)) + len(ours & theirs)
+            if _verb(args) and _verb(args) == _verb(kargs):
+                score += 2  # `kubectl describe ...` answers `kubectl describe ...` before `get`
+            if prog == "nvidia-smi" and score == 0:
+                continue  # `-q -d ECC` and `--query-compute-apps` answer different questions
+            if score == 0 and (_words(args) or _words(kargs)):
+                continue  # `docker ps` is not `docker logs X`; `free -m` and `free -g` still match
+            if best is None or score > best[0]:
+                best = (score, key)
+        if best is None:
+            return None
+        return self._cursor.read(f"cmd:{best[1]}", commands[best[1]], t)
