@@ -78,7 +78,10 @@ def create_app(
         mem = _open_memory(settings)
         runner = _make_runner(settings, mem)
         cluster = _cluster(settings, runner)
-        inflight = Inflight(config.home)
+        # Alone, a file under the home names the runs a killed process lost. Replicas share the
+        # home and the database instead: their run leases say which runs lost their replica, and
+        # a live replica continues them (server/cluster.py), so they keep no such file.
+        inflight = Inflight(config.home) if cluster is None else None
         hub = RunHub(
             mem,
             runner,

@@ -105,11 +105,10 @@ class RunHub:
 
     def restore(self) -> int:
         """Re-list approvals that sessions of an earlier process still wait on (checkpointed);
-        end as failed the runs that process lost when it was killed mid-run. With a cluster
-        those runs are not failed: their leases lapse and a live replica continues them."""
+        end as failed the runs that process lost when it was killed mid-run (alone: with a
+        cluster there is no in-flight file, and a live replica continues those runs)."""
         if self.inflight is not None:
-            lost = set() if self.cluster is not None else self.inflight.load()
-            for sid in sorted(lost):
+            for sid in sorted(self.inflight.load()):
                 row = self.memory.get_session(sid)
                 if row is None or row.status not in ("running", "queued"):
                     continue

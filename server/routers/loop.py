@@ -119,8 +119,8 @@ async def loop_ledger(config: Config, request: Request) -> Ledger:
 MAX_REPORT_BYTES = 200_000
 
 
-def _morning(config: Any) -> MorningReport:
-    got = _read(config)
+def _morning(config: Any, database_url: str | None = None) -> MorningReport:
+    got = _read(config, database_url)
     if got is None:
         return MorningReport(available=False, detail="no overnight loop night found")
     night = got[0]
@@ -137,6 +137,7 @@ def _morning(config: Any) -> MorningReport:
 
 
 @router.get("/report", response_model=MorningReport)
-async def morning_report(config: Config) -> MorningReport:
-    """The latest night's morning report, as the loop wrote it (markdown)."""
-    return await run_in_threadpool(_morning, config)
+async def morning_report(config: Config, request: Request) -> MorningReport:
+    """The latest night's morning report, as the loop wrote it (markdown); with a team database
+    the night comes from its ledger there, the report from the night's state dir."""
+    return await run_in_threadpool(_morning, config, _team(request))
