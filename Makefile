@@ -17,5 +17,5 @@ lint: install
 # Each benchmark ends with one line `PASS|FAIL <metric> <value> (target ...)`.
 bench: install
 	bash scripts/system-deps.sh
-	for b in ssh_overhead sweep log_tail investigate eval_throughput server dead_launch loop_overhead; do \
+	for b in ssh_overhead sweep log_tail investigate eval_throughput server dead_launch loop_overhead replicas db_copy; do \
 	  .venv/bin/python bench/$$b.py | tail -1 || exit 1; done

@@ -17,6 +17,7 @@ app = typer.Typer(
 _PARTS = [
     "tools.cli",  # pivot tools NAME
     "agent.cli_investigate",  # pivot investigate, todo, handoff, sessions
+    "agent.cli_db",  # pivot db migrate|copy
     "agent.chat",  # pivot chat
     "agent.cli_fleet",  # pivot sweep --hosts
     "evals.cli",  # pivot eval, pivot capture

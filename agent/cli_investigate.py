@@ -202,38 +202,38 @@ todo_app = typer.Typer(help="Open todos per host (carried into the next session 
 
 @todo_app.command("list")
 def todo_list(host: str, all_: Annotated[bool, typer.Option("--all")] = False) -> None:
-    from agent.memory import Memory
+    from agent.memory import open_memory
     from agent.settings import get_settings
 
-    for t in Memory(get_settings().memory_path).todos(host, open_only=not all_):
+    for t in open_memory(get_settings()).todos(host, open_only=not all_):
         typer.echo(f"#{t.id} [{'x' if t.done else ' '}] {t.text}  ({t.created[:16]})")
 
 
 @todo_app.command("add")
 def todo_add(host: str, text: str) -> None:
-    from agent.memory import Memory
+    from agent.memory import open_memory
     from agent.settings import get_settings
 
-    t = Memory(get_settings().memory_path).add_todo(host, text)
+    t = open_memory(get_settings()).add_todo(host, text)
     typer.echo(f"added #{t.id}")
 
 
 @todo_app.command("close")
 def todo_close(todo_id: int) -> None:
-    from agent.memory import Memory
+    from agent.memory import open_memory
     from agent.settings import get_settings
 
-    ok = Memory(get_settings().memory_path).close_todo(todo_id)
+    ok = open_memory(get_settings()).close_todo(todo_id)
     typer.echo(f"closed #{todo_id}" if ok else f"no open todo #{todo_id}")
     raise typer.Exit(0 if ok else 1)
 
 
 def handoff(host: str, text: Annotated[str | None, typer.Argument()] = None) -> None:
     """Read the host's handoff notes, or write one (the next session starts from it)."""
-    from agent.memory import Memory
+    from agent.memory import open_memory
     from agent.settings import get_settings
 
-    m = Memory(get_settings().memory_path)
+    m = open_memory(get_settings())
     if text:
         h = m.add_handoff(host, text)
         typer.echo(f"handoff #{h.id} saved for {host}")
@@ -244,10 +244,10 @@ def handoff(host: str, text: Annotated[str | None, typer.Argument()] = None) -> 
 
 def sessions(host: Annotated[str | None, typer.Option()] = None, limit: int = 20) -> None:
     """Past investigations, newest first."""
-    from agent.memory import Memory
+    from agent.memory import open_memory
     from agent.settings import get_settings
 
-    for s in Memory(get_settings().memory_path).list_sessions(host, limit):
+    for s in open_memory(get_settings()).list_sessions(host, limit):
         typer.echo(
             f"{s.id}  {s.created[:16]}  {s.host:30}  {s.status:22} {s.root_cause or '-'}  {s.symptom[:50]!r}"
         )

@@ -1,4 +1,8 @@
-"""What Pivot remembers across sessions, in SQLite via sqlite-utils.
+"""What Pivot remembers across sessions: one `MemoryStore` Protocol, two backends.
+
+`Memory` (this file) keeps it in SQLite via sqlite-utils, the embedded default; `PgMemory`
+(agent/memory_pg.py) keeps the same tables in a team's PostgreSQL when `PIVOT_DATABASE_URL` is
+set. `open_memory(settings)` picks one; callers never name a backend.
 
 Tables mirror what happened (sessions, events, observations, hypotheses, conclusions, todos,
 handoffs). Migrations are named and append-only; WAL keeps concurrent writers (the API, the loop)
@@ -16,12 +20,15 @@ import threading
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import sqlite_utils
 from pydantic import BaseModel
 
 from agent.models import Event, Report, now
+
+if TYPE_CHECKING:
+    from agent.settings import Settings
 
 
 class SessionRow(BaseModel):
@@ -59,6 +66,63 @@ class ConclusionRow(BaseModel):
     summary: str
     evidence: str
     created: str
+
+
+class MemoryStore(Protocol):
+    """What the runner, the service, the CLI and the loop ask of memory, whatever the backend."""
+
+    def create_session(
+        self, host: str, symptom: str, brain: str, session_id: str | None = None
+    ) -> str: ...
+    def set_status(self, session_id: str, status: str) -> None: ...
+    def set_host_spec(self, session_id: str, spec: str) -> None: ...
+    def claim_status(self, session_id: str, expected: str, new: str) -> bool: ...
+    def host_spec(self, session_id: str) -> str | None: ...
+    def get_session(self, session_id: str) -> SessionRow | None: ...
+    def list_sessions(self, host: str | None = None, limit: int = 50) -> list[SessionRow]: ...
+    def save_report(self, report: Report) -> None: ...
+    def report(self, session_id: str) -> Report | None: ...
+    def record_observation(self, session_id: str, obs: dict[str, Any]) -> None: ...
+    def observations(self, session_id: str) -> list[dict[str, Any]]: ...
+    def trajectory(self, session_id: str) -> dict[str, Any]: ...
+    def append_event(self, event: Event) -> Event: ...
+    def events(self, session_id: str, after_seq: int = 0) -> list[Event]: ...
+    def add_todo(self, host: str, text: str, session_id: str | None = None) -> TodoRow: ...
+    def todos(self, host: str, open_only: bool = True) -> list[TodoRow]: ...
+    def close_todo(self, todo_id: int) -> bool: ...
+    def add_handoff(self, host: str, text: str, session_id: str | None = None) -> HandoffRow: ...
+    def handoffs(self, host: str, limit: int = 10) -> list[HandoffRow]: ...
+    def last_handoff(self, host: str) -> HandoffRow | None: ...
+    def search_conclusions(self, query: str, limit: int = 20) -> list[ConclusionRow]: ...
+    def close(self) -> None: ...
+
+
+class MemoryReads:
+    """Answers built from other answers, the same on both backends."""
+
+    def trajectory(self: Any, session_id: str) -> dict[str, Any]:
+        s = self.get_session(session_id)
+        rep = self.report(session_id)
+        return {
+            "session": s.model_dump() if s else None,
+            "observations": self.observations(session_id),
+            "hypotheses": rep.model_dump()["hypotheses"] if rep else [],
+            "report": rep.model_dump() if rep else None,
+            "events": [e.model_dump() for e in self.events(session_id)],
+        }
+
+    def last_handoff(self: Any, host: str) -> HandoffRow | None:
+        rows = self.handoffs(host, limit=1)
+        return rows[0] if rows else None
+
+
+def open_memory(settings: Settings) -> MemoryStore:
+    """The team's PostgreSQL when `PIVOT_DATABASE_URL` is set, else the home's SQLite file."""
+    if settings.database_url:
+        from agent.memory_pg import PgMemory
+
+        return PgMemory(settings.database_url)
+    return Memory(settings.memory_path)
 
 
 def _m001_core(db: sqlite_utils.Database) -> None:
@@ -160,7 +224,7 @@ def migration_lock(path: Path) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-class Memory:
+class Memory(MemoryReads):
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -203,6 +267,16 @@ class Memory:
     def set_status(self, session_id: str, status: str) -> None:
         with self._lock, self.db.conn:
             self.db["sessions"].update(session_id, {"status": status, "updated": now()})
+
+    def claim_status(self, session_id: str, expected: str, new: str) -> bool:
+        """Move the status only if it still is `expected`: one winner when two replicas (or two
+        clicks) act on one session at once."""
+        with self._lock, self.db.conn:
+            cur = self.db.execute(
+                "update sessions set status = ?, updated = ? where id = ? and status = ?",
+                [new, now(), session_id, expected],
+            )
+            return cur.rowcount == 1
 
     def set_host_spec(self, session_id: str, spec: str) -> None:
         with self._lock, self.db.conn:
@@ -299,36 +373,27 @@ class Memory:
             for r in rows
         ]
 
-    def trajectory(self, session_id: str) -> dict[str, Any]:
-        s = self.get_session(session_id)
-        rep = self.report(session_id)
-        return {
-            "session": s.model_dump() if s else None,
-            "observations": self.observations(session_id),
-            "hypotheses": rep.model_dump()["hypotheses"] if rep else [],
-            "report": rep.model_dump() if rep else None,
-            "events": [e.model_dump() for e in self.events(session_id)],
-        }
-
     # -- events ----------------------------------------------------------------------------------
     def append_event(self, event: Event) -> Event:
-        """Assign the next seq for the session and store it; returns the stored event."""
+        """Assign the next seq for the session and store it; returns the stored event.
+
+        One statement picks the seq and inserts: it runs under SQLite's write lock, so two
+        processes appending to one session (the service and the CLI) never pick the same seq."""
         with self._lock, self.db.conn:
             row = self.db.execute(
-                "select coalesce(max(seq), 0) from events where session_id = ?",
-                [event.session_id],
+                """insert into events (session_id, seq, type, data, at)
+                   values (?, (select coalesce(max(seq), 0) + 1 from events where session_id = ?),
+                           ?, ?, ?)
+                   returning seq""",
+                [
+                    event.session_id,
+                    event.session_id,
+                    event.type,
+                    json.dumps(event.data, default=str),
+                    event.at,
+                ],
             ).fetchone()
-            ev = event.model_copy(update={"seq": int(row[0]) + 1})
-            self.db["events"].insert(
-                {
-                    "session_id": ev.session_id,
-                    "seq": ev.seq,
-                    "type": ev.type,
-                    "data": json.dumps(ev.data, default=str),
-                    "at": ev.at,
-                }
-            )
-        return ev
+        return event.model_copy(update={"seq": int(row[0])})
 
     def events(self, session_id: str, after_seq: int = 0) -> list[Event]:
         rows = self.db["events"].rows_where(
@@ -366,10 +431,6 @@ class Memory:
     def handoffs(self, host: str, limit: int = 10) -> list[HandoffRow]:
         rows = self.db["handoffs"].rows_where("host = ?", [host], order_by="id desc", limit=limit)
         return [HandoffRow.model_validate(r) for r in rows]
-
-    def last_handoff(self, host: str) -> HandoffRow | None:
-        rows = self.handoffs(host, limit=1)
-        return rows[0] if rows else None
 
     # -- conclusions -------------------------------------------------------------------------------
     def search_conclusions(self, query: str, limit: int = 20) -> list[ConclusionRow]:

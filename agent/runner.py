@@ -1,12 +1,14 @@
 """Runner: starts, resumes and follows up investigations; the contract in agent/api.py.
 
-Checkpoints go to their own SQLite file (settings.checkpoint_path) so a paused or crashed run
-resumes by session id in another process. Every event is stored in memory as it happens, so the
+Checkpoints go to their own SQLite file (settings.checkpoint_path), or to the team's PostgreSQL
+when `settings.database_url` is set, so a paused or crashed run resumes by session id in another
+process (another replica, with PostgreSQL). Every event is stored in memory as it happens, so the
 trajectory survives a crash, and handed to `on_event` for live views (CLI, SSE).
 """
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 import threading
 import time
@@ -21,7 +23,7 @@ from agent.brains import make_brain
 from agent.context import RunContext
 from agent.followup import Answer, Intent, Known, answer, intent_of, known_from_state
 from agent.graph import build_graph
-from agent.memory import Memory
+from agent.memory import MemoryStore, open_memory
 from agent.models import ApprovalRequest, Decision, Event, Evidence, HypothesisView, Report
 from agent.narrate import step
 from agent.observe import Prefetch
@@ -33,17 +35,35 @@ RECURSION_LIMIT = 400
 
 
 class Runner:
-    def __init__(self, settings: Settings | None = None, memory: Memory | None = None) -> None:
+    def __init__(self, settings: Settings | None = None, memory: MemoryStore | None = None) -> None:
         self.settings = settings or get_settings()
         self.settings.home.mkdir(parents=True, exist_ok=True)
-        self.memory = memory or Memory(self.settings.memory_path)
-        self._conn = sqlite3.connect(
-            str(self.settings.checkpoint_path), check_same_thread=False, timeout=30
-        )
-        self._conn.execute("PRAGMA journal_mode=WAL")
-        self._saver = SqliteSaver(self._conn)
+        self.memory = memory or open_memory(self.settings)
+        self._closers: list[Callable[[], None]] = []
+        #: with a team database, whoever drives a session holds its run lease (leases_pg.py)
+        self.leases: Any = None
+        if self.settings.database_url:
+            from agent.leases_pg import RunLeases
+
+            self.leases = RunLeases(self.settings.database_url)
+            self._closers.append(self.leases.close)
+        self._saver = self._checkpointer()
         self._lock = threading.Lock()
         self.graph = build_graph(self._saver)
+
+    def _checkpointer(self) -> Any:
+        if self.settings.database_url:
+            from agent.checkpoints_pg import open_postgres_saver
+
+            saver, pool = open_postgres_saver(self.settings.database_url)
+            self._closers.append(pool.close)
+            return saver
+        conn = sqlite3.connect(
+            str(self.settings.checkpoint_path), check_same_thread=False, timeout=30
+        )
+        conn.execute("PRAGMA journal_mode=WAL")
+        self._closers.append(conn.close)
+        return SqliteSaver(conn)
 
     # -- public API ------------------------------------------------------------------------------
     def start(
@@ -59,9 +79,26 @@ class Runner:
         prefetched: Prefetch | None = None,
     ) -> Report:
         brain_name = brain or self.settings.default_brain
-        sid = self.memory.create_session(
-            host.name, symptom, brain_name, session_id or uuid.uuid4().hex[:12]
-        )
+        sid = session_id or uuid.uuid4().hex[:12]
+        # The lease before the row says `running`: no replica may take the session for orphaned.
+        with self.leases.holding(sid) if self.leases else contextlib.nullcontext():
+            return self._start(
+                host, symptom, sid, brain_name, on_event, host_spec, logs, configs, prefetched
+            )
+
+    def _start(
+        self,
+        host: Host,
+        symptom: str,
+        session_id: str,
+        brain_name: str,
+        on_event: EventSink | None,
+        host_spec: str | None,
+        logs: list[str] | None,
+        configs: list[str] | None,
+        prefetched: Prefetch | None = None,
+    ) -> Report:
+        sid = self.memory.create_session(host.name, symptom, brain_name, session_id)
         if host_spec:
             self.memory.set_host_spec(sid, host_spec)
         notes = self._notes(host.name)
@@ -95,6 +132,26 @@ class Runner:
             [],
             [],
         )
+
+    def continue_run(
+        self, host: Host, session_id: str, on_event: EventSink | None = None
+    ) -> Report:
+        """Carry on a run whose process died, from its last checkpoint (another replica calls
+        this). With no checkpoint yet, the run starts over from the stored session."""
+        row = self.memory.get_session(session_id)
+        if row is None:
+            raise KeyError(f"no session {session_id}")
+        sink = self._sink(session_id, on_event)
+        if self.graph.get_state(self._config(session_id)).values:
+            return self._drive(session_id, host, row.brain, None, sink, [], [])
+        state = {
+            "session_id": session_id,
+            "host": host.name,
+            "symptom": row.symptom,
+            "notes": self._notes(host.name),
+            "messages": [],
+        }
+        return self._drive(session_id, host, row.brain, state, sink, [], [])
 
     def message(
         self, host: Host, session_id: str, text: str, on_event: EventSink | None = None
@@ -210,6 +267,18 @@ class Runner:
             extra_configs=configs,
             prefetched=prefetched,
         )
+        lease = self.leases.holding(sid) if self.leases else contextlib.nullcontext()
+        with lease:
+            return self._drive_held(sid, host, inp, sink, ctx)
+
+    def _drive_held(
+        self,
+        sid: str,
+        host: Host,
+        inp: Any,
+        sink: Callable[[str, dict[str, Any]], None],
+        ctx: RunContext,
+    ) -> Report:
         try:
             for mode, chunk in self.graph.stream(
                 inp,
@@ -280,7 +349,8 @@ class Runner:
         return list(dict.fromkeys(out))[:3]
 
     def close(self) -> None:
-        self._conn.close()
+        for close in self._closers:
+            close()
         self.memory.close()
 
 

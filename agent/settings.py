@@ -27,6 +27,9 @@ class Settings(BaseSettings):
     home: Path = Field(default_factory=lambda: Path.home() / ".pivot")
     memory_db: Path | None = None
     checkpoint_db: Path | None = None
+    #: `postgresql://…`: memory, checkpoints, the loop's ledger and its study live in this one
+    #: team database instead of SQLite files under `home` (see docs/scale.md)
+    database_url: str | None = None
     llm_base_url: str | None = None
     llm_model: str = "gpt-4o-mini"
     llm_api_key: str | None = None

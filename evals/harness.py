@@ -114,6 +114,7 @@ class _Worker:
             checkpoint_db=Path(":memory:") if in_memory else home / "checkpoints.db",
             brain=options.brain,
             checkpoint_durability="exit",  # nothing resumes an eval run mid-way
+            database_url=None,  # evals stay hermetic even where a team database is configured
             llm_record_dir=options.record_dir,
             llm_replay_dir=options.replay_dir,
         )

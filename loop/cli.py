@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from loop.ledger import Ledger, NightRow
+from loop.ledger import Ledger, NightRow, open_ledger
 from loop.night import Night, agent_diagnoser, default_state_dir, loop_alive
 from loop.plan import Plan, PlanError, load_plan
 from loop.stopping import Interrupted
@@ -167,7 +167,7 @@ def _run_or_stop(night: Night, live: bool) -> NightRow:
 def status_cmd(state: Path = typer.Option(None, help="state dir of the plan")) -> None:
     """The latest night's ledger: experiments, status, phase, metric."""
     state_dir = state or _guess_state()
-    ledger = Ledger(Path(state_dir) / "ledger.db")
+    ledger = open_ledger(Path(state_dir) / "ledger.db")
     night = ledger.night()
     console.print(_table(ledger, night))
     if night is not None and night.status == "running":
@@ -190,7 +190,7 @@ def report_cmd(
     from loop.report import write_report
 
     state_dir = Path(state or _guess_state())
-    ledger = Ledger(state_dir / "ledger.db")
+    ledger = open_ledger(state_dir / "ledger.db")
     night = ledger.night()
     if night is None:
         console.print(f"no night in {state_dir}")

@@ -1,4 +1,5 @@
 """The night's ledger: one SQLite file (WAL) in the state dir, one row per experiment.
+(With `PIVOT_DATABASE_URL` set, `open_ledger` returns the same ledger in PostgreSQL instead.)
 
 Why its own file: the loop writes while the API and the agent's memory write theirs; separate
 files never lock each other. Every phase change is committed before the phase starts, so a
@@ -291,7 +292,7 @@ class Ledger:
         return [self._load(r) for r in rows]
 
     def update(self, exp_id: str, **fields: Any) -> None:
-        for k in ("change", "metric_values", "metrics"):
+        for k in JSON_FIELDS:
             if k in fields:
                 fields[k] = json.dumps(fields[k])
         with self._lock, self.db.conn:
@@ -309,22 +310,58 @@ class Ledger:
 
     @staticmethod
     def _dump(row: ExperimentRow) -> dict[str, Any]:
-        d = row.model_dump()
-        d["change"] = json.dumps(d["change"])
-        d["metric_values"] = json.dumps(d["metric_values"])
-        d["metrics"] = json.dumps(d["metrics"])
-        return d
+        return dump_experiment(row)
 
     @staticmethod
     def _load(r: dict[str, Any]) -> ExperimentRow:
-        r = dict(r)
-        r["change"] = json.loads(r.get("change") or "{}")
-        r["metric_values"] = json.loads(r.get("metric_values") or "[]")
-        r["metrics"] = json.loads(r.get("metrics") or "{}")
-        return ExperimentRow(**{k: v for k, v in r.items() if v is not None})
+        return load_experiment(r)
 
     def close(self) -> None:
         self.db.conn.close()
+
+
+#: ExperimentRow fields stored as JSON text, with the value an empty column reads as.
+JSON_FIELDS: dict[str, str] = {"change": "{}", "metric_values": "[]", "metrics": "{}"}
+
+
+def dump_experiment(row: ExperimentRow) -> dict[str, Any]:
+    d = row.model_dump()
+    for k in JSON_FIELDS:
+        d[k] = json.dumps(d[k])
+    return d
+
+
+def load_experiment(r: dict[str, Any]) -> ExperimentRow:
+    r = dict(r)
+    for k, empty in JSON_FIELDS.items():
+        r[k] = json.loads(r.get(k) or empty)
+    return ExperimentRow(**{k: v for k, v in r.items() if v is not None})
+
+
+def open_ledger(path: str | Path, database_url: str | None = None) -> Any:
+    """The team's PostgreSQL ledger when `PIVOT_DATABASE_URL` is set (or `database_url` given),
+    else the SQLite file at `path`. Both answer the same methods (loop/ledger_pg.py)."""
+    if database_url is None:
+        from agent.settings import Settings
+
+        database_url = Settings().database_url
+    if database_url:
+        from loop.ledger_pg import PgLedger
+
+        return PgLedger(database_url)
+    return Ledger(path)
+
+
+def study_storage(state_dir: str | Path, database_url: str | None = None) -> str:
+    """Optuna's RDB storage URL: the team's PostgreSQL (through psycopg 3) when set, so workers
+    on several machines share one study; else a SQLite file beside the ledger."""
+    if database_url is None:
+        from agent.settings import Settings
+
+        database_url = Settings().database_url
+    if database_url:
+        return "postgresql+psycopg://" + database_url.split("://", 1)[1]
+    return f"sqlite:///{state_dir}/optuna.db"
 
 
 def _night(r: dict[str, Any]) -> NightRow:

@@ -31,9 +31,10 @@ from loop.ledger import (
     MEASURED,
     TERMINAL,
     ExperimentRow,
-    Ledger,
     LeftChange,
     NightRow,
+    open_ledger,
+    study_storage,
 )
 from loop.plan import HostSpec, Plan, SearchParam, plan_digest
 from loop.slo import constraint_values, violations
@@ -133,7 +134,7 @@ class Night:
         self.plan = plan
         self.state_dir = str(Path(state_dir).resolve())
         Path(self.state_dir).mkdir(parents=True, exist_ok=True)
-        self.ledger = Ledger(Path(self.state_dir) / "ledger.db")
+        self.ledger = open_ledger(Path(self.state_dir) / "ledger.db")
         specs = plan.host_specs()
         self.hosts = hosts or [make_host(h) for h in specs]
         #: The plan as each host slot sees it (its port, workdir, config file, env).
@@ -569,7 +570,7 @@ class Night:
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         study = optuna.create_study(
             study_name=self.plan.search.study,
-            storage=f"sqlite:///{self.state_dir}/optuna.db",
+            storage=study_storage(self.state_dir),
             direction="maximize" if self.plan.higher_is_better else "minimize",
             load_if_exists=True,
         )

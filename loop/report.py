@@ -418,17 +418,23 @@ def _all_metrics(rows: list[ExperimentRow]) -> list[str]:
 def handoff(ledger: Ledger, night: NightRow, plan: Plan, memory_path: str | Path | None) -> None:
     """Todos for what needs a decision, one handoff note; skipped when memory is unavailable."""
     try:
-        from agent.memory import Memory
+        from agent.memory import Memory, open_memory
     except ImportError:
         return
-    if memory_path is None:
+    from agent.settings import Settings
+
+    team = Settings().database_url  # the team database holds the loop's notes too
+    if memory_path is None and not team:
         from agent.settings import get_settings
 
         memory_path = get_settings().memory_path
-    Path(memory_path).parent.mkdir(parents=True, exist_ok=True)
     rows = ledger.experiments(night.id)
     host = plan.host_specs()[0].name
-    mem = Memory(memory_path)
+    if team:
+        mem = open_memory(Settings())
+    else:
+        Path(str(memory_path)).parent.mkdir(parents=True, exist_ok=True)
+        mem = Memory(str(memory_path))
     try:
         open_texts = {t.text for t in mem.todos(host)}
         for step in next_steps(rows, plan):

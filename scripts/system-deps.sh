@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# What the tests need from Debian: a real OpenSSH sshd, a real headless Chromium, and tmux
+# What the tests need from Debian: a real OpenSSH sshd, a real headless Chromium, a real
+# PostgreSQL server (initdb/pg_ctl, started by tests/postgres.py in a temp dir) and tmux
 # (the `pivot chat` tests drive a real terminal with send-keys and capture-pane).
 # Installs only what is missing, so repeated runs cost nothing.
 set -euo pipefail
@@ -9,6 +10,7 @@ command -v ssh >/dev/null 2>&1 || need+=(openssh-client)
 [ -x /usr/bin/chromium ] || need+=(chromium)
 command -v ip >/dev/null 2>&1 || need+=(iproute2)
 command -v ps >/dev/null 2>&1 || need+=(procps)
+ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)
 command -v tmux >/dev/null 2>&1 || need+=(tmux)
 if [ ${#need[@]} -gt 0 ]; then
   SUDO=""

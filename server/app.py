@@ -38,15 +38,24 @@ def swagger_ui_static() -> Path:
 
 
 def _open_memory(settings: Any) -> Any:
-    from agent.memory import Memory
+    from agent.memory import open_memory
 
-    return Memory(settings.memory_path)
+    return open_memory(settings)
 
 
 def _make_runner(settings: Any, memory: Any) -> Any:
     from agent.runner import Runner
 
     return Runner(settings, memory=memory)
+
+
+def _cluster(settings: Any, runner: Any) -> Any:
+    """Replicas share work only through a team PostgreSQL; on SQLite the hub is alone."""
+    if not getattr(settings, "database_url", None) or getattr(runner, "leases", None) is None:
+        return None
+    from server.cluster import Cluster
+
+    return Cluster(settings.database_url, runner.leases)
 
 
 def create_app(
@@ -68,16 +77,32 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         mem = _open_memory(settings)
         runner = _make_runner(settings, mem)
-        inflight = Inflight(config.home)
-        hub = RunHub(mem, runner, app.state.catalog, workers=config.workers, inflight=inflight)
+        cluster = _cluster(settings, runner)
+        # Alone, a file under the home names the runs a killed process lost. Replicas share the
+        # home and the database instead: their run leases say which runs lost their replica, and
+        # a live replica continues them (server/cluster.py), so they keep no such file.
+        inflight = Inflight(config.home) if cluster is None else None
+        hub = RunHub(
+            mem,
+            runner,
+            app.state.catalog,
+            workers=config.workers,
+            cluster=cluster,
+            inflight=inflight,
+        )
         hub.bind(asyncio.get_running_loop())
         hub.restore()
+        if cluster is not None:
+            cluster.bind(on_event=hub.relay, on_orphan=hub.adopt)
+            cluster.start()
         app.state.memory = mem
         app.state.hub = hub
         try:
             yield
         finally:
-            hub.shutdown()
+            hub.shutdown()  # running runs finish and release their leases first
+            if cluster is not None:
+                cluster.stop()
             runner.close()  # closes its checkpointer and the shared memory
 
     app = FastAPI(

@@ -155,7 +155,7 @@ class HostCatalog:
     def open(self, name: str) -> Host:
         """A fresh Host for `name`; each session gets its own (replay cursors, SSH channels)."""
         if name.startswith(REPLAY):
-            from tools.replay_host import ReplayHost
+            from cards.replay import ReplayHost
 
             path = self.cards().get(name[len(REPLAY) :])
             if path is None:

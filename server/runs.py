@@ -6,6 +6,11 @@ event in memory first (memory assigns `seq`) and only then hands it to the event
 `call_soon_threadsafe`, so a subscriber that replays from memory and then listens live never
 misses an event (it drops duplicates by seq). A sentinel follows the last event of a run that
 ended for good; a run paused for approval keeps its streams open.
+
+With a team PostgreSQL (server/cluster.py) the hub is one of several replicas: it holds a run
+lease for every session it runs, lists and decides approvals from the database (a claim on the
+session's status makes one replica win), relays events of sessions run elsewhere to its own
+streams, and continues sessions whose replica died.
 """
 
 from __future__ import annotations
@@ -13,16 +18,20 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from agent.brains import make_brain
 from agent.models import ApprovalRequest, Decision, Event, Report
 from server.hosts import HostCatalog
 from server.inflight import Inflight
 from tools.host import Host
+
+if TYPE_CHECKING:
+    from server.cluster import Cluster
 
 log = logging.getLogger("pivot.server")
 
@@ -63,6 +72,10 @@ class SessionState:
     answering: int = 0
 
 
+#: Event types after which a session run elsewhere sends nothing more by itself.
+LAST_TYPES = ("conclusion", "error")
+
+
 class RunHub:
     def __init__(
         self,
@@ -70,16 +83,20 @@ class RunHub:
         runner: Any,
         catalog: HostCatalog,
         workers: int = 8,
+        cluster: Cluster | None = None,
         inflight: Inflight | None = None,
     ) -> None:
         self.memory = memory
         self.inflight = inflight
         self.runner = runner
         self.catalog = catalog
+        self.cluster = cluster
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="pivot-run")
         self._sessions: dict[str, SessionState] = {}
         self._count = threading.Lock()  # SessionState.answering: routers' threads and the loop
         self._pending: dict[str, ApprovalRequest] = {}
+        #: live streams of sessions this replica does not run (another replica does)
+        self._remote: dict[str, set[asyncio.Queue[Any]]] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
 
     # -- lifecycle -------------------------------------------------------------------------------
@@ -88,7 +105,8 @@ class RunHub:
 
     def restore(self) -> int:
         """Re-list approvals that sessions of an earlier process still wait on (checkpointed);
-        end as failed the runs that process lost when it was killed mid-run."""
+        end as failed the runs that process lost when it was killed mid-run (alone: with a
+        cluster there is no in-flight file, and a live replica continues those runs)."""
         if self.inflight is not None:
             for sid in sorted(self.inflight.load()):
                 row = self.memory.get_session(sid)
@@ -134,7 +152,25 @@ class RunHub:
         return st.phase if st else None
 
     def pending(self) -> list[ApprovalRequest]:
+        if self.cluster is not None:  # any replica may have paused it: the database knows
+            self._pending = self._pending_from_store()
         return sorted(self._pending.values(), key=lambda a: a.created)
+
+    def _pending_from_store(self) -> dict[str, ApprovalRequest]:
+        out: dict[str, ApprovalRequest] = {}
+        for row in self.memory.list_sessions(limit=500):
+            if row.status == "awaiting_approval":
+                req = self.runner.pending(row.id)
+                if req is not None:
+                    out[req.id] = req
+        return out
+
+    def followable(self, session_id: str) -> bool:
+        """True while another replica runs the session or it waits for anyone's approval."""
+        if self.cluster is None or self.active(session_id):
+            return False
+        row = self.memory.get_session(session_id)
+        return row is not None and row.status in ("running", "awaiting_approval")
 
     def active(self, session_id: str) -> bool:
         """True while more events may come without anyone asking (queued or running, or an
@@ -148,7 +184,10 @@ class RunHub:
     # -- starting work ---------------------------------------------------------------------------
     def start(self, host_name: str, symptom: str, brain: str) -> str:
         host = self.catalog.open(host_name)  # UnknownHost propagates to the edge as 404
-        session_id = self.memory.create_session(host_name, symptom, brain)
+        session_id = uuid.uuid4().hex[:12]
+        if self.cluster is not None:
+            self.cluster.hold(session_id)  # before the row says running: nobody adopts it
+        session_id = self.memory.create_session(host_name, symptom, brain, session_id)
         st = SessionState(session_id=session_id, host_name=host_name, brain=brain, host=host)
         self._sessions[session_id] = st
         try:  # before any thread: a brain that cannot start ends the session now, by name
@@ -162,6 +201,7 @@ class RunHub:
                 Event(session_id=session_id, type="error", data={"error": st.error})
             )
             self.memory.set_status(session_id, "error")
+            self._release(session_id)
             raise BrainFailed(session_id, st.error) from exc
 
         def work(on_event: Callable[[Event], None]) -> Report:
@@ -179,6 +219,8 @@ class RunHub:
         st = self._session_for(req.session_id)
         if st.phase in ("queued", "running"):
             raise Busy(f"session {req.session_id} is running")
+        if self.cluster is not None:
+            self._claim(req.session_id)
         del self._pending[approval_id]
         host = self._host(st)
 
@@ -227,6 +269,15 @@ class RunHub:
         finally:
             self._call(self._answered, st)
 
+    def _claim(self, session_id: str) -> None:
+        """Lease first, then the status: a replica that scans in between sees no free lease."""
+        assert self.cluster is not None
+        if not self.cluster.hold(session_id):
+            raise Busy(f"session {session_id} is running on another replica")
+        if not self.memory.claim_status(session_id, "awaiting_approval", "running"):
+            self.cluster.release(session_id)
+            raise NotFound(f"session {session_id} was decided already")
+
     def _session_for(self, session_id: str) -> SessionState:
         st = self._sessions.get(session_id)
         if st is not None:
@@ -240,8 +291,58 @@ class RunHub:
             brain=getattr(row, "brain", None) or "rulebook",
             phase="done",
         )
+        st.subscribers |= self._remote.pop(session_id, set())
         self._sessions[session_id] = st
         return st
+
+    # -- other replicas --------------------------------------------------------------------------
+    def adopt(self, session_id: str) -> None:
+        """Continue a session whose replica died (called by the lease scanner, any thread)."""
+        assert self._loop is not None
+        self._loop.call_soon_threadsafe(self._adopt, session_id)
+
+    def _adopt(self, session_id: str) -> None:
+        try:
+            st = self._session_for(session_id)
+        except NotFound:
+            if self.cluster is not None:
+                self.cluster.release(session_id)
+            return
+
+        def work(on_event: Callable[[Event], None]) -> Report:
+            return self.runner.continue_run(self._host(st), session_id, on_event=on_event)
+
+        self._submit(st, work)
+
+    def wants(self, session_id: str) -> bool:
+        """Whether a relayed event of this session has anyone here to go to."""
+        st = self._sessions.get(session_id)
+        if st is not None:
+            return bool(st.subscribers) and st.phase not in ("queued", "running")
+        return bool(self._remote.get(session_id))
+
+    def relay(self, session_id: str, seq: int) -> None:
+        """Called by the cluster's LISTEN thread for every event stored by any replica."""
+        if not self.wants(session_id):
+            return
+        events = self.memory.events(session_id, after_seq=seq - 1)
+        if events:
+            self._call(self._fanout_remote, session_id, events)
+
+    def _fanout_remote(self, session_id: str, events: list[Event]) -> None:
+        st = self._sessions.get(session_id)
+        if st is not None and st.phase in ("queued", "running"):
+            return  # this replica runs it now: its own fan-out is the one in order
+        queues = set(st.subscribers) if st is not None else set()
+        queues |= self._remote.get(session_id, set())
+        for ev in events:
+            for q in queues:
+                q.put_nowait(ev)
+            if ev.type in LAST_TYPES:
+                if st is not None:
+                    st.phase = "done"
+                for q in queues:
+                    q.put_nowait(END)
 
     def _host(self, st: SessionState) -> Host:
         if st.host is None:
@@ -286,6 +387,7 @@ class RunHub:
             self.memory.set_status(st.session_id, "error")  # never "running" forever
             if not failed:
                 on_event(Event(session_id=st.session_id, type="error", data={"error": st.error}))
+            self._release(st.session_id)
             self._call(self._finish, st, None)
             return
         if conclude and report.status != "awaiting_approval" and not concluded:
@@ -296,7 +398,12 @@ class RunHub:
                     data=report.model_dump(mode="json"),
                 )
             )
+        self._release(st.session_id)
         self._call(self._finish, st, report)
+
+    def _release(self, session_id: str) -> None:
+        if self.cluster is not None:
+            self.cluster.release(session_id)
 
     def _store(self, session_id: str, ev: Event) -> Event:
         """Events the Runner already stored carry their seq; only the hub's own get stored here."""
@@ -348,9 +455,16 @@ class RunHub:
         st = self._sessions.get(session_id)
         if st is not None:
             st.subscribers.add(q)
+        elif self.cluster is not None:
+            self._remote.setdefault(session_id, set()).add(q)
         return q
 
     def unsubscribe(self, session_id: str, q: asyncio.Queue[Any]) -> None:
         st = self._sessions.get(session_id)
         if st is not None:
             st.subscribers.discard(q)
+        remote = self._remote.get(session_id)
+        if remote is not None:
+            remote.discard(q)
+            if not remote:
+                del self._remote[session_id]

@@ -7,6 +7,10 @@ Others add fixtures below; keep the ones here stable, every area's tests use the
 - `ssh_host_factory(**overrides)`: more SSHHosts to it, e.g. with other keys or known_hosts.
 - `local_host`, `fake_gpu_path` (puts the fake nvidia-smi first on this process's PATH).
 - `replay_host_factory(card)`: a ReplayHost from a card path, dict or IncidentCard.
+- `postgres`: a real PostgreSQL server for the whole session (tests/postgres.py); FAILS, never
+  skips, when it cannot start.
+- `database`: parametrized over both storage backends: unsets `PIVOT_DATABASE_URL` (SQLite
+  under the home) or points it at a fresh PostgreSQL database; returns the URL or None.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ if str(ROOT) not in sys.path:
 
 from cards.model import IncidentCard, load_card  # noqa: E402
 from cards.replay import ReplayHost  # noqa: E402
+from tests.postgres import Postgres, PostgresUnavailable, start_postgres  # noqa: E402
 from tests.sshd import FAKE_BIN, Sshd, SshdUnavailable, start_sshd  # noqa: E402
 
 # in CI a skip for a missing sshd / Chromium / PostgreSQL / tmux is a failure (tests/strict_skips.py)
@@ -101,3 +106,24 @@ def replay_host_factory() -> Callable[[str | Path | dict[str, Any] | IncidentCar
         return ReplayHost(load_card(card))
 
     return make
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[Postgres]:
+    try:
+        server = start_postgres()
+    except PostgresUnavailable as exc:
+        pytest.fail(f"a real PostgreSQL cannot start here: {exc}")
+    yield server
+    server.stop()
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def database(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str | None:
+    """Run the requesting test once per storage backend, through the same env var users set."""
+    if request.param == "sqlite":
+        monkeypatch.delenv("PIVOT_DATABASE_URL", raising=False)
+        return None
+    url = request.getfixturevalue("postgres").new_database()
+    monkeypatch.setenv("PIVOT_DATABASE_URL", url)
+    return url

@@ -2,7 +2,8 @@
 
 Order of work matters: subscribe first, then replay stored events after the client's last seq,
 then forward live ones, skipping any seq already sent. That way nothing falls in the gap
-between the replay and the live feed.
+between the replay and the live feed. With replicas on one PostgreSQL, a session run by another
+replica is followed too: its events arrive through the hub's relay (LISTEN/NOTIFY).
 """
 
 from __future__ import annotations
@@ -33,7 +34,8 @@ async def _stream(
         for ev in mem.events(session_id, after_seq=after):  # type: ignore[attr-defined]
             yield _sse(ev)
             last = ev.seq
-        if not hub.active(session_id) and not hub.waiting(session_id):
+        live_here = hub.active(session_id) or hub.waiting(session_id)
+        if not live_here and not hub.followable(session_id):
             return  # finished (or run by another process): everything there is was replayed
         while True:
             item = await queue.get()

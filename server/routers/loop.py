@@ -2,7 +2,8 @@
 
 The ledger is the loop's own SQLite file (loop/ledger.py) under its state root, one
 directory per plan; the service reads the most recently written one. No loop installed, or no
-night yet, is an empty ledger marked unavailable, never an error.
+night yet, is an empty ledger marked unavailable, never an error. With a team database
+(`PIVOT_DATABASE_URL`) the ledger lives there and the latest night is read from it.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 from starlette.concurrency import run_in_threadpool
 
 from server.deps import Config
@@ -38,16 +39,20 @@ def _latest(root: Path) -> Path | None:
     return dbs[-1] if dbs else None
 
 
-def _read(config: Any) -> tuple[Any, list[Any], Path] | None:
-    """(night, experiments, db path) of the latest night, or None."""
+def _read(config: Any, database_url: str | None = None) -> tuple[Any, list[Any], Any] | None:
+    """(night, experiments, where) of the latest night, or None."""
     try:
         ledger_mod = importlib.import_module("loop.ledger")
     except ModuleNotFoundError:
         return None
-    db = _latest(_state_root(config))
-    if db is None:
-        return None
-    ledger = ledger_mod.Ledger(db)
+    if database_url:
+        db: Any = "team database"
+        ledger = ledger_mod.open_ledger(Path(), database_url)
+    else:
+        db = _latest(_state_root(config))
+        if db is None:
+            return None
+        ledger = ledger_mod.Ledger(db)
     try:
         night = ledger.night()
         if night is None:
@@ -57,9 +62,13 @@ def _read(config: Any) -> tuple[Any, list[Any], Path] | None:
         ledger.close()
 
 
+def _team(request: Request) -> str | None:
+    return getattr(request.app.state.settings, "database_url", None)
+
+
 @router.get("/status", response_model=LoopStatus)
-async def loop_status(config: Config) -> LoopStatus:
-    got = await run_in_threadpool(_read, config)
+async def loop_status(config: Config, request: Request) -> LoopStatus:
+    got = await run_in_threadpool(_read, config, _team(request))
     if got is None:
         return LoopStatus(available=False, detail="no overnight loop night found")
     night, exps, db = got
@@ -79,8 +88,8 @@ async def loop_status(config: Config) -> LoopStatus:
 
 
 @router.get("/ledger", response_model=Ledger)
-async def loop_ledger(config: Config) -> Ledger:
-    got = await run_in_threadpool(_read, config)
+async def loop_ledger(config: Config, request: Request) -> Ledger:
+    got = await run_in_threadpool(_read, config, _team(request))
     if got is None:
         return Ledger(available=False)
     night, exps, _ = got
@@ -110,8 +119,8 @@ async def loop_ledger(config: Config) -> Ledger:
 MAX_REPORT_BYTES = 200_000
 
 
-def _morning(config: Any) -> MorningReport:
-    got = _read(config)
+def _morning(config: Any, database_url: str | None = None) -> MorningReport:
+    got = _read(config, database_url)
     if got is None:
         return MorningReport(available=False, detail="no overnight loop night found")
     night = got[0]
@@ -128,6 +137,7 @@ def _morning(config: Any) -> MorningReport:
 
 
 @router.get("/report", response_model=MorningReport)
-async def morning_report(config: Config) -> MorningReport:
-    """The latest night's morning report, as the loop wrote it (markdown)."""
-    return await run_in_threadpool(_morning, config)
+async def morning_report(config: Config, request: Request) -> MorningReport:
+    """The latest night's morning report, as the loop wrote it (markdown); with a team database
+    the night comes from its ledger there, the report from the night's state dir."""
+    return await run_in_threadpool(_morning, config, _team(request))

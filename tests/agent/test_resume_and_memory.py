@@ -1,4 +1,8 @@
-"""Approval interrupts survive a process boundary; memory carries from one session to the next."""
+"""Approval interrupts survive a process boundary; memory carries from one session to the next.
+
+Every test runs twice: on SQLite files under the home, and on a real PostgreSQL through
+`PIVOT_DATABASE_URL` (the `database` fixture), the way a team deploys it.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +12,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from agent.memory import Memory
+import pytest
+
+from agent.memory import open_memory
 from agent.models import Decision
 from agent.runner import Runner, investigate
 from agent.settings import Settings
@@ -18,6 +24,7 @@ from tests.agent.conftest import ROOT, card_path
 from tools.local_host import LocalHost
 
 PIVOT = [sys.executable, "-m", "agent.cli"]
+pytestmark = pytest.mark.usefixtures("database")
 
 
 def _env(home: Path) -> dict[str, str]:
@@ -42,7 +49,7 @@ def _local_config_host(tmp_path: Path) -> tuple[LocalHost, Path, Path]:
 
 
 def test_changing_action_pauses_and_resumes_in_a_new_process(tmp_path: Path) -> None:
-    """Process 1 stops at the approval interrupt; process 2 resumes it from the SQLite checkpoint."""
+    """Process 1 stops at the approval interrupt; process 2 resumes it from the stored checkpoint."""
     home = tmp_path / "home"
     card = str(card_path("seed-sglang-fewchan-kv-oom"))
     first = subprocess.run(
@@ -74,7 +81,7 @@ def test_changing_action_pauses_and_resumes_in_a_new_process(tmp_path: Path) -> 
         "Applied with approval: config_apply /usr/lib/python3.12/sitecustomize.py"
         in done["next_step"]
     )
-    events = Memory(home / "memory.db").events(done["session_id"])
+    events = open_memory(Settings(home=home)).events(done["session_id"])
     kinds = [e.type for e in events]
     assert kinds.count("approval_request") == 1 and "approval" in kinds
 
@@ -120,13 +127,13 @@ def test_memory_carries_todos_handoff_and_seen_before(tmp_path: Path) -> None:
     runner.memory.add_handoff("gpu-box-1", "stale holder found; waiting on its owner")
     second = runner.start(ReplayHost(card, name="gpu-box-1"), card.symptom)
     runner.close()
-    events = Memory(s.memory_path).events(second.session_id)
+    events = open_memory(s).events(second.session_id)
     notes = events[0].data["notes"]
     assert any("ask who owns pid 471" in n for n in notes)
     assert any("waiting on its owner" in n for n in notes)
     assert first.root_cause == second.root_cause == "stale_gpu_process"
     assert any("seen before on host gpu-box-1" in x for x in second.seen_before)
-    assert Memory(s.memory_path).search_conclusions("stale_gpu_process")
+    assert open_memory(s).search_conclusions("stale_gpu_process")
 
 
 def test_follow_up_message_runs_the_asked_check(tmp_path: Path) -> None:

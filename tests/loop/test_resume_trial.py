@@ -2,7 +2,8 @@
 
 The trial is FAIL in the study (not left RUNNING), its params are asked again exactly once,
 the search still gets its full number of finished trials, the config is back at baseline and
-nothing the killed loop started survives.
+nothing the killed loop started survives. Runs on both backends (the `database` fixture): with
+PostgreSQL the ledger and the study live in the team database.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import optuna
 import yaml
 
 from loop import launcher
-from loop.ledger import TERMINAL, Ledger
+from loop.ledger import TERMINAL, open_ledger, study_storage
 from loop.preflight import port_listeners
 from tests.loop.conftest import REPO, make_plan
 from tests.loop.test_resume import _loop
@@ -24,7 +25,9 @@ from tools.local_host import LocalHost
 TRIALS = 2
 
 
-def test_kill_9_in_a_trial_fails_it_and_reruns_its_params_once(state: Path, tmp_path: Path) -> None:
+def test_kill_9_in_a_trial_fails_it_and_reruns_its_params_once(
+    state: Path, tmp_path: Path, database: str | None
+) -> None:
     search = {
         "study": "resume",
         "trials": TRIALS,
@@ -54,7 +57,7 @@ def test_kill_9_in_a_trial_fails_it_and_reruns_its_params_once(state: Path, tmp_
     )
     assert done.returncode == 0, done.stderr[-2000:]
 
-    storage = f"sqlite:///{state.resolve()}/optuna.db"
+    storage = study_storage(state.resolve())
     trials = optuna.load_study(study_name="resume", storage=storage).trials
     first = trials[0]
     assert first.state == optuna.trial.TrialState.FAIL
@@ -63,7 +66,7 @@ def test_kill_9_in_a_trial_fails_it_and_reruns_its_params_once(state: Path, tmp_
     assert len(trials) == TRIALS + 1  # the interrupted trial did not use up a slot
     assert sum(t.state == optuna.trial.TrialState.COMPLETE for t in trials) == TRIALS
 
-    ledger = Ledger(state / "ledger.db")
+    ledger = open_ledger(state / "ledger.db")
     night = ledger.night()
     assert night and night.status == "done"
     rows = {r.name: r for r in ledger.experiments(night.id)}
@@ -73,6 +76,8 @@ def test_kill_9_in_a_trial_fails_it_and_reruns_its_params_once(state: Path, tmp_
     rerun = rows[f"trial-{again[0].number}"]
     assert rerun.change == rows["trial-0"].change and rerun.metric_mean
 
+    assert (state / "ledger.db").exists() is (database is None)
+    assert (state / "optuna.db").exists() is (database is None)
     assert cfg.read_bytes() == before
     assert launcher.marked_pids(LocalHost(), prefix=f"{plan.name}/") == []  # no orphans
     assert not port_listeners(LocalHost(), plan.baseline.port)

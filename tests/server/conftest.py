@@ -1,5 +1,8 @@
 """A real uvicorn serving the real app (real Runner, real Memory) on a free 127.0.0.1 port.
 
+The module-wide `live` server runs each module twice: on SQLite under its home, and on a real
+PostgreSQL database (tests/postgres.py), so every API test covers both storage backends.
+
 Cards come from the repo's evals/incidents/ (the shipped replay hosts), falling back to the
 shared seed set while that folder fills up. Each module gets its own server and temp home.
 """
@@ -59,8 +62,16 @@ class Live:
         self.thread.join(timeout=10)
 
 
-def start_live(home: Path, **overrides: Any) -> Live:
-    settings = Settings(home=home)
+ENV = "env"
+
+
+def start_live(home: Path, database_url: str | None = ENV, **overrides: Any) -> Live:
+    """`database_url`: ENV reads PIVOT_DATABASE_URL as users do; None forces SQLite."""
+    settings = (
+        Settings(home=home)
+        if database_url == ENV
+        else Settings(home=home, database_url=database_url)
+    )
     cfg = {
         "home": home,
         "card_dirs": [card_dir()],
@@ -83,9 +94,14 @@ def start_live(home: Path, **overrides: Any) -> Live:
     return Live(f"http://127.0.0.1:{port}", TOKEN, home, app, server, thread)
 
 
-@pytest.fixture(scope="module")
-def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
-    srv = start_live(tmp_path_factory.mktemp("pivot-home"))
+@pytest.fixture(scope="module", params=["sqlite", "postgres"])
+def live(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Live]:
+    url = (
+        request.getfixturevalue("postgres").new_database() if request.param == "postgres" else None
+    )
+    srv = start_live(tmp_path_factory.mktemp("pivot-home"), database_url=url)
     yield srv
     srv.stop()
 

@@ -170,11 +170,14 @@ def test_path_traversal_refused(rooted: tuple[Live, Path], path: str, status: in
     assert "do not read me" not in r.text and "root:" not in r.text
 
 
-def test_loop_ledger_read_from_the_loops_own_ledger(tmp_path: Path) -> None:
-    from loop.ledger import ExperimentRow, Ledger
+def test_loop_ledger_read_from_the_loops_own_ledger(
+    tmp_path: Path, database: str | None, request: pytest.FixtureRequest
+) -> None:
+    """On SQLite the service finds the loop's ledger file; on PostgreSQL, the team database."""
+    from loop.ledger import ExperimentRow, open_ledger
 
     state = tmp_path / "loop"
-    ledger = Ledger(state / "demo-plan" / "ledger.db")
+    ledger = open_ledger(state / "demo-plan" / "ledger.db")
     night, _ = ledger.open_night("demo-plan", "digest", str(state / "demo-plan"))
     rows = [
         ("baseline", "baseline", "ok", 100.0),
@@ -190,7 +193,8 @@ def test_loop_ledger_read_from_the_loops_own_ledger(tmp_path: Path) -> None:
         )  # fmt: skip
     ledger.close()
     srv = start_live(tmp_path / "home", loop_state=state)
-    empty = start_live(tmp_path / "home2", loop_state=tmp_path / "nothing")
+    other = request.getfixturevalue("postgres").new_database() if database else None
+    empty = start_live(tmp_path / "home2", database_url=other, loop_state=tmp_path / "nothing")
     try:
         with srv.client() as c:
             led = c.get("/api/loop/ledger").json()

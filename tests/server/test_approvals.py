@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tests.server.conftest import SEED, Live, read_stream, start_live, wait_status
 
 SYMPTOM = 'It died during start-up with "Not enough memory". Is something holding the GPUs?'
@@ -79,6 +81,7 @@ def test_messages_refused_while_running_and_bad_ids(live: Live) -> None:
         assert c.post("/api/approvals/nope", json={"approve": "maybe"}).status_code == 422
 
 
+@pytest.mark.usefixtures("database")
 def test_pending_approval_survives_a_restart(tmp_path: Path) -> None:
     home = tmp_path / "home"
     first = start_live(home)

@@ -179,9 +179,11 @@ def test_full_incident_in_the_page(tmp_path: Path, width: int) -> None:
 
 def _seed_memory(live: Live) -> tuple[str, str]:
     """A ledger night, a todo, a handoff, and two runs of one card (the second has seen-before)."""
-    from loop.ledger import ExperimentRow, Ledger
+    from loop.ledger import ExperimentRow, open_ledger
 
-    ledger = Ledger(live.home / "loop" / "nccl-plan" / "ledger.db")
+    # the loop's own ledger: its file, or the team database the service runs on
+    team = live.app.state.settings.database_url or ""
+    ledger = open_ledger(live.home / "loop" / "nccl-plan" / "ledger.db", team)
     night, _ = ledger.open_night("nccl-plan", "digest", str(live.home / "loop" / "nccl-plan"))
     for seq, (name, kind, metric) in enumerate(
         [("baseline", "baseline", 1000.0), ("nccl-buffsize", "ranked", 1085.0),
@@ -208,11 +210,17 @@ def _seed_memory(live: Live) -> tuple[str, str]:
     return sids[0], sids[1]
 
 
-def test_layout_memory_and_loop_at_three_widths(tmp_path: Path) -> None:
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_layout_memory_and_loop_at_three_widths(
+    tmp_path: Path, backend: str, request: pytest.FixtureRequest
+) -> None:
+    """On both storage backends: memory, sessions and the loop's ledger in SQLite files, or all
+    of them in one team PostgreSQL (tests/postgres.py)."""
     from playwright.sync_api import expect, sync_playwright
 
     ARTIFACTS.mkdir(exist_ok=True)
-    live = start_live(tmp_path / "home")
+    url = request.getfixturevalue("postgres").new_database() if backend == "postgres" else None
+    live = start_live(tmp_path / "home", database_url=url)
     widths: dict[int, int] = {}
     try:
         _, sid = _seed_memory(live)
