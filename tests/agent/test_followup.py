@@ -155,4 +155,4 @@ def test_llm_brain_phrases_the_same_facts_and_never_invents_a_line(
             assert "illegal memory access" not in said
             assert said.startswith("kv_cache_no_room") and KV_LINE in said
         finally:
-            runner._conn.close()
+            runner.close()
