@@ -8,6 +8,9 @@ from typing import Annotated
 
 import typer
 
+#: seconds an idle keep-alive connection stays open (above common LB idle timeouts)
+KEEP_ALIVE_S = 75
+
 
 def sign_in_lines(url: str, fresh: str | None, home: Path) -> list[str]:
     """What the terminal says so a person can open the page and get in."""
@@ -67,7 +70,16 @@ def serve(
     for line in sign_in_lines(url, fresh, config.home):
         typer.echo(line)
     typer.echo(f"API docs (offline): {url}docs")
-    uvicorn.run(create_app(config, verifier=verifier), host=host, port=port, log_level="warning")
+    # keep idle connections longer than a load balancer's idle timeout (60 s is common) and a
+    # polling client's gap: uvicorn's 5 s default closes them under a request that is on its way,
+    # which the client sees as "connection reset by peer"
+    uvicorn.run(
+        create_app(config, verifier=verifier),
+        host=host,
+        port=port,
+        log_level="warning",
+        timeout_keep_alive=KEEP_ALIVE_S,
+    )
 
 
 def register(app: typer.Typer) -> None:
