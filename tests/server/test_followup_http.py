@@ -113,6 +113,15 @@ def test_a_question_mid_run_is_answered_then_and_there_by_the_llm_brain(
                     time.sleep(0.05)
                 assert c.get(f"/api/sessions/{sid}").json()["status"] == "running"
                 _ask(c, sid, "how sure are you?")  # 202 while running: no 409 for a question
+                # the question is taken while the run still waits on the model (recorded before
+                # the run may go on); only then is the model let go
+                read_stream(
+                    c,
+                    sid,
+                    stop=lambda ev: any(
+                        e.type == "message" and e.data["data"].get("role") == "user" for e in ev
+                    ),
+                )
                 gate.set()
                 events = read_stream(
                     c,
