@@ -200,7 +200,13 @@ def options(
         elif need == "gpu_busy":
             args = {} if _gpu_busy(observations) else None
         elif need == "known_good_config":
-            _, configs = split_paths(all_paths)
+            # only the configs the sweep judged to be this launch's (the ones it read): a
+            # known-good copy beside some other checkout's file under /tmp says nothing here
+            configs = [
+                str(o["args"].get("path"))
+                for o in observations
+                if o["tool"] == "config_read" and o["ok"] and o["args"].get("path")
+            ]
             good = next(
                 (known_good_of(p, all_paths) for p in configs if known_good_of(p, all_paths)), None
             )

@@ -149,6 +149,35 @@ def test_flashinfer_jit_arch_error_is_the_arch_list(scene: Scene) -> None:
     scene.assert_bystanders_untouched(v)
 
 
+def test_another_checkouts_config_pair_is_never_read(scene: Scene) -> None:
+    """A sitecustomize.py and its known-good copy in some other checkout under /tmp (another
+    user's experiment) differ, but they are not this launch's: with the log named, no read may
+    touch them and no restore may be proposed for them."""
+    foreign = Path(tempfile.mkdtemp(prefix="pivot-foreign-", dir="/tmp"))
+    try:
+        foreign.chmod(0o755)
+        for name, text in (
+            ("sitecustomize.py", "X = 1\n"),
+            ("sitecustomize.py.known-good", "X = 2\n"),
+        ):
+            (foreign / name).write_text(text)
+            (foreign / name).chmod(0o644)
+        log = scene.stage.logs / "server.log"
+        script = [["out", S.startup()], ["out", S.LOADED], ["out", S.JIT_TRACEBACK]]
+        proc = scene.stage.start_server([*script, ["exit", 1]], log, S.SERVER_ARGS)
+        assert proc.wait(timeout=20) == 1
+
+        v = scene.investigate([log], "sglang died at start-up on the H200, why?")
+
+        assert_concluded(v, "unsupported_gpu_arch", "dependency_error")
+        # the live printer wraps long paths over lines: look at the trail joined up
+        trail = "".join(v.stderr.split())
+        assert str(foreign) not in trail, v.stderr[-2000:]
+        assert str(foreign) not in v.report["next_step"], v.report["next_step"]
+    finally:
+        shutil.rmtree(foreign, ignore_errors=True)
+
+
 # -- 2. slow loader ------------------------------------------------------------------------------------
 def test_slow_loader_at_4s_per_shard_is_still_starting_with_an_eta(scene: Scene) -> None:
     log = scene.stage.logs / "server.log"
