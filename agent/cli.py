@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import sys
 
 import typer
 
@@ -13,27 +14,54 @@ app = typer.Typer(
     add_completion=False,
 )
 
-#: Modules that add subcommands. Each exposes `register(app: typer.Typer) -> None`.
-_PARTS = [
-    "tools.cli",  # pivot tools NAME
-    "agent.cli_investigate",  # pivot investigate, todo, handoff, sessions
-    "agent.cli_db",  # pivot db migrate|copy
-    "agent.chat",  # pivot chat
-    "agent.cli_fleet",  # pivot sweep --hosts
-    "evals.cli",  # pivot eval, pivot capture
-    "loop.cli",  # pivot loop run|status|report|demo
-    "server.cli",  # pivot serve (the service is the outermost shell; only its CLI is imported)
-]
+#: Modules that add subcommands, and the commands each adds. Each exposes
+#: `register(app: typer.Typer) -> None`. The names are declared here so `pivot investigate` imports
+#: only its own part: the others pull in sqlite-utils' plugins, numpy, the loop and the service,
+#: which cost a third of a second before the first read of an urgent investigation.
+#: tests/agent/test_cli_imports.py checks that each part adds exactly these names.
+PARTS: dict[str, tuple[str, ...]] = {
+    "tools.cli": ("tools",),
+    "agent.cli_investigate": ("investigate", "todo", "handoff", "sessions"),
+    "agent.cli_db": ("db",),
+    "agent.chat": ("chat",),
+    "agent.cli_fleet": ("sweep",),
+    "evals.cli": ("eval", "capture"),
+    "loop.cli": ("loop",),
+    "server.cli": ("serve",),  # the service is the outermost shell; only its CLI is imported
+}
 
-for _name in _PARTS:
-    try:
-        importlib.import_module(_name).register(app)
-    except ModuleNotFoundError as exc:
-        if exc.name is None or not _name.startswith(exc.name):
-            raise
+
+_registered: set[str] = set()
+
+
+def register(names: list[str] | None = None) -> None:
+    """Plug in the parts that provide `names` (all parts when None: help, completion, typos)."""
+    for module, commands in PARTS.items():
+        if module in _registered or (names is not None and not set(commands) & set(names)):
+            continue
+        _registered.add(module)
+        try:
+            importlib.import_module(module).register(app)
+        except ModuleNotFoundError as exc:
+            if exc.name is None or not module.startswith(exc.name):
+                raise
+
+
+def _wanted(argv: list[str]) -> list[str] | None:
+    """The command named on the line, when it is one we know; None means every part."""
+    first = next((a for a in argv if not a.startswith("-")), None)
+    known = {c for commands in PARTS.values() for c in commands}
+    return [first] if first in known and "--help" not in argv[:1] else None
+
+
+def full_app() -> typer.Typer:
+    """The app with every command (tests, docs): what `pivot --help` shows."""
+    register()
+    return app
 
 
 def main() -> None:
+    register(_wanted(sys.argv[1:]))
     app()
 
 

@@ -28,7 +28,9 @@ from tools.host import Host
 PS_COMMAND = "ps -ww -eo pid,ppid,user,stat,etimes,pcpu,rss,args"  # -ww: never cut at $COLUMNS
 PS_FALLBACK = "ps auxww"
 #: Which process writes which file on its stdout/stderr (the log under investigation).
-FD_COMMAND = "ls -l /proc/[0-9]*/fd/1 /proc/[0-9]*/fd/2"
+#: stdin/stdout/stderr of every process (a `| tee LOG` pipeline is tied through its pipe) and its
+#: pid namespace (a container's processes see other paths, so they are never judged by them)
+FD_COMMAND = "ls -l /proc/[0-9]*/fd/0 /proc/[0-9]*/fd/1 /proc/[0-9]*/fd/2 /proc/[0-9]*/ns/pid"
 LISTEN_COMMAND = "ss -ltnpH"
 
 _COLUMN = {
@@ -246,8 +248,31 @@ def parse_ps(text: str) -> PsParse:
 
 
 _FD_LINE = re.compile(r"/proc/(\d+)/fd/([12]) -> (.+?)(?: \(deleted\))?$")
+_DENIED = re.compile(r"/proc/(\d+)/(?:fd|ns)[^:]*: Permission denied")
+_ANY_FD = re.compile(r"/proc/(\d+)/(fd/\d+|ns/pid) -> (.+?)(?: \(deleted\))?$")
 _LISTEN = re.compile(r":(\d+)\s+\S+\s+users:\(\((.*)\)\)")
 _LISTEN_PID = re.compile(r"pid=(\d+)")
+
+
+def parse_fd_table(text: str) -> dict[int, dict[str, str]]:
+    """pid -> {"fd/0": target, "fd/1": ..., "ns/pid": "pid:[N]"} from FD_COMMAND's output."""
+    out: dict[int, dict[str, str]] = {}
+    for line in text.splitlines():
+        m = _ANY_FD.search(line)
+        if m:
+            out.setdefault(int(m.group(1)), {})[m.group(2)] = m.group(3)
+    return out
+
+
+def _glob_escape(path: str) -> str:
+    return re.sub(r"([\[\]*?])", r"[\1]", path)
+
+
+def any_fd_command(logs: list[str]) -> str:
+    """Every fd of every process that points at one of `logs` (a FileHandler writes on fd 3+,
+    not stdout); find's own errors name the processes whose fds we may not read."""
+    names = " -o ".join(f"-lname {shlex.quote(_glob_escape(posixpath.normpath(p)))}" for p in logs)
+    return f"find /proc/[0-9]*/fd -maxdepth 1 \\( {names} \\) -exec ls -l {{}} + 2>&1"
 
 
 def parse_fd_links(text: str) -> dict[int, set[str]]:
@@ -391,36 +416,66 @@ def _matcher(pattern: str | None) -> re.Pattern[str] | None:
 OTHER_LOG_PREFIX = "other:"
 
 
-def _writers(host: Host, logs: list[str]) -> tuple[dict[str, list[int]], dict[int, str], int]:
+def _writers(
+    host: Host, logs: list[str], listed: set[int] | None = None
+) -> tuple[dict[str, list[int]], dict[int, str], int]:
+    """Who writes the logs under investigation, on any fd, and through a pipe into `tee LOG`;
+    and, for every other process whose fds we could read in our own pid namespace, where its
+    output goes: a launch that provably does not write our log is another launch, so it can
+    neither make a dead server look alive nor be taken for it."""
     if not logs:
         return {}, {}, 0
     res = host.run(FD_COMMAND, timeout=15)
-    links = parse_fd_links(res.stdout)  # rc 2 when some links could not be read: keep the rest
-    if not links and (res.rc is None or res.error):
+    table = parse_fd_table(res.stdout)  # rc 2 when some links could not be read: keep the rest
+    if not table and (res.rc is None or res.error):
         # the listing itself was not made (not recorded, no /proc): who writes the log is
         # unknown, never "no running process"
         return {}, {}, 0
-    denied = (
-        len({m for m in re.findall(r"/proc/(\d+)/fd", res.stderr or "")})
-        if ("denied" in (res.stderr or ""))
-        else 0
-    )
+    found = host.run(any_fd_command(logs), timeout=15)
+    denied_pids = set(_DENIED.findall(res.stderr or "")) | set(_DENIED.findall(found.stdout or ""))
     wanted = {posixpath.normpath(p): p for p in logs}
     by_log: dict[str, list[int]] = {p: [] for p in logs}
     pid_log: dict[int, str] = {}
-    elsewhere: dict[int, str] = {}
-    for pid, files in sorted(links.items()):
-        for f in files:
-            name = wanted.get(posixpath.normpath(f))
-            if name is not None:
+    for pid, fds in sorted(table.items()):
+        for fd in ("fd/1", "fd/2"):
+            name = wanted.get(posixpath.normpath(fds.get(fd, "")))
+            if name is not None and pid not in by_log[name]:
                 by_log[name].append(pid)
                 pid_log[pid] = name
-            elif f.startswith("/") and not f.startswith(("/dev/", "/proc/")):
-                elsewhere[pid] = f  # writes another log file: another launch's output
-    for pid, f in elsewhere.items():
-        if pid not in pid_log:
-            pid_log[pid] = OTHER_LOG_PREFIX + f
-    return by_log, pid_log, denied
+    for line in (found.stdout or "").splitlines():
+        m = _ANY_FD.search(line)
+        name = wanted.get(posixpath.normpath(m.group(3))) if m else None
+        if m and name is not None and int(m.group(1)) not in by_log[name]:
+            by_log[name].append(int(m.group(1)))
+            pid_log[int(m.group(1))] = name
+    # `server 2>&1 | tee LOG`: the writer reads a pipe; whoever writes into that pipe writes LOG
+    for name, pids in by_log.items():
+        pipes = {table.get(w, {}).get("fd/0") for w in pids} - {None}
+        pipes = {x for x in pipes if x and x.startswith("pipe:")}
+        for pid, fds in sorted(table.items()):
+            if pid not in pid_log and pipes & {fds.get("fd/1"), fds.get("fd/2")}:
+                by_log[name].append(pid)
+                pid_log[pid] = name
+    ns = [fds.get("ns/pid") for fds in table.values() if fds.get("ns/pid")]
+    home_ns = table.get(1, {}).get("ns/pid") or (max(set(ns), key=ns.count) if ns else None)
+    complete = found.rc is not None and not found.error
+    for pid, fds in sorted(table.items()):
+        if pid in pid_log or str(pid) in denied_pids:
+            continue
+        out = fds.get("fd/1") or fds.get("fd/2")
+        if out is None:
+            continue
+        if out.startswith("/") and not out.startswith(("/dev/", "/proc/")):
+            pid_log[pid] = OTHER_LOG_PREFIX + out  # writes another log file: another launch
+        elif complete and home_ns is not None and fds.get("ns/pid") == home_ns:
+            # its fds were read, none points at our log, and it sees the paths we see
+            pid_log[pid] = OTHER_LOG_PREFIX + out
+    if complete:
+        # in ps a moment ago, gone from /proc now (and not for want of permission): it exited
+        # between the two reads, so it writes nothing (a busy box starts and ends jobs all the time)
+        for pid in (listed or set()) - set(table) - {int(d) for d in denied_pids}:
+            pid_log.setdefault(pid, OTHER_LOG_PREFIX + "(exited during the read)")
+    return by_log, pid_log, len(denied_pids)
 
 
 def _pid_files(host: Host, paths: list[str]) -> set[int]:
@@ -462,7 +517,7 @@ def run(host: Host, args: Args) -> Result:
     match = _matcher(args.pattern)
     own = {p.pid for p in parsed.procs if re.match(r"^(?:ps|ls|ss)\s", p.command)}
     procs = [p for p in parsed.procs if p.pid not in own]
-    by_log, pid_log, denied = _writers(host, args.logs)
+    by_log, pid_log, denied = _writers(host, args.logs, {p.pid for p in procs})
     identify(procs, pid_log, _pid_files(host, args.pid_files), _port_pids(host, args.ports))
     _mark_builders(procs)
     _mark_busy_unknown(procs)

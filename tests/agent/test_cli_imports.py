@@ -12,3 +12,41 @@ def test_importing_the_cli_does_not_load_langgraph() -> None:
     code = "import sys, agent.cli; print(sorted(m for m in sys.modules if m.startswith(('langgraph', 'agent.runner'))))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stdout
+
+
+def test_each_part_adds_exactly_the_commands_it_declares() -> None:
+    """`pivot X` imports only the part that declares X, so a declaration that drifts from what
+    the part registers would hide a command; each part is checked on an app of its own."""
+    import importlib
+
+    import typer
+
+    from agent.cli import PARTS
+
+    for module, declared in PARTS.items():
+        app = typer.Typer()
+        importlib.import_module(module).register(app)
+        names = {c.name for c in app.registered_commands} | {g.name for g in app.registered_groups}
+        assert names == set(declared), (module, names, declared)
+
+
+def test_investigate_imports_neither_the_loop_nor_the_service() -> None:
+    code = (
+        "import sys, agent.cli as c; c.register(c._wanted(['investigate', '--host', 'h'])); "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('loop', 'server', 'evals')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout
+
+
+def test_help_and_unknown_words_show_every_command() -> None:
+    for argv in (["--help"], [], ["nosuch"]):
+        out = subprocess.run(
+            [sys.executable, "-m", "agent.cli", *argv], capture_output=True, text=True
+        )
+        text = out.stdout + out.stderr
+        if argv == ["nosuch"]:
+            assert "No such command" in text, text
+            continue
+        for cmd in ("investigate", "loop", "serve", "eval", "sweep", "db", "chat", "tools"):
+            assert cmd in text, (argv, cmd, text[-800:])

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from agent.brains import llm as llm_mod
 from agent.brains.llm import TALLY_ENV, parse_content_call, sequence_id
-from agent.cli import app
+from agent.cli import full_app
 from agent.runner import investigate
 from agent.settings import Settings
 from cards.model import load_card
@@ -21,6 +21,8 @@ from cards.replay import ReplayHost, replay_name
 from tests.agent.conftest import card_path
 from tests.agent.test_llm_brain import SEED, _conclude_from_board, _llm_settings
 from tests.scripted_llm import http_error, serve, text, tool_call
+
+app = full_app()
 
 OFFERED = {"dmesg", "log_tail", "conclude", "insufficient_evidence"}
 

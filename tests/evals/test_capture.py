@@ -14,13 +14,15 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from agent.cli import app
+from agent.cli import full_app
 from cards.model import card_text_bytes, load_card
 from cards.replay import ReplayHost
 from evals.capture import CaptureOptions, capture, card_text
 from evals.harness import discover, load_cards
 from evals.redact import Redactor, redact
 from tools.local_host import LocalHost
+
+app = full_app()
 
 HF = "hf_" + "AbCdEfGhIjKlMnOpQrStUvWxYz0123"
 SK = "sk-proj-" + "Zy9Xw8Vu7Ts6Rq5Po4Nm3Lk2"

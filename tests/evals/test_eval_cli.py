@@ -10,7 +10,9 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from agent.cli import app
+from agent.cli import full_app
+
+app = full_app()
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]

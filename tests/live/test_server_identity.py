@@ -164,8 +164,16 @@ def test_only_the_staged_server_and_its_children_are_the_server(
     obs = _observe(host, box, logs=with_log)
     assert obs[0]["ok"], obs[0]["lines"]
     data = obs[0]["data"]
-    assert set(data["servers"]) == tree, obs[0]["lines"]
-    assert data["mains"] == [box.server.pid]
+    # the box is shared (CI runs other suites, other users run servers): the staged tree is
+    # all there, none of the staged unrelated jobs counts, and no server of another launch is
+    # taken for ours
+    staged = {p.pid for p in box.others.values()}
+    assert tree <= set(data["servers"]) and not staged & set(data["servers"]), obs[0]["lines"]
+    rows = {r["pid"]: r for r in data["processes"]}
+    foreign = set(data["servers"]) - tree
+    assert all(rows[p]["ours"] is not True for p in foreign), obs[0]["lines"]
+    assert box.server.pid in data["mains"]
+    assert not (set(data["mains"]) - foreign) - {box.server.pid}
     for name, p in box.others.items():
         assert p.poll() is None, f"{name} died"
         assert p.pid not in data["servers"], f"{name} taken for the server"
@@ -174,13 +182,17 @@ def test_only_the_staged_server_and_its_children_are_the_server(
         # its own user
         assert data["log_writers"] == {str(box.log): sorted(tree)}
         ours = {p["pid"]: p["ours"] for p in data["processes"] if p["server"]}
-        assert ours == dict.fromkeys(tree, True)
+        assert {p: o for p, o in ours.items() if o is True} == dict.fromkeys(tree, True)
     f = derive(obs)
     assert f.server_alive is True
-    assert set(f.server_pids) == tree
-    assert f.server_main_pids == [box.server.pid] and f.server_engine == "sglang"
-    assert sorted(f.server_worker_pids) == sorted(tree - {box.server.pid})
-    assert [(r.rank, r.state) for r in f.ranks] == [(0, "alive"), (1, "alive")]
+    # without the log, a server of another launch on a shared box cannot be told apart: the
+    # facts are ours plus those, never an unrelated job's
+    assert set(f.server_pids) - foreign == tree
+    assert set(f.server_main_pids) - foreign == {box.server.pid}
+    assert sorted(set(f.server_worker_pids) - foreign) == sorted(tree - {box.server.pid})
+    if not foreign:
+        assert f.server_engine == "sglang"
+        assert [(r.rank, r.state) for r in f.ranks] == [(0, "alive"), (1, "alive")]
     assert f.ranks_gone == [] and f.log_ranks == [0, 1]
 
 

@@ -41,7 +41,8 @@ def test_experiment_over_its_limit_is_stopped_reverted_and_named(state: Path) ->
     # Stopped at the limit, not after the bench client's own 2 x 30 s: limit + stop + revert.
     assert wedged.duration_s is not None and LIMIT_S <= wedged.duration_s < LIMIT_S + 4
     # ...and the night went on: the next experiment ran and was measured.
-    assert rows["graph-bs-16"].status in ("kept", "discarded")
+    # measured: kept, discarded, or inconclusive when the noise of a loaded box swamps it
+    assert rows["graph-bs-16"].status in ("kept", "discarded", "inconclusive")
     assert rows["graph-bs-16"].metric_mean
     assert took < 30
     assert cfg.read_bytes() == before  # reverted byte for byte

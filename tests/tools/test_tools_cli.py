@@ -10,7 +10,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from agent.cli import app
+from agent.cli import full_app
+
+app = full_app()
 
 ROOT = Path(__file__).resolve().parents[2]
 FUSION_LOG = "/data/eagle3/synth_100k/logs/nccl_exp_1b_fewchan_fusion.log"
