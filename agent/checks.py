@@ -17,6 +17,7 @@ from pydantic import BaseModel
 
 from agent.facts import Facts, derive
 from agent.state import Hypothesis, Observation
+from tools.log_window import max_window_s
 
 LOG_NAME = re.compile(r"(?i)(\.log|\.out|\.err|nohup|/logs?/[^/]+$|\.txt$)")
 CONFIG_NAME = re.compile(
@@ -155,6 +156,36 @@ def _silent_server_pid(f: Facts) -> int | None:
     return None
 
 
+#: a hub model id as launches name it: vllm serve ID, --model(-path) ID, model='ID' in a config dump
+_HUB_MODEL = re.compile(
+    r"(?:vllm serve|--model(?:-path)?[ =]|\bmodel(?:_path|_tag)?['\"]?\s*[=:]\s*['\"])"
+    r"\s*([A-Za-z0-9][\w.-]*/[\w.-]+)(?=['\"\s,)]|$)"
+)
+
+
+def hub_model(observations: list[Observation]) -> str | None:
+    """The hub model id (org/name, not a local path) the server was launched with."""
+    for o in observations:
+        if o["ok"] and o["tool"] in ("processes", "log_tail", "log_search", "config_read"):
+            for ln in o["lines"]:
+                m = _HUB_MODEL.search(ln)
+                if m and not m.group(1).startswith(("/", ".", "~")):
+                    return m.group(1)
+    return None
+
+
+def hub_caches(observations: list[Observation]) -> list[str]:
+    """The hub cache the launch environment names (HF_HUB_CACHE, $HF_HOME/hub), if any."""
+    out: list[str] = []
+    for o in observations:
+        if o["ok"] and o["tool"] in ("host_facts", "launch_env", "config_read"):
+            for ln in o["lines"]:
+                m = re.match(r"^\s*(?:export\s+)?(HF_HUB_CACHE|HF_HOME)=(/\S+)", ln)
+                if m:
+                    out.append(m.group(2) if m.group(1) == "HF_HUB_CACHE" else m.group(2) + "/hub")
+    return list(dict.fromkeys(out))
+
+
 def options(
     observations: list[Observation], board: dict[str, Hypothesis], done: list[str]
 ) -> list[CheckOption]:
@@ -197,6 +228,13 @@ def options(
         elif need == "server_pid":
             pid = _silent_server_pid(facts)
             args = {"pid": pid} if pid else None
+        elif need == "hub_model":
+            model = hub_model(observations) if facts.server_alive else None
+            args = {"model": model, "caches": hub_caches(observations)} if model else None
+        elif need == "silent_gpus":
+            quiet = bool(facts.log_growth) and not any(facts.log_growth.values())
+            busy = any((g.util_pct or 0) >= 90 for g in facts.gpus)
+            args = {"watch_s": 2 * max_window_s()} if quiet and busy else None
         elif need == "gpu_busy":
             args = {} if _gpu_busy(observations) else None
         elif need == "known_good_config":

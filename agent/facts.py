@@ -312,8 +312,8 @@ def _gpu(f: Facts, o: Observation) -> None:
         used = _mib(_get(g, "memory_used_mib", "memory_used", "used_mib"))
         total = _mib(_get(g, "memory_total_mib", "memory_total", "total_mib"))
         idx = g.get("index")
-        line = ""
-        for ln in o["lines"]:
+        line = str(g.get("line") or "")  # the tool's own row for this GPU (memory, utilization)
+        for ln in o["lines"] if not line else []:
             if ln.startswith("# "):
                 continue
             # a table row carries "MiB"; a csv query row (nounits) is the index and commas

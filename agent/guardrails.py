@@ -210,16 +210,22 @@ def _contradiction(label: str, action: Action, hits: Hits) -> str | None:
 
 def _still_starting(action: Action, by_id, facts: Facts, hits: Hits) -> list[str]:  # type: ignore[no-untyped-def]
     out = []
-    if facts.server_alive is not True:
+    # GPU memory that moved over a watched window is a live process at work, even unseen by ps
+    moving = rules_hang.gpu_memory_moved(list(by_id.values())) is not None
+    if facts.server_alive is not True and not (moving and facts.server_alive is None):
         out.append("[still_starting] needs the server process alive (ps shows none)")
     stacks = [o for o in by_id.values() if o["tool"] == "py_stacks" and o["ok"]]
-    working = bool(facts.building_pids) or (
-        bool(stacks) and stacks[-1]["data"].get("waiting_in") in ("compile", "load")
+    downloads = [o for o in by_id.values() if o["tool"] == "download_progress" and o["ok"]]
+    working = (
+        bool(facts.building_pids)
+        or (bool(stacks) and stacks[-1]["data"].get("waiting_in") in ("compile", "load"))
+        or (bool(downloads) and bool(downloads[-1]["data"].get("downloading")))
+        or moving
     )
     if not any(facts.log_growth.values()) and not working:
         out.append(
             "[still_starting] needs the log to advance over the watched window, a compiler the "
-            "server runs, or stacks in loading/compiling"
+            "server runs, stacks in loading/compiling, or a model download that grows"
         )
     return out
 

@@ -123,6 +123,17 @@ def unsupported_gpu_arch(facts: Facts, observations: list[Observation], evidence
 
 
 def still_starting(facts: Facts, observations: list[Observation], evidence) -> str | None:  # type: ignore[no-untyped-def]
+    dl = [o for o in observations if o["tool"] == "download_progress" and o["ok"]]
+    if dl and dl[-1]["data"].get("downloading"):
+        d = dl[-1]["data"]
+        rate = (d.get("grew_bytes") or 0) / max(float(d.get("waited_s") or 0), 1e-3) / 2**20
+        return (
+            f"Nothing failed: the server is still downloading {d.get('model')} (~{rate:.0f} MiB/s "
+            f"into {d.get('directory')}); let it finish (watch `du -sh` of that directory). For the "
+            "next launch, download first (`huggingface-cli download MODEL`, hf_transfer) to local "
+            "disk or a warm volume, point the server at it, and give the readiness probe a "
+            "start-up budget that covers it."
+        ).replace("MODEL", str(d.get("model")))
     for o in reversed(observations):
         p = o["data"].get("last_progress") if o["tool"] == "log_tail" and o["ok"] else None
         if p and p.get("eta_s"):
@@ -194,7 +205,24 @@ def cuda_driver_mismatch(facts: Facts, observations: list[Observation], evidence
     )
 
 
+def bad_launch_argument(facts: Facts, observations: list[Observation], evidence) -> str | None:  # type: ignore[no-untyped-def]
+    from agent.rules_causes import proxied_own_request
+
+    hit = proxied_own_request(observations)
+    if hit is None:
+        return None
+    _, _, host, no_proxy = hit
+    have = f"no_proxy={no_proxy}" if no_proxy else "no_proxy is unset"
+    wanted = ",".join(dict.fromkeys([*(e for e in no_proxy.split(",") if e), host, "localhost"]))
+    return (
+        f"The server's own requests to {host} go through the HTTP proxy ({have}): export "
+        f"no_proxy={wanted} (and NO_PROXY the same) in the launch environment, or unset "
+        "http_proxy/https_proxy there (keep a proxy only for the model download), then relaunch."
+    )
+
+
 BY_LABEL = {
+    "bad_launch_argument": bad_launch_argument,
     "cuda_driver_mismatch": cuda_driver_mismatch,
     "nccl_failure": nccl_failure,
     "port_in_use": port_in_use,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 
+from agent import proof
 from agent.evidence import text_lines
 from agent.state import Observation
 from agent.thresholds import THRESHOLDS
@@ -81,6 +82,7 @@ def cause_rules(facts, observations: list[Observation], hits, add) -> None:  # t
     loopback_rules(observations, add)
     misspelled_env_rules(observations, hits, add)
     driver_symbol_rules(observations, add)
+    proxy_rules(facts, observations, hits, add)
     if not any(m.label == "nccl_failure" and m.strength in ("fatal", "strong") for _, m in hits):
         return
     miss = missing_interface(observations)
@@ -319,3 +321,99 @@ def driver_symbol_rules(observations: list[Observation], add) -> None:  # type: 
                     "(libcuda) does not export: the driver is older than the library needs",
                 )
                 return
+
+
+# -- the server's own requests sent through an HTTP proxy ------------------------------------------
+#: A request line in absolute form ("GET http://host:port/path HTTP/1.1") is only ever sent to a
+#: proxy (urllib3/requests log it so at debug level), with the status the proxy answered.
+_PROXIED = re.compile(r'"(?:GET|POST|HEAD|PUT) https?://([^/:"\s]+)(?::(\d+))?/[^"]*" ([45]\d\d)\b')
+_PROXY_ENV = re.compile(r"(?i)(?:^|\s|export\s+)(https?_proxy|all_proxy)=(\S+)")
+_NO_PROXY = re.compile(r"(?i)(?:^|\s|export\s+)no_proxy=(\S*)")
+_LOCAL = re.compile(r"^(?:0\.0\.0\.0|127\.\d+\.\d+\.\d+|localhost|\[?::1?\]?)$")
+
+
+def _bypassed(host: str, no_proxy: str) -> bool:
+    for entry in (e.strip() for e in no_proxy.split(",")):
+        if entry == "*" or (entry and (host == entry or host.endswith("." + entry.lstrip(".")))):
+            return True
+    return False
+
+
+def proxied_own_request(
+    observations: list[Observation],
+) -> tuple[tuple[str, str], tuple[str, str], str, str] | None:
+    """((obs, request line), (obs, proxy setting line), host, no_proxy) when a request to this
+    host's own address (0.0.0.0, loopback, one of its IPs) went out through the HTTP proxy the
+    launch environment names and came back 4xx/5xx: the server's own warm-up or health check
+    (or a client beside it) talks to a proxy, not to the server."""
+    mine = addresses(observations) | {"0.0.0.0", "localhost"}
+    setting: tuple[str, str] | None = None
+    no_proxy = ""
+    request: tuple[str, str, str] | None = None
+    for o in observations:
+        if not o["ok"]:
+            continue
+        for ln in text_lines(o):
+            if setting is None and _PROXY_ENV.search(ln):
+                setting = (o["id"], ln)
+            n = _NO_PROXY.search(ln)
+            if n:
+                no_proxy = n.group(1)
+            m = _PROXIED.search(ln)
+            if request is None and m and (_LOCAL.match(m.group(1)) or m.group(1) in mine):
+                request = (o["id"], ln, m.group(1))
+    if setting is None or request is None or _bypassed(request[2], no_proxy):
+        return None
+    return (request[0], request[1]), setting, request[2], no_proxy
+
+
+def proxy_rules(facts, observations: list[Observation], hits, add) -> None:  # type: ignore[no-untyped-def]
+    hit = proxied_own_request(observations)
+    if hit is None:
+        return
+    # a cause only when the launch failed: a proxied 403 beside a healthy server is a remark
+    if facts.server_alive is not False and not any(m.strength == "fatal" for _, m in hits):
+        return
+    (roid, rline), (soid, sline), host, no_proxy = hit
+    add(
+        "bad_launch_argument",
+        "cause",
+        _C.names_the_cause,
+        roid,
+        rline,
+        f"a request to the server's own address {host} went through the HTTP proxy and was "
+        "refused there: the proxy settings of the launch environment catch local traffic",
+    )
+    add(
+        "bad_launch_argument",
+        "cause",
+        _C.setting_line,
+        soid,
+        sline,
+        f"the proxy is set for the launch and no_proxy ({no_proxy or 'unset'}) does not "
+        f"cover {host}",
+    )
+    effect = _first_fatal(observations, hits)
+    if effect is not None:  # the failure it explains, cited beside the cause
+        add(
+            "bad_launch_argument",
+            "cause",
+            _C.effect_cited,
+            effect[0],
+            effect[1],
+            "the failure that follows: the server's own request was refused by the proxy",
+        )
+
+
+def _first_fatal(observations: list[Observation], hits) -> tuple[str, str] | None:  # type: ignore[no-untyped-def]
+    """The first fatal line: a fatal signature's, else one fatal by structure (a traceback's
+    last line, an ERROR line) in a launch log."""
+    for o, m in hits:
+        if m.strength == "fatal":
+            return o["id"], m.line
+    for o in observations:
+        if o["ok"] and o["tool"] in ("log_tail", "log_search", "service_logs"):
+            found = proof.fatal_lines(o["lines"])  # (index, kind) of each
+            if found:
+                return o["id"], o["lines"][found[0][0]]
+    return None

@@ -49,6 +49,21 @@ def quiet_phase_line(observations: list[Observation]) -> str | None:
     return None
 
 
+def gpu_memory_moved(observations: list[Observation]) -> tuple[str, str, float, float] | None:
+    """(observation, the GPU row that moved, MiB, seconds) when a watched nvidia-smi read saw
+    a GPU's used memory change over its window."""
+    from tools.gpu_status import MOVED_MIB
+
+    for o in reversed(observations):
+        if o["tool"] == "gpu_status" and o["ok"] and o["data"].get("watched"):
+            d = o["data"]
+            line = str(d.get("moved_line") or "")
+            if (d.get("memory_moved_mib") or 0) >= MOVED_MIB and line in o["lines"]:
+                return o["id"], line, float(d["memory_moved_mib"]), float(d.get("waited_s") or 0)
+            return None
+    return None
+
+
 def compiler_child(facts: Facts) -> tuple[int, str] | None:
     """A compiler the server runs (the processes tool marks it `building`)."""
     return next(iter(facts.building_pids.items()), None)
@@ -88,9 +103,10 @@ def spinning_ranks(facts: Facts) -> list[str]:
 
 
 def pinned_gpus(facts: Facts) -> tuple[list, list]:
-    """(pinned, idle) GPUs among those holding memory: a collective waits with its GPU pinned
-    while a peer that never arrived (or already died) sits idle."""
-    busy = [g for g in facts.gpus if (g.used_mib or 0) >= BUSY_MIB and g.util_pct is not None]
+    """(pinned, idle) GPUs among those holding a CUDA context: a collective waits with its GPU
+    pinned while a peer that never arrived (or already died) sits idle. A context is a few
+    hundred MiB: an NCCL test or a collective at init spins before any weights are loaded."""
+    busy = [g for g in facts.gpus if (g.used_mib or 0) >= _H.context_mib and g.util_pct is not None]
     return (
         [g for g in busy if (g.util_pct or 0) >= PINNED_PCT],
         [g for g in busy if (g.util_pct or 0) <= IDLE_PCT],
@@ -144,7 +160,51 @@ def hang_rules(facts: Facts, observations: list[Observation], hits, add) -> None
                 f"the stacks are {d['waiting_in']}ing: still working",
             )
     _rank_gone(facts, add)
+    fatal_end = any(
+        m.strength == "fatal" and m.label and not m.signature.startswith("phase-") for _, m in hits
+    )
+    moved = gpu_memory_moved(observations)
+    quiet = bool(facts.log_growth) and not any(facts.log_growth.values())
+    if moved is not None and quiet and facts.server_alive is not False and not fatal_end:
+        oid, line, mib, secs = moved
+        add(
+            "still_starting",
+            "fact",
+            _H.memory_moving,
+            oid,
+            line,
+            f"GPU memory moved by {mib:.0f} MiB in {secs:.0f} s while the log was silent: the "
+            "workers are still allocating (loading, quantizing, compiling), not stuck",
+        )
+        add(
+            "nccl_failure",
+            "fact",
+            -_H.memory_moving,
+            oid,
+            line,
+            "a rank stuck in a collective allocates nothing; these GPUs' memory still moves",
+        )
+        return
     if not silent(facts):
+        pinned, _ = pinned_gpus(facts)
+        if (
+            pinned
+            and facts.gpu_obs
+            and facts.server_alive
+            and not facts.log_growth
+            and multi_rank(facts, observations)
+        ):
+            # not yet a stall (the log's growth is unread): a question worth the watch check
+            g = pinned[0]
+            add(
+                "nccl_failure",
+                "fact",
+                _H.pinned_alive,
+                facts.gpu_obs,
+                g.line,
+                f"GPU {g.index} is pinned at {g.util_pct:.0f}% under a live multi-rank launch: "
+                "working, or spinning in a collective; whether the log advances tells",
+            )
         return
     if any(
         m.strength == "fatal" and m.label and not m.signature.startswith("phase-") for _, m in hits
@@ -209,7 +269,12 @@ def hang_rules(facts: Facts, observations: list[Observation], hits, add) -> None
             if o is None or grew:
                 continue
             last = next(
-                (ln for ln in reversed(o["lines"]) if ln.strip() and not ln.startswith("# ")), ""
+                (
+                    ln
+                    for ln in reversed(o["lines"])
+                    if len(re.findall(r"[A-Za-z0-9]", ln)) >= 3 and not ln.startswith("# ")
+                ),
+                "",
             )
             if last:
                 add("nccl_failure", "fact", 0.25, o["id"], last, "the silent log stops here")

@@ -37,7 +37,9 @@ def liveness_rules(facts: Facts, observations: list[Observation], hits, add) -> 
             facts.ps_header or "PID",
             "no inference-server process is running: a dead process is not still loading",
         )
-    elif facts.server_alive:
+    elif facts.server_alive and not fatal:
+        _downloading(observations, add)
+    if facts.server_alive:
         pid = facts.server_pids[0]
         growing = [p for p, g in facts.log_growth.items() if g]
         stalled = [p for p, g in facts.log_growth.items() if not g]
@@ -163,3 +165,32 @@ def liveness_rules(facts: Facts, observations: list[Observation], hits, add) -> 
                     last,
                     "the server is gone and its log ends without an error of its own",
                 )
+
+
+def _downloading(observations: list[Observation], add) -> None:  # type: ignore[no-untyped-def]
+    """A live server whose hub-model download grows is starting, however quiet its log: the
+    blob that grew between two reads is the proof; a peer is not what it waits for."""
+    reads = [o for o in observations if o["tool"] == "download_progress" and o["ok"]]
+    if not reads or not reads[-1]["data"].get("downloading"):
+        return
+    o = reads[-1]
+    line = str(o["data"].get("growing_line") or "")
+    if not line or line not in o["lines"]:
+        return
+    add(
+        "still_starting",
+        "fact",
+        F.proves,
+        o["id"],
+        line,
+        "the server is still downloading its model: an .incomplete blob in the hub cache grew "
+        "between two reads",
+    )
+    add(
+        "nccl_failure",
+        "fact",
+        F.weakens,
+        o["id"],
+        line,
+        "the quiet log waits for the download, not for a peer in a collective",
+    )

@@ -52,9 +52,12 @@ class Hang(_Strict):
     pinned_pct: float
     idle_pct: float
     busy_mib: float
+    context_mib: float
+    pinned_alive: float
     stacks_in_collective: float
     pinned_silent: float
     compiling: float
+    memory_moving: float
     rank_gone: float
     consequence_of_gone_rank: float
     stacks_working: float

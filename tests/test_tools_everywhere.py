@@ -76,6 +76,7 @@ ARG_HINTS: dict[str, Callable[[Prepared, str], Any]] = {
     "pid": lambda p, tool: 1,
     "port": lambda p, tool: 30000,
     "name": lambda p, tool: "python3",
+    "model": lambda p, tool: "org/some-model",
 }
 
 

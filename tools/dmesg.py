@@ -32,6 +32,11 @@ _KILLED = re.compile(r"(?:Killed|Kill) process (\d+) \(([^)]*)\)")
 _XID = re.compile(r"NVRM: Xid \(([^)]*)\): (\d+),(?:\s*pid=(\d+|'<unknown>'))?")
 _NVRM = re.compile(r"NVRM:")
 _BUS = re.compile(r"fallen off the bus|GPU has fallen off", re.I)
+#: the IOMMU blocking a device's DMA (GPU peer-to-peer writes) and PCIe errors on a GPU's link
+_DEVICE = re.compile(
+    r"DMAR: \[DMA|AMD-Vi: Event logged|IO_PAGE_FAULT|PCIe Bus Error|AER: (?:Uncorrected|Multiple)",
+    re.I,
+)
 _SEGV = re.compile(r"segfault at|general protection fault|traps: .* trap ", re.I)
 _DENIED = re.compile(
     r"Operation not permitted|Permission denied|read kernel buffer failed|not seeing messages "
@@ -73,6 +78,9 @@ class DmesgParse(BaseModel):
     nvrm_lines: list[str] = Field(default_factory=list)
     bus_lines: list[str] = Field(default_factory=list)
     segfault_lines: list[str] = Field(default_factory=list)
+    device_lines: list[str] = Field(
+        default_factory=list, description="IOMMU DMA faults and PCIe errors (P2P, a failing link)"
+    )
     matched_lines: list[str] = Field(default_factory=list)
     total_lines: int = 0
 
@@ -100,6 +108,7 @@ class Result(DmesgParse, ToolResult):
             + self.nvrm_lines
             + self.bus_lines
             + self.segfault_lines
+            + self.device_lines
             + self.matched_lines
         ):
             if ln not in seen:
@@ -110,6 +119,7 @@ class Result(DmesgParse, ToolResult):
                 f"# {self.total_lines} kernel lines scanned ({self.source}): "
                 f"{len(self.oom_kills)} OOM kills, {len(self.xids)} Xid, "
                 f"{len(self.bus_lines)} fallen-off-the-bus, {len(self.segfault_lines)} segfaults"
+                + (f", {len(self.device_lines)} IOMMU/PCIe faults" if self.device_lines else "")
             )
             out += [f"# OOM killer killed pid {k.pid} ({k.name})" for k in self.oom_kills]
             codes = sorted({x.code for x in self.xids})
@@ -155,6 +165,8 @@ def parse_dmesg(text: str, pattern: str | None = None) -> DmesgParse:
             out.bus_lines.append(line)
         if _SEGV.search(line):
             out.segfault_lines.append(line)
+        if _DEVICE.search(line) and len(out.device_lines) < 20:
+            out.device_lines.append(line)
         if extra is not None and extra.search(line):
             out.matched_lines.append(line)
     return out

@@ -53,7 +53,15 @@ _INVALID_FIELD = re.compile(r'Field ".*" is not a valid field to query', re.I)
 
 
 class Args(BaseModel):
-    """No arguments: the tool always reads every GPU and every compute process."""
+    """Every GPU and every compute process; with watch_s, read again over a window until a
+    GPU's memory moves (a silent phase that allocates is working; a stuck collective is not)."""
+
+    watch_s: float | None = Field(
+        None,
+        ge=0,
+        le=600,
+        description="poll until some GPU's used memory changes by 64 MiB or more, at most this long",
+    )
 
 
 class Gpu(BaseModel):
@@ -68,6 +76,9 @@ class Gpu(BaseModel):
     bus_id: str | None = None
     mig: bool = False
     error: str | None = Field(None, description="'Unknown Error', 'ERR!', ... as nvidia-smi said")
+    line: str = Field(
+        "", description="the raw line that shows this GPU's memory and utilization (to cite)"
+    )
 
 
 class GpuProcess(BaseModel):
@@ -100,9 +111,21 @@ class Result(ToolResult):
         True, description="False when neither compute-apps nor the table could be read"
     )
     raw_lines: list[str] = Field(default_factory=list)
+    watched: bool = Field(False, description="read over a window (watch_s given)")
+    waited_s: float = 0.0
+    memory_moved_mib: float | None = Field(
+        None, description="the largest change of one GPU's used memory over the window"
+    )
+    moved_line: str = Field("", description="the newest row of the GPU whose memory moved")
 
     def lines(self) -> list[str]:
         out = [*self.raw_lines]
+        if self.watched and self.memory_moved_mib is not None:
+            out.append(
+                f"# over {self.waited_s:.0f} s: GPU memory moved by up to "
+                f"{self.memory_moved_mib:.0f} MiB"
+                + (" (still allocating: working)" if self.memory_moved_mib >= MOVED_MIB else "")
+            )
         for g in self.gpus:
             used = "?" if g.memory_used_mib is None else g.memory_used_mib
             total = "?" if g.memory_total_mib is None else g.memory_total_mib
@@ -171,6 +194,7 @@ def parse_query(text: str, fields: tuple[str, ...] = WIDE_FIELDS) -> GpuParse:
             compute_cap=_na(row.get("compute_cap", "")),
             bus_id=_na(row.get("pci.bus_id", "")),
             error=bad[0].strip("[]") if bad else None,
+            line=line,
         )
         out.gpus.append(gpu)
         out.raw_lines.append(line)
@@ -267,11 +291,13 @@ def parse_table(text: str) -> GpuParse:
                     pending.memory_used_mib = int(mem.group(1))
                     pending.memory_total_mib = int(mem.group(2))
                     pending.memory_free_mib = int(mem.group(2)) - int(mem.group(1))
-                util = _UTIL.search(line)
+                # GPU-Util is the cell after Memory-Usage; the row opens with Fan, also a "%"
+                util = _UTIL.search(line, mem.end() if mem else 0)
                 if util:
                     pending.utilization_pct = int(util.group(1))
                 if "ERR!" in line and not pending.error:
                     pending.error = "ERR!"
+                pending.line = raw
                 out.raw_lines.append(raw)
                 pending = None
                 continue
@@ -325,7 +351,36 @@ _FIXES: dict[str, str] = {
 }
 
 
+#: a GPU's used memory changing this much between two reads is allocation, not noise
+MOVED_MIB = 64
+
+
 def run(host: Host, args: Args) -> Result:
+    first = read_once(host)
+    if args.watch_s is None or not first.ok or not first.gpus:
+        return first
+    t0 = host.clock()
+    before = {g.index: g.memory_used_mib or 0 for g in first.gpus}
+    res, moved = first, 0.0
+    while host.clock() - t0 < args.watch_s:
+        elapsed = host.clock() - t0
+        host.sleep(min(2.0 if elapsed < 10 else 10.0, args.watch_s - elapsed))
+        nxt = read_once(host)
+        if not nxt.ok or not nxt.gpus:
+            break
+        res = nxt
+        deltas = {g.index: abs((g.memory_used_mib or 0) - before.get(g.index, 0)) for g in nxt.gpus}
+        moved = max(deltas.values(), default=0.0)
+        if moved >= MOVED_MIB:
+            idx = max(deltas, key=lambda i: deltas[i])
+            res.moved_line = next((g.line for g in nxt.gpus if g.index == idx), "")
+            break
+    res.watched, res.memory_moved_mib = True, float(moved)
+    res.waited_s = round(host.clock() - t0, 3)
+    return res
+
+
+def read_once(host: Host) -> Result:
     q = host.run(WIDE_QUERY, timeout=20)
     if _INVALID_FIELD.search(q.stdout + q.stderr):  # an older driver without compute_cap
         q = host.run(CARD_QUERY, timeout=20)

@@ -19,7 +19,7 @@ from tools.base import ToolResult, ToolSpec, bound_lines
 from tools.host import Host
 
 SectionName = Literal[
-    "driver", "ecc", "memory", "ulimit", "kernel", "network", "docker", "kubectl", "pods"
+    "driver", "ecc", "memory", "ulimit", "kernel", "network", "env", "docker", "kubectl", "pods"
 ]
 
 #: The allowlist: section -> (command, max lines kept).
@@ -31,6 +31,9 @@ COMMANDS: dict[str, tuple[str, int]] = {
     "kernel": ("uname -r", 2),
     # the interfaces NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME may name
     "network": ("ip -brief addr", 20),
+    # the login environment's settings that steer a launch (GPUs, NCCL, proxies, caches);
+    # secrets redacted (tools/launch_env.py reads a live server's own environment)
+    "env": ("env", 40),
     "docker": ("docker ps -a", 30),
     "kubectl": ("kubectl get events", 40),
     # a crashed pod's last state says OOMKilled / Error / Completed and its exit code
@@ -44,6 +47,12 @@ _POD_KEEP = re.compile(
 #: concurrent commands; below sshd's default MaxSessions (10) with the sweep's other reads
 _PARALLEL = 4
 
+#: launch-steering variables worth showing (the rest of a login environment is noise)
+_ENV_KEEP = re.compile(
+    r"(?i)^(?:CUDA_|NVIDIA_|NCCL_|GLOO_|UCX_|TORCH|PYTORCH_|VLLM_|SGLANG_|TRTLLM_|TLLM_|HF_|"
+    r"HUGGINGFACE|TRANSFORMERS_|FLASHINFER_|TRITON_|MASTER_|WORLD_SIZE$|RANK$|LOCAL_RANK$|"
+    r"OMP_NUM_THREADS$|LD_LIBRARY_PATH$|LD_PRELOAD$|PYTHONPATH$|.*_PROXY$|NO_PROXY$)"
+)
 _ECC_KEEP = re.compile(
     r"^GPU [0-9A-Fa-f]|ECC|^Volatile$|^Aggregate$|Correctable|Uncorrectable|Parity|SEC-DED|"
     r"Remap|Retired|Single Bit|Double Bit|Unrepairable|Page Blacklist"
@@ -134,6 +143,7 @@ def parse_ecc(text: str) -> EccCounts:
 
 
 def run(host: Host, args: Args) -> Result:
+    from tools.launch_env import parse_env
     from tools.packages import parse_driver_version
 
     sections: list[Section] = []
@@ -158,6 +168,9 @@ def run(host: Host, args: Args) -> Result:
             lines = [ln for ln in lines if _ECC_KEEP.search(ln.strip())]
         if name == "pods":
             lines = [ln for ln in lines if _POD_KEEP.search(ln)]
+        if name == "env":
+            variables, _ = parse_env(res.stdout if res.ok else "")
+            lines = [f"{k}={v}" for k, v in variables.items() if _ENV_KEEP.match(k)]
         if name == "driver" and res.ok:
             driver = parse_driver_version(res.stdout)
         if len(lines) > keep:

@@ -50,3 +50,14 @@ def test_help_and_unknown_words_show_every_command() -> None:
             continue
         for cmd in ("investigate", "loop", "serve", "eval", "sweep", "db", "chat", "tools"):
             assert cmd in text, (argv, cmd, text[-800:])
+
+
+def test_a_part_with_one_command_is_still_called_by_its_name() -> None:
+    """`pivot serve --help` registers only the service's part, a single command: the app must stay
+    a group, or typer runs that command bare and rejects the word "serve"."""
+    for cmd in ("serve", "chat", "sweep", "loop", "db"):
+        out = subprocess.run(
+            [sys.executable, "-m", "agent.cli", cmd, "--help"], capture_output=True, text=True
+        )
+        assert out.returncode == 0 and "Usage:" in out.stdout, (cmd, out.stdout, out.stderr)
+        assert "unexpected extra argument" not in out.stdout + out.stderr

@@ -193,3 +193,46 @@ def test_replay_no_gpu_at_all(replay_host_factory) -> None:  # type: ignore[no-u
     # a card without nvidia-smi output did not record it: unknown, never "no nvidia-smi here"
     r = SPEC.call(replay_host_factory(_card({})))
     assert r.status == "not_read" and not r.ok
+
+
+# A consumer card's table opens each GPU's second row with its fan speed, also a percentage.
+FAN_TABLE = """\
++---------------------------------------------------------------------------------------+
+| NVIDIA-SMI 545.29.02              Driver Version: 545.29.02    CUDA Version: 12.3     |
+|-----------------------------------------+----------------------+----------------------+
+| GPU  Name                 Persistence-M | Bus-Id        Disp.A | Volatile Uncorr. ECC |
+| Fan  Temp   Perf          Pwr:Usage/Cap |         Memory-Usage | GPU-Util  Compute M. |
+|=========================================+======================+======================|
+|   0  NVIDIA GeForce RTX 3090        Off | 00000000:01:00.0  On |                  N/A |
+| 30%   45C    P2             117W / 350W |   1211MiB / 24576MiB |    100%      Default |
++-----------------------------------------+----------------------+----------------------+
+|   1  NVIDIA GeForce RTX 3090        Off | 00000000:4C:00.0 Off |                  N/A |
+| 65%   41C    P8              12W / 350W |    876MiB / 24576MiB |      0%      Default |
++-----------------------------------------+----------------------+----------------------+
+"""
+
+
+def test_gpu_util_is_the_util_cell_not_the_fan_speed() -> None:
+    gpus = parse_table(FAN_TABLE).gpus
+    assert [(g.index, g.memory_used_mib, g.utilization_pct) for g in gpus] == [
+        (0, 1211, 100),
+        (1, 876, 0),
+    ]
+
+
+def test_a_watched_read_sees_gpu_memory_move_on_the_hosts_clock(replay_host_factory) -> None:  # type: ignore[no-untyped-def]
+    from tools.gpu_status import Args, run
+
+    row = "0, NVIDIA H200, {used} MiB, {free} MiB, 143771 MiB, 100 %\n"
+    snaps = [
+        {"at": 0, "text": row.format(used=61522, free=82249)},
+        {"at": 20, "text": row.format(used=64210, free=79561)},
+    ]
+    moving = run(replay_host_factory(_card({"nvidia_smi": snaps})), Args(watch_s=60))
+    assert moving.watched and moving.memory_moved_mib == 64210 - 61522
+    assert moving.moved_line.startswith("0, NVIDIA H200, 64210 MiB") and 20 <= moving.waited_s < 60
+    steady = run(
+        replay_host_factory(_card({"nvidia_smi": [snaps[0], {**snaps[0], "at": 20}]})),
+        Args(watch_s=30),
+    )
+    assert steady.watched and steady.memory_moved_mib == 0 and steady.waited_s >= 30

@@ -48,6 +48,7 @@ def test_sections_are_an_allowlist() -> None:
     with pytest.raises(ValueError):
         Args.model_validate({"sections": ["rm -rf /"]})
     assert set(COMMANDS) == {
+        "env",
         "driver",
         "ecc",
         "memory",

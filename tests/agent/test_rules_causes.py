@@ -1,0 +1,187 @@
+"""Cause over symptom and the new hang/start-up proofs, each on a small host made up here (not a
+shipped card), each with the control that must NOT trigger it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agent.runner import investigate
+from agent.settings import Settings
+from cards.model import IncidentCard
+from cards.replay import ReplayHost
+
+PS_HEADER = "USER         PID %CPU %MEM    VSZ   RSS TTY      STAT START   TIME COMMAND\n"
+PS_IDLE = PS_HEADER + "root        412  0.0  0.0   7232  3968 pts/0    Ss   09:01   0:00 -bash\n"
+GPU_CLEAN = "0, NVIDIA H100 80GB HBM3, 0 MiB, 81008 MiB, 81559 MiB, 0 %\n"
+SG_START = (
+    "[2026-03-02 10:00:01] server_args=ServerArgs(model_path='/models/qwen', host='0.0.0.0', "
+    "port=30000, tp_size=1)\n"
+    "[2026-03-02 10:00:40] INFO:     Uvicorn running on http://0.0.0.0:30000 (Press CTRL+C to quit)\n"
+)
+PROXIED = (
+    '[2026-03-02 10:00:41] http://10.9.8.7:3128 "GET http://0.0.0.0:30000/get_model_info HTTP/1.1" '
+    "403 3582\n"
+)
+WARMUP_FAIL = (
+    "[2026-03-02 10:02:41] Initialization failed. warmup error: Traceback (most recent call last):\n"
+    '  File "/x/sglang/srt/entrypoints/http_server.py", line 1234, in _wait_and_warmup\n'
+    "AssertionError: res=<Response [403]>, res.text='Access Denied'\n"
+)
+
+
+def _card(engine: str, symptom: str, **host: Any) -> IncidentCard:
+    return IncidentCard.model_validate(
+        {
+            "id": "made-up",
+            "title": "t",
+            "source": "test",
+            "engine": engine,
+            "symptom": symptom,
+            "host": host,
+        }
+    )
+
+
+def _run(card: IncidentCard, tmp_path) -> Any:  # type: ignore[no-untyped-def]
+    return investigate(ReplayHost(card), card.symptom, settings=Settings(home=tmp_path / "h"))
+
+
+def _cited(r: Any) -> list[str]:
+    return [e.line for e in r.evidence]
+
+
+def test_a_proxy_that_catches_the_servers_own_warmup_is_the_launch_setting(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    env = "http_proxy=http://10.9.8.7:3128\nno_proxy=localhost,127.0.0.1\n"
+    log = {"/srv/sglang.log": SG_START + PROXIED + WARMUP_FAIL}
+    r = _run(
+        _card(
+            "sglang",
+            "it dies two minutes after start",
+            ps=PS_IDLE,
+            nvidia_smi=GPU_CLEAN,
+            env=env,
+            files=log,
+        ),
+        tmp_path / "a",
+    )
+    assert r.root_cause == "bad_launch_argument", r.summary
+    assert "http_proxy=http://10.9.8.7:3128" in _cited(r)
+    assert "no_proxy=localhost,127.0.0.1,0.0.0.0" in r.next_step
+    # control: 0.0.0.0 is in no_proxy, so the 403 is not the proxy's doing: no proxy cause
+    env_ok = "http_proxy=http://10.9.8.7:3128\nno_proxy=localhost,127.0.0.1,0.0.0.0\n"
+    r2 = _run(
+        _card(
+            "sglang",
+            "it dies two minutes after start",
+            ps=PS_IDLE,
+            nvidia_smi=GPU_CLEAN,
+            env=env_ok,
+            files=log,
+        ),
+        tmp_path / "b",
+    )
+    assert "http_proxy=http://10.9.8.7:3128" not in _cited(r2)
+    assert "no_proxy=" not in r2.next_step
+
+
+def test_iommu_dma_faults_name_the_broken_p2p_path_of_a_spinning_collective(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    gpus = "".join(
+        f"{i}, GeForce GTX 1080 Ti, 364 MiB, 10815 MiB, 11178 MiB, 100 %\n" for i in range(2)
+    )
+    ps = (
+        PS_HEADER
+        + "bob      14871  199  0.3 35419116 412408 pts/0 Rl+  11:05  39:42 ./build/all_reduce_perf -b 8 -e 128M -g 2\n"
+    )
+    log = {
+        "/home/bob/ar.log": "# nThread 1 nGpus 2\nbox:14871:14871 [0] NCCL INFO Ring 00 : 0[0] -> 1[1] via P2P/IPC\nbox:14871:14871 [0] NCCL INFO Launch mode Group/CGMD\n"
+    }
+    dmar = "[Wed Oct  2 11:05:31 2019] DMAR: [DMA Write] Request device [03:00.0] fault addr f8000000 [fault reason 05] PTE Write access is not set\n"
+    r = _run(
+        _card(
+            "other",
+            "all_reduce_perf prints the header then nothing",
+            ps=ps,
+            nvidia_smi=gpus,
+            files=log,
+            dmesg=dmar,
+        ),
+        tmp_path / "a",
+    )
+    assert r.root_cause == "nccl_failure", r.summary
+    assert dmar.strip() in _cited(r)
+    assert "iommu" in r.next_step.lower()
+
+
+def test_a_growing_download_is_still_starting_and_a_stalled_one_is_not_proof(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    blobs = "/root/.cache/huggingface/hub/models--org--big/blobs/"
+    ls0 = "total 8\n-rw-r--r-- 1 root root 4625017896 Nov 14 10:07 aaaa\n-rw-r--r-- 1 root root 1372585984 Nov 14 10:24 bbbb.incomplete\n"
+    ls1 = ls0.replace("1372585984 Nov 14 10:24", "1572585984 Nov 14 10:25")
+    ps = PS_HEADER + (
+        "root         1  0.3  0.4 12398612 2213340 ?    Ssl  10:02   0:41 /usr/bin/python3 /usr/local/bin/vllm serve org/big --port 8000\n"
+        "root       188  4.1  0.6 18772004 3410952 ?    Sl   10:03   0:58 VLLM::EngineCore\n"
+    )
+    log = {
+        "/var/log/vllm/server.log": "(EngineCore_DP0 pid=188) INFO 11-14 10:03:20 [gpu_model_runner.py:2338] Starting to load model org/big...\n(EngineCore_DP0 pid=188) INFO 11-14 10:03:21 [weight_utils.py:348] Using model weights format ['*.safetensors']\n"
+    }
+    gpu = "0, NVIDIA A100-SXM4-40GB, 517 MiB, 40019 MiB, 40960 MiB, 0 %\n"
+    grow = {f"ls -l {blobs}": [{"at": 0, "text": ls0}, {"at": 100, "text": ls1}]}
+    r = _run(
+        _card(
+            "vllm",
+            "silent for twenty minutes, hung?",
+            ps=ps,
+            nvidia_smi=gpu,
+            files=log,
+            commands=grow,
+        ),
+        tmp_path / "a",
+    )
+    assert r.root_cause == "still_starting", r.summary
+    assert any(line.endswith("bbbb.incomplete") for line in _cited(r))
+    stall = {f"ls -l {blobs}": ls0}
+    r2 = _run(
+        _card(
+            "vllm",
+            "silent for twenty minutes, hung?",
+            ps=ps,
+            nvidia_smi=gpu,
+            files=log,
+            commands=stall,
+        ),
+        tmp_path / "b",
+    )
+    assert r2.root_cause != "still_starting"
+
+
+def test_pinned_gpus_under_a_ready_multi_rank_server_get_the_liveness_check(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    ps = PS_HEADER + (
+        "llm      61202  1.2  0.9 19824412 2415760 pts/2 Sl+ 16:19   0:21 python -m sglang.launch_server --model-path /models/q --tp 2 --port 30000\n"
+        "llm      61311  101  2.1 62770128 5560316 pts/2 Rl+ 16:20   5:02 sglang::scheduler_TP0\n"
+        "llm      61312  101  2.1 62770120 5558872 pts/2 Rl+ 16:20   5:01 sglang::scheduler_TP1\n"
+    )
+    log = "[2025-03-10 16:21:25] INFO:     Uvicorn running on http://0.0.0.0:30000 (Press CTRL+C to quit)\n[2025-03-10 16:21:32 TP0] Prefill batch. #new-seq: 1, #new-token: 7, #cached-token: 0,\n"
+    pinned = "".join(f"{i}, NVIDIA L20, 40617 MiB, 5399 MiB, 46068 MiB, 100 %\n" for i in range(2))
+    idle = pinned.replace("100 %", "0 %")
+    r = _run(
+        _card(
+            "sglang",
+            "one prefill line then nothing",
+            ps=ps,
+            nvidia_smi=pinned,
+            files={"/home/llm/s.log": log},
+        ),
+        tmp_path / "a",
+    )
+    assert r.root_cause == "nccl_failure", r.summary
+    # control: the same ready server with idle GPUs is a healthy idle server, not a hang
+    r2 = _run(
+        _card(
+            "sglang",
+            "one prefill line then nothing",
+            ps=ps,
+            nvidia_smi=idle,
+            files={"/home/llm/s.log": log},
+        ),
+        tmp_path / "b",
+    )
+    assert r2.root_cause != "nccl_failure"
