@@ -21,6 +21,7 @@ def _group() -> None:
     # A callback keeps `pivot` a group even when only one part is registered (`pivot chat`
     # registers one command; typer would otherwise run it bare and reject the word "chat").
 
+
 #: Modules that add subcommands, and the commands each adds. Each exposes
 #: `register(app: typer.Typer) -> None`. The names are declared here so `pivot investigate` imports
 #: only its own part: the others pull in sqlite-utils' plugins, numpy, the loop and the service,

@@ -183,6 +183,7 @@ class IncidentCard(BaseModel):
     def _one_note_is_a_list(cls, v: object) -> object:
         # a card writer's single sentence ("synthesized: the nvidia-smi table") is one note
         return [v] if isinstance(v, str) else v
+
     host: HostSnapshot = Field(default_factory=HostSnapshot)
     transcript: list[TranscriptStep] = Field(default_factory=list)
     expected: Expected | None = None
