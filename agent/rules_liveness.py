@@ -189,8 +189,9 @@ def _downloading(observations: list[Observation], add) -> None:  # type: ignore[
     add(
         "nccl_failure",
         "fact",
-        F.weakens,
+        F.refutes,
         o["id"],
         line,
-        "the quiet log waits for the download, not for a peer in a collective",
+        "the quiet log waits for the download (ranks that wait for it do so by design), not for "
+        "a peer that failed in a collective",
     )
