@@ -2,26 +2,22 @@
 
 These are the checks an engineer runs by eye (ps, nvidia-smi, a second tail). They are computed
 from tool results only, never from the operator's words or from log text telling us what to do.
+Each observation's data is read back as its tool's typed `Result` (agent/typed_results.py), so
+a renamed field fails loudly (ResultShapeError) instead of yielding empty facts.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, PrivateAttr, ValidationError
+from pydantic import BaseModel, Field, PrivateAttr
 
 from agent.proof import log_pids
 from agent.state import Observation
-from tools import disk, engines
-
-
-#: Which command lines are inference servers (entry points, launchers, worker titles) and which
-#: never are (pivot itself, compilers, editors, shells, pip, pytest, Jupyter) is the engine
-#: registry's answer (tools/engines.yaml), the same one the processes tool gives.
-def server_match(command: str) -> engines.Match:
-    return engines.classify(command)
-
+from agent.typed_results import typed
+from tools import disk, dmesg, engines, gpu_status, log_tail, ports, processes
 
 #: A process that is running now, not a leftover: R, or S/D using the CPU.
 _RUNNING_CPU = 1.0
@@ -144,13 +140,6 @@ class Facts(BaseModel):
         return all((g.used_mib or 0) < max(1024.0, 0.02 * (g.total_mib or 0)) for g in known)
 
 
-def _get(d: dict[str, Any], *keys: str, default: Any = None) -> Any:
-    for k in keys:
-        if k in d and d[k] is not None:
-            return d[k]
-    return default
-
-
 _NUM = re.compile(r"([\d.]+)\s*([KMGT]i?B?)?", re.I)
 
 
@@ -174,43 +163,23 @@ def _find_line(lines: list[str], *needles: str) -> str:
     return ""
 
 
+#: the reads of one launch's log, by path: (observation id, file size, its lines)
+LogReads = dict[str, list[tuple[str, int, list[str]]]]
+
+
 def derive(observations: list[Observation]) -> Facts:
     f = Facts()
-    log_reads: dict[str, list[tuple[str, int, str]]] = {}
+    log_reads: LogReads = {}
     for o in observations:
-        d = o["data"]
         if not o["ok"]:
             if o["tool"] == "gpu_status":
-                f.gpu_error = d.get("error")
+                # a tool that raised or got bad arguments left no result: its lines say why
+                f.gpu_error = typed(o, gpu_status.Result).error if o["data"] else None
                 f.gpu_obs = o["id"]
             continue
-        if o["tool"] == "gpu_status":
-            _gpu(f, o)
-        elif o["tool"] == "processes":
-            _ps(f, o)
-        elif o["tool"] == "dmesg":
-            f.dmesg_available = True
-            f.dmesg_obs = o["id"]
-            f.dmesg_lines = [ln for ln in o["lines"] if not ln.startswith("# ")]
-            # the tool's tally ("0 OOM kills, 0 Xid, ...") is what a refutation should quote
-            f.dmesg_summary = next((ln for ln in o["lines"] if "OOM kills" in ln), "")
-        elif o["tool"] == "disk":
-            _disk(f, o)
-        elif o["tool"] == "ports":
-            f.ports_obs = o["id"]
-            for lst in _get(d, "listeners", default=[]) or []:
-                port = lst.get("port")
-                if isinstance(port, int):
-                    line = _find_line(o["lines"], f":{port}")
-                    if line:  # only a line the tool printed can be cited
-                        f.listeners[port] = line
-        elif o["tool"] == "log_tail":
-            path = str(o["args"].get("path") or d.get("path"))
-            size = int(d.get("size") or 0)
-            text = [ln for ln in o["lines"] if ln and not ln.startswith("# ")]
-            log_reads.setdefault(path, []).append((o["id"], size, text))
-            if d.get("grew") is not None:  # a watched read: the window itself says
-                f.log_watch[path] = bool(d["grew"])
+        read = READERS.get(o["tool"])
+        if read is not None:
+            read(f, o, log_reads)
     _ranks(f, [ln for reads in log_reads.values() for ln in reads[-1][2]])
     _tenancy(f)
     _keep_plausible_workloads(f, log_reads)
@@ -229,9 +198,7 @@ _LAUNCHER = engines.workload_pattern()  # tools/engines.yaml common.workload_pro
 _HOME = re.compile(r"^/home/([^/]+)/")
 
 
-def _keep_plausible_workloads(
-    f: Facts, log_reads: dict[str, list[tuple[str, int, list[str]]]]
-) -> None:
+def _keep_plausible_workloads(f: Facts, log_reads: LogReads) -> None:
     """A busy process no engine pattern knows counts as a possible workload only when it is a
     Python/MPI/launcher process tied to the log under investigation: its program or script is
     named in the log, or the log lives in its user's home. Unrelated jobs on a busy box never
@@ -253,7 +220,7 @@ def _keep_plausible_workloads(
     f.busy_unknown_pids = keep
 
 
-def _writers_named_by_log(f: Facts, log_reads: dict[str, list[tuple[str, int, list[str]]]]) -> None:
+def _writers_named_by_log(f: Facts, log_reads: LogReads) -> None:
     """A live process the log names as its writer (NCCL's host:PID:TID prefix, vLLM's
     `(Worker pid=N)`) is that launch, whatever its command line: a benchmark binary or a training
     script is alive, not "gone". Only launcher-like commands count, so a recycled pid (a shell,
@@ -276,6 +243,32 @@ def _writers_named_by_log(f: Facts, log_reads: dict[str, list[tuple[str, int, li
             f.busy_unknown_pids.pop(pid, None)
 
 
+def _dmesg(f: Facts, o: Observation, _logs: LogReads) -> None:
+    typed(o, dmesg.Result)  # its tally is in the lines; the shape is still checked
+    f.dmesg_available = True
+    f.dmesg_obs = o["id"]
+    f.dmesg_lines = [ln for ln in o["lines"] if not ln.startswith("# ")]
+    # the tool's tally ("0 OOM kills, 0 Xid, ...") is what a refutation should quote
+    f.dmesg_summary = next((ln for ln in o["lines"] if "OOM kills" in ln), "")
+
+
+def _ports(f: Facts, o: Observation, _logs: LogReads) -> None:
+    f.ports_obs = o["id"]
+    for lst in typed(o, ports.Result).listeners:
+        line = _find_line(o["lines"], f":{lst.port}")
+        if line:  # only a line the tool printed can be cited
+            f.listeners[lst.port] = line
+
+
+def _log_tail(f: Facts, o: Observation, log_reads: LogReads) -> None:
+    tail = typed(o, log_tail.Result)
+    path = str(o["args"].get("path") or tail.path)
+    text = [ln for ln in o["lines"] if ln and not ln.startswith("# ")]
+    log_reads.setdefault(path, []).append((o["id"], tail.size, text))
+    if tail.grew is not None:  # a watched read: the window itself says
+        f.log_watch[path] = tail.grew
+
+
 _DIGITS = re.compile(r"\d+")
 
 
@@ -294,25 +287,21 @@ def advancing(before: list[str], after: list[str]) -> bool:
     return any(_DIGITS.sub("#", ln) not in seen for ln in fresh)
 
 
-def _gpu(f: Facts, o: Observation) -> None:
-    d = o["data"]
-    status = d.get("status", "ok")
-    if status not in (None, "ok"):
-        f.gpu_error = d.get("error") or status
+def _gpu(f: Facts, o: Observation, _logs: LogReads) -> None:
+    res = typed(o, gpu_status.Result)
+    if res.status != "ok":
+        f.gpu_error = res.error or res.status
         f.gpu_obs = o["id"]
         return
-    gpus = _get(d, "gpus", default=[]) or []
-    if not gpus:
+    if not res.gpus:
         return
     f.gpu_available = True
     f.gpu_obs = o["id"]
     f.gpus = []
     f.gpu_pids, f.gpu_pid_lines, f.graphics_mib = {}, {}, 0.0  # the newest read decides
-    for g in gpus:
-        used = _mib(_get(g, "memory_used_mib", "memory_used", "used_mib"))
-        total = _mib(_get(g, "memory_total_mib", "memory_total", "total_mib"))
-        idx = g.get("index")
-        line = str(g.get("line") or "")  # the tool's own row for this GPU (memory, utilization)
+    for g in res.gpus:
+        idx = g.index
+        line = g.line  # the tool's own row for this GPU (memory, utilization)
         for ln in o["lines"] if not line else []:
             if ln.startswith("# "):
                 continue
@@ -324,32 +313,32 @@ def _gpu(f: Facts, o: Observation) -> None:
             ):
                 line = ln
                 break
-        util = _get(g, "utilization_pct", "util_pct")
         f.gpus.append(
             GpuFact(
                 index=idx,
-                used_mib=used,
-                total_mib=total,
-                util_pct=float(util) if isinstance(util, int | float) else None,
+                used_mib=_num(g.memory_used_mib),
+                total_mib=_num(g.memory_total_mib),
+                util_pct=_num(g.utilization_pct),
                 line=line,
             )
         )
-    for p in _get(d, "processes", "apps", default=[]) or []:
-        pid = p.get("pid")
-        line = _find_line(o["lines"], str(pid)) if isinstance(pid, int) else ""
-        if GRAPHICS.search(str(p.get("name", ""))) or GRAPHICS_ROW.search(line):
+    for p in res.processes:
+        line = _find_line(o["lines"], str(p.pid))
+        if GRAPHICS.search(p.name) or GRAPHICS_ROW.search(line):
             # a desktop's display server holds a little memory; it is nobody's leftover
-            f.graphics_mib += _mib(_get(p, "used_mib", "used_memory_mib", "used_memory")) or 0.0
+            f.graphics_mib += _num(p.used_mib) or 0.0
             continue
-        if isinstance(pid, int):
-            f.gpu_pids[pid] = _mib(_get(p, "used_mib", "used_memory_mib", "used_memory")) or 0.0
-            f.gpu_pid_lines[pid] = _find_line(o["lines"], str(pid))
-            f.gpu_pid_obs = o["id"]
+        f.gpu_pids[p.pid] = _num(p.used_mib) or 0.0
+        f.gpu_pid_lines[p.pid] = line
+        f.gpu_pid_obs = o["id"]
 
 
-def _ps(f: Facts, o: Observation) -> None:
-    d = o["data"]
-    recs = _get(d, "processes", "records", default=[]) or []
+def _num(value: int | None) -> float | None:
+    return float(value) if value is not None else None
+
+
+def _ps(f: Facts, o: Observation, _logs: LogReads) -> None:
+    res = typed(o, processes.Result)
     f.ps_available = True
     f.ps_obs = o["id"]
     # the tool's own verdict line says it best ("# no inference-server process is running")
@@ -360,33 +349,24 @@ def _ps(f: Facts, o: Observation) -> None:
     f.procs, f.server_pids, f.server_main_pids, f.server_worker_pids = {}, [], [], []
     f.server_defunct_pids, f.other_launch_pids = [], []
     f.building_pids, f.busy_unknown_pids = {}, {}
-    f.log_writers = {k: list(v) for k, v in (_get(d, "log_writers", default={}) or {}).items()}
+    f.log_writers = {k: list(v) for k, v in res.log_writers.items()}
+    #: the records as dicts, for the rules that look a pid up (agent/rules_hang, next_steps)
     f._ps_recs = {}
-    for r in recs:
-        pid = r.get("pid")
-        if not isinstance(pid, int):
-            continue
-        cmd = str(_get(r, "command", "args", "cmd", default=""))
+    for r in res.processes:
+        pid, cmd = r.pid, r.command
         line = _find_line(o["lines"], f" {pid} ", cmd[:40]) or _find_line(o["lines"], cmd[:60])
         f.procs[pid] = line or cmd
-        if r.get("building"):
+        if r.building:
             f.building_pids[pid] = f.procs[pid]
-        if r.get("busy_unknown"):
+        if r.busy_unknown:
             f.busy_unknown_pids[pid] = f.procs[pid]
-        stat = str(r.get("stat", ""))
-        zombie = stat.startswith("Z") or "<defunct>" in cmd
-        # the processes tool classifies servers from the engine registry; a record without that
-        # field (an older dump) is classified here by the same registry
-        if "server" in r:
-            engine, role, rank = r["server"], r.get("role"), r.get("rank")
-        else:
-            m = server_match(cmd)
-            engine, role, rank = m.engine, m.role, m.rank
-        rec = {**r, "server": engine, "role": role, "rank": rank, "zombie": zombie}
-        f._ps_recs[pid] = rec
+        zombie = r.stat.startswith("Z") or "<defunct>" in cmd
+        # the processes tool classifies servers from the engine registry (tools/engines.yaml)
+        engine, role = r.server, r.role
+        f._ps_recs[pid] = {**r.model_dump(mode="json"), "zombie": zombie}
         if not engine:
             continue
-        if r.get("ours") is False:
+        if r.ours is False:
             if not zombie:
                 f.other_launch_pids.append(pid)
             continue
@@ -498,16 +478,10 @@ def _tenancy(f: Facts) -> None:
             f.leftover_pids[pid] = "idle (sleeping, no CPU) while holding the GPU"
 
 
-def _disk(f: Facts, o: Observation) -> None:
-    """From the disk tool's typed result; a dump that is not one (a session stored by an older
-    version) falls back to reading its keys."""
-    d = o["data"]
+def _disk(f: Facts, o: Observation, _logs: LogReads) -> None:
+    res = typed(o, disk.Result)
     f.disk_available = True
     f.disk_obs = o["id"]
-    try:
-        res = disk.Result.model_validate(d)
-    except ValidationError:
-        return _disk_from_keys(f, o)
     shm = next((m for m in res.mounts if m.mount == "/dev/shm"), None)
     for m in [*res.mounts, *([res.shm] if res.shm and shm is None else [])]:
         line = _find_line(o["lines"], m.mount) if m.mount else ""
@@ -519,19 +493,13 @@ def _disk(f: Facts, o: Observation) -> None:
             f.full_mounts.append((m.mount, float(m.use_pct), line))
 
 
-def _disk_from_keys(f: Facts, o: Observation) -> None:
-    d = o["data"]
-    for m in _get(d, "mounts", "filesystems", default=[]) or []:
-        mount = str(_get(m, "mount", "mounted_on", default=""))
-        pct = _get(m, "use_pct", "use_percent")
-        try:
-            pct_f = float(str(pct).rstrip("%")) if pct is not None else None
-        except ValueError:
-            pct_f = None
-        line = _find_line(o["lines"], mount) if mount else ""
-        if mount == "/dev/shm":
-            f.shm_mib = _mib(_get(m, "size_mib", "size"))
-            f.shm_use_pct = pct_f
-            f.shm_line = line
-        elif pct_f is not None and pct_f >= disk.FULL_PCT:  # the disk tool's one number
-            f.full_mounts.append((mount, pct_f, line))
+#: Which tools' results facts are built from, and the reader of each: the tools whose spec
+#: declares `facts=(...)` (tests/agent/test_facts_typed.py holds the two together).
+READERS: dict[str, Callable[[Facts, Observation, LogReads], None]] = {
+    "gpu_status": _gpu,
+    "processes": _ps,
+    "dmesg": _dmesg,
+    "disk": _disk,
+    "ports": _ports,
+    "log_tail": _log_tail,
+}

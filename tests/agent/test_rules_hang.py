@@ -92,7 +92,8 @@ def test_autotune_error_lines_on_a_live_progressing_server_are_noise() -> None:
             "USER PID %CPU %MEM VSZ RSS TTY STAT START TIME COMMAND",
             "root 4242 99 1 1 1 ? Rl 10:00 1:00 python3 -m sglang.launch_server --port 30000",
         ],
-        data={
+        data={  # a processes result, as agent/facts reads it back (agent/typed_results.py)
+            "host": "h",
             "processes": [
                 {
                     "pid": 4242,
@@ -101,7 +102,7 @@ def test_autotune_error_lines_on_a_live_progressing_server_are_noise() -> None:
                     "server": "sglang",
                     "role": "main",
                 }
-            ]
+            ],
         },
         round=0,
     )
@@ -117,7 +118,7 @@ def test_autotune_error_lines_on_a_live_progressing_server_are_noise() -> None:
         args={"path": LOG},
         ok=True,
         lines=lines,
-        data={"size": 10},
+        data={"host": "h", "size": 10},
         round=0,
     )
     log2 = Observation(
@@ -129,7 +130,7 @@ def test_autotune_error_lines_on_a_live_progressing_server_are_noise() -> None:
             *lines,
             "Capturing batches (bs=16 avail_mem=19 GB):  78%|███████▊  | 11/14 [00:07<00:02]",
         ],
-        data={"size": 20},
+        data={"host": "h", "size": 20},
         round=1,
     )
     findings, facts = compute([ps, log, log2])

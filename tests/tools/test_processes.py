@@ -235,17 +235,20 @@ def _ps_obs(text: str, **identify_kw) -> dict:  # type: ignore[no-untyped-def]
 
 
 def _gpu_obs(pids: list[int]) -> dict:  # type: ignore[type-arg]
-    data = {
-        "gpus": [{"index": 0, "memory_used_mib": 60000, "memory_total_mib": 81559}],
-        "processes": [{"pid": p, "used_mib": 20000, "name": "python3"} for p in pids],
-    }
+    from tools import gpu_status
+
+    res = gpu_status.Result(
+        host="h",
+        gpus=[gpu_status.Gpu(index=0, memory_used_mib=60000, memory_total_mib=81559)],
+        processes=[gpu_status.GpuProcess(pid=p, used_mib=20000, name="python3") for p in pids],
+    )
     return {
         "id": "o2",
         "tool": "gpu_status",
         "args": {},
         "ok": True,
         "lines": [],
-        "data": data,
+        "data": res.model_dump(mode="json"),
         "round": 0,
     }
 
