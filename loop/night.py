@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from loop import configs, launcher
+from loop.effect import no_effect
 from loop.experiment import (
     Context,
     Diagnoser,
@@ -29,6 +30,7 @@ from loop.experiment import (
 from loop.ledger import (
     FAILED,
     MEASURED,
+    NO_EFFECT,
     TERMINAL,
     ExperimentRow,
     LeftChange,
@@ -557,6 +559,10 @@ class Night:
             if row.kind == "baseline":  # a re-check: as many runs as the first measurement
                 repeat = max(self.plan.baseline.noise_runs, self.plan.baseline.benchmark.repeat)
                 run_experiment(self._ctx(host), row, repeat=repeat)
+                continue
+            why = no_effect(self.plans[host.name], row.change, self.baselines[host.name], host)
+            if why:  # provably the baseline again: said so, not measured, never "discarded"
+                self.ledger.update(row.id, status=NO_EFFECT, phase="done", diagnosis=why)
                 continue
             done = run_experiment(self._ctx(host), row)
             self._classify(done)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from loop.experiment import reproduce
 from loop.knobs import describe
-from loop.ledger import FAILED, ExperimentRow, Ledger, NightRow
+from loop.ledger import FAILED, NO_EFFECT, ExperimentRow, Ledger, NightRow
 from loop.plan import Plan
 from loop.stats import compare, summarize
 from tools.bench_results import unit as unit_of
@@ -27,6 +27,7 @@ COLORS = {
     "hung": "#ea580c",
     "timeout": "#b45309",
     "skipped": "#d1d5db",
+    "no_effect": "#e5e7eb",
 }
 
 
@@ -192,6 +193,8 @@ def next_steps(rows: list[ExperimentRow], plan: Plan) -> list[str]:
             out.append(f"Decide on `{r.name}` ({describe(r.change)}) — failed with {why[:200]}")
         if r.status == "skipped":
             out.append(f"Run `{r.name}` next night: skipped ({r.diagnosis}).")
+        if r.status == NO_EFFECT:
+            out.append(f"Fix `{r.name}` so it reaches the server: {r.diagnosis}.")
     if not plan.search:
         out.append("Add a `search:` space around the best knob so TPE explores it after the plan.")
     return out
@@ -347,6 +350,10 @@ def write_report(ledger: Ledger, night: NightRow, plan: Plan) -> Path:
             f"{(r.slo or '-').replace('|', '/')} | {_fmt(r.duration_s)} | {diag} |"
         )
     lines += _all_metrics(rows)
+    void = [r for r in rows if r.status == NO_EFFECT]
+    if void:
+        lines += ["", "## No effective change", "", "Not launched: the server would not see them."]
+        lines += [""] + [f"- `{r.name}` ({describe(r.change)}): {r.diagnosis}" for r in void]
     lines += ["", "## Interruptions", ""]
     interrupted = [r for r in rows if _interrupted(r)]
     if not stops and not interrupted:
