@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from loop import configs, launcher
+from loop import combine, configs, launcher
 from loop.effect import no_effect
 from loop.experiment import (
     Context,
@@ -332,6 +332,7 @@ class Night:
                     self._classify(r, again=True)
         if self.plan.search:
             self._search()
+        combine.run(self)  # the compatible kept changes together, between two baselines
         if self.plan.budget.final_slot:
             self._final()
         self.ledger.update_night(self.night.id, status="done", ended=time.time())

@@ -250,9 +250,11 @@ class Plan(_Strict):
         if dupes:
             raise ValueError(f"duplicate experiment names: {dupes}")
         if "baseline" in names or any(
-            re.fullmatch(r"trial-\d+|final(-baseline)?", n) for n in names
+            re.fullmatch(r"trial-\d+|final(-baseline)?|combined(-baseline-[ab])?", n) for n in names
         ):
-            raise ValueError("experiment names 'baseline', 'final' and 'trial-N' are reserved")
+            raise ValueError(
+                "experiment names 'baseline', 'final', 'combined' and 'trial-N' are reserved"
+            )
         needs_file = any(e.env for e in self.experiments) or (
             self.search and any(p.knob.startswith("env:") for p in self.search.params)
         )

@@ -11,6 +11,8 @@ import html
 import time
 from pathlib import Path
 
+from loop.combine import COMBINED, candidates, compatible
+from loop.combine import report_lines as combination_lines
 from loop.experiment import reproduce
 from loop.knobs import describe
 from loop.ledger import FAILED, NO_EFFECT, ExperimentRow, Ledger, NightRow
@@ -157,27 +159,10 @@ def _fmt(v: float | None, digits: int = 1) -> str:
     return "-" if v is None else f"{v:.{digits}f}"
 
 
-def compatible(kept: list[ExperimentRow]) -> tuple[list[ExperimentRow], list[str]]:
-    """The kept changes that can go together, best first, and why the others cannot: two
-    changes that set one knob to different values are alternatives, not a combination."""
-    chosen: list[ExperimentRow] = []
-    knobs: dict[str, object] = {}
-    left_out: list[str] = []
-    for r in sorted(kept, key=lambda r: -(r.gain or 0.0)):
-        clash = [k for k, v in r.change.items() if k in knobs and knobs[k] != v]
-        if clash:
-            left_out.append(f"{r.name} (sets {', '.join(clash)} otherwise)")
-            continue
-        chosen.append(r)
-        knobs.update(r.change)
-    return chosen, left_out
-
-
 def next_steps(rows: list[ExperimentRow], plan: Plan) -> list[str]:
     out: list[str] = []
-    kept = [r for r in rows if r.status == "kept" and r.kind != "final"]
-    chosen, left_out = compatible(kept)
-    if len(chosen) > 1:
+    chosen, left_out = compatible(candidates(rows))
+    if len(chosen) > 1 and not any(r.name == COMBINED for r in rows):  # the night ran out
         names = ", ".join(r.name for r in chosen)
         merged = describe({k: v for r in chosen for k, v in r.change.items()})
         step = (
@@ -350,6 +335,7 @@ def write_report(ledger: Ledger, night: NightRow, plan: Plan) -> Path:
             f"{(r.slo or '-').replace('|', '/')} | {_fmt(r.duration_s)} | {diag} |"
         )
     lines += _all_metrics(rows)
+    lines += ["", *combination_lines(rows, plan)]
     void = [r for r in rows if r.status == NO_EFFECT]
     if void:
         lines += ["", "## No effective change", "", "Not launched: the server would not see them."]
