@@ -39,9 +39,10 @@ from loop.ledger import (
     study_storage,
 )
 from loop.plan import HostSpec, Plan, SearchParam, plan_digest
-from loop.slo import constraint_values, violations
+from loop.slo import violations
 from loop.stats import Z, compare, summarize
 from loop.stopping import Interrupted, interruptible
+from loop.sweep import point_slos, trial_constraints
 from tools.bench_results import unit
 from tools.config_store import unified_diff
 from tools.host import Host
@@ -501,7 +502,7 @@ class Night:
             "stats": f"{mine.describe(unit_)}; vs baseline {base.center:.4g}: "
             f"{cmp.describe(unit_)}",
         }
-        slos = self.plan.slos()
+        slos = point_slos(self.plan)  # at every load point when the plan sweeps
         if slos:
             broken = violations(slos, base_metrics, row.metrics)
             fields["slo"] = "; ".join(broken) if broken else "met"
@@ -654,7 +655,7 @@ class Night:
         if frozen.state != TrialState.RUNNING:
             return  # told before a kill: its constraints went with it
         _, base_metrics = self._baseline_values()
-        values = constraint_values(self.plan.slos(), base_metrics, row.metrics)
+        values = trial_constraints(self.plan, base_metrics, row.metrics)
         trial = Trial(study, frozen._trial_id)  # the ask/tell API has no lookup by number
         for c, v in zip(self.plan.constraints, values, strict=True):
             trial.set_constraint(c, v)

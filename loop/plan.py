@@ -31,6 +31,27 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+class LoadSweep(_Strict):
+    """Load points the benchmark runs at, each once per repeat (`vllm bench sweep` style).
+
+    The benchmark command says `{request_rate}` or `{concurrency}` where the point goes;
+    without it `--request-rate R` / `--max-concurrency C` (the flags of both `vllm bench
+    serve` and SGLang's `bench_serving`) are appended.
+    """
+
+    request_rates: list[float] | None = Field(None, min_length=1)
+    concurrencies: list[int] | None = Field(None, min_length=1)
+
+    @model_validator(mode="after")
+    def _one_axis(self) -> LoadSweep:
+        if (self.request_rates is None) == (self.concurrencies is None):
+            raise ValueError("load: give request_rates or concurrencies (one of them)")
+        points = self.request_rates or self.concurrencies or []
+        if any(p <= 0 for p in points) or len(set(points)) < len(points):
+            raise ValueError("load points must be positive and distinct")
+        return self
+
+
 class Timeouts(_Strict):
     ready_s: float = Field(600, gt=0, description="launch -> probe answers")
     stall_s: float = Field(180, gt=0, description="alive but log silent this long = hung")
@@ -213,6 +234,9 @@ class Plan(_Strict):
     minimize: str | None = Field(None, description="the metric to lower (p99_ttft_ms)")
     constraints: list[str] = Field(
         default_factory=list, description="SLOs every winner keeps: 'p99_ttft_ms <= 500'"
+    )
+    load: LoadSweep | None = Field(
+        None, description="benchmark at each of these load points; SLOs hold at every one"
     )
 
     @property

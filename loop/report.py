@@ -18,6 +18,7 @@ from loop.knobs import describe
 from loop.ledger import FAILED, NO_EFFECT, ExperimentRow, Ledger, NightRow
 from loop.plan import Plan
 from loop.stats import compare, summarize
+from loop.sweep import report_lines as sweep_lines
 from tools.bench_results import unit as unit_of
 
 COLORS = {
@@ -335,6 +336,7 @@ def write_report(ledger: Ledger, night: NightRow, plan: Plan) -> Path:
             f"{(r.slo or '-').replace('|', '/')} | {_fmt(r.duration_s)} | {diag} |"
         )
     lines += _all_metrics(rows)
+    lines += ["", *sweep_lines(rows, plan)]
     lines += ["", *combination_lines(rows, plan)]
     void = [r for r in rows if r.status == NO_EFFECT]
     if void:
