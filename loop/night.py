@@ -38,6 +38,7 @@ from loop.ledger import (
     open_ledger,
     study_storage,
 )
+from loop.pareto import directions, trial_values
 from loop.plan import HostSpec, Plan, SearchParam, plan_digest
 from loop.slo import violations
 from loop.stats import Z, compare, summarize
@@ -579,7 +580,7 @@ class Night:
         study = optuna.create_study(
             study_name=self.plan.search.study,
             storage=study_storage(self.state_dir),
-            direction="maximize" if self.plan.higher_is_better else "minimize",
+            **directions(self.plan),  # two objectives: a multi-objective study
             load_if_exists=True,
         )
         # A seeded sampler restarted after a kill would replay its random start-up sequence
@@ -640,10 +641,11 @@ class Night:
         from optuna.trial import TrialState
 
         study = getattr(self, "_study_obj", None) or self._study()
-        if row.status in MEASURED and row.metric_mean is not None:
+        values = trial_values(self.plan, row) if row.status in MEASURED else None
+        if values is not None:
             if self.plan.constraints and row.trial_number is not None:
                 self._constrain(study, row)
-            study.tell(row.trial_number, row.metric_mean, skip_if_finished=True)
+            study.tell(row.trial_number, values, skip_if_finished=True)
         else:
             study.tell(row.trial_number, state=TrialState.FAIL, skip_if_finished=True)
 

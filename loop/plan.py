@@ -231,7 +231,11 @@ class Plan(_Strict):
     policy: Policy = Field(default_factory=Policy)
     budget: Budget = Field(default_factory=Budget)
     maximize: str | None = Field(None, description="the metric to raise (output_throughput)")
-    minimize: str | None = Field(None, description="the metric to lower (p99_ttft_ms)")
+    minimize: str | None = Field(
+        None,
+        description="the metric to lower (p99_ttft_ms); with maximize too, the night has two "
+        "objectives: ranked by maximize, searched and reported as a Pareto front",
+    )
     constraints: list[str] = Field(
         default_factory=list, description="SLOs every winner keeps: 'p99_ttft_ms <= 500'"
     )
@@ -246,6 +250,13 @@ class Plan(_Strict):
         return self.maximize or self.minimize or b.metric_json_key or "metric"
 
     @property
+    def objectives(self) -> list[tuple[str, bool]]:
+        """(metric, higher is better) per objective: one, or two for a Pareto night."""
+        if self.maximize and self.minimize:
+            return [(self.maximize, True), (self.minimize, False)]
+        return [(self.objective, self.higher_is_better)]
+
+    @property
     def higher_is_better(self) -> bool:
         if self.maximize or self.minimize:
             return bool(self.maximize)
@@ -256,8 +267,8 @@ class Plan(_Strict):
 
     @model_validator(mode="after")
     def _objective(self) -> Plan:
-        if self.maximize and self.minimize:
-            raise ValueError("say maximize or minimize, not both")
+        if self.maximize and self.maximize == self.minimize:
+            raise ValueError(f"{self.maximize} cannot be both maximized and minimized")
         b = self.baseline.benchmark
         if not (self.maximize or self.minimize or b.metric_json_key or b.metric_regex):
             raise ValueError(

@@ -16,6 +16,7 @@ from loop.combine import report_lines as combination_lines
 from loop.experiment import reproduce
 from loop.knobs import describe
 from loop.ledger import FAILED, NO_EFFECT, ExperimentRow, Ledger, NightRow
+from loop.pareto import report_lines as pareto_lines
 from loop.plan import Plan
 from loop.stats import compare, summarize
 from loop.sweep import report_lines as sweep_lines
@@ -295,7 +296,13 @@ def write_report(ledger: Ledger, night: NightRow, plan: Plan) -> Path:
         "",
         f"- status: **{night.status}**{' — ' + night.note if night.note else ''}",
         f"- hosts: {', '.join(h.name for h in plan.host_specs())}; objective: {direction} "
-        f"`{plan.objective}`{f' ({u})' if u else ''}; SLOs: "
+        f"`{plan.objective}`{f' ({u})' if u else ''}"
+        + (
+            f" and minimize `{plan.minimize}` (Pareto front below)"
+            if plan.maximize and plan.minimize
+            else ""
+        )
+        + "; SLOs: "
         + (", ".join(f"`{c}`" for c in plan.constraints) or "none"),
         f"- baseline: {base.stats if base and base.stats else _fmt(bm)}; noise (2 robust σ): "
         f"{_fmt(night.noise)}",
@@ -337,6 +344,7 @@ def write_report(ledger: Ledger, night: NightRow, plan: Plan) -> Path:
         )
     lines += _all_metrics(rows)
     lines += ["", *sweep_lines(rows, plan)]
+    lines += ["", *pareto_lines(rows, plan, night, d)]
     lines += ["", *combination_lines(rows, plan)]
     void = [r for r in rows if r.status == NO_EFFECT]
     if void:
