@@ -81,3 +81,54 @@ def test_one_kept_change_is_not_combined(state: Path) -> None:
     assert COMBINED not in names and BEFORE not in names
     text = (state / "reports" / result.id / "report.md").read_text()
     assert "Not run: 1 change(s) kept, fewer than two that can go together." in text
+
+
+def test_kill_9_during_the_combination_then_resume(state: Path, tmp_path: Path) -> None:
+    """The combination is an experiment like any other: killed in its benchmark, the restart
+    re-runs it from scratch, once, and the night ends with every row done and nothing left."""
+    import signal
+    import subprocess
+    import time
+
+    import yaml
+
+    from loop.ledger import TERMINAL, Ledger
+    from tests.loop.conftest import REPO
+    from tests.loop.test_resume import _loop, _phase_of
+
+    plan = make_plan(state, EXPERIMENTS[:2], load_s=0.3, tokens=150)
+    plan.baseline.benchmark.command += " --clock model"
+    plan_file = tmp_path / "plan.yaml"
+    plan_file.write_text(yaml.safe_dump(plan.model_dump(mode="json")))
+    cfg = Path(plan.baseline.config_file or "")
+    before = cfg.read_bytes()
+    db = state / "ledger.db"
+    proc = subprocess.Popen(
+        _loop(plan_file, state), cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+    deadline, seen = time.monotonic() + 90, None
+    while time.monotonic() < deadline and proc.poll() is None:
+        seen = _phase_of(db, COMBINED)
+        if seen == "benchmark":
+            break
+        time.sleep(0.02)
+    assert seen == "benchmark", (
+        proc.stderr.read() if proc.poll() is not None and proc.stderr else ""
+    )
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(5)
+    done = subprocess.run(
+        _loop(plan_file, state), cwd=REPO, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    ledger = Ledger(db)
+    night = ledger.night()
+    assert night and night.status == "done"
+    rows = ledger.experiments(night.id)
+    assert [r.name for r in rows] == ["baseline", "bs-16", "mem-0.9", BEFORE, COMBINED, AFTER]
+    assert all(r.status in TERMINAL and r.phase == "done" for r in rows)
+    combo = next(r for r in rows if r.name == COMBINED)
+    assert combo.attempts - combo.remeasured == 2 and combo.metric_values  # re-run, measured
+    assert combo.status == "kept"
+    assert cfg.read_bytes() == before
+    assert launcher.marked_pids(LocalHost(), prefix=f"{plan.name}/") == []
