@@ -19,6 +19,7 @@ from loop.ledger import FAILED, NO_EFFECT, ExperimentRow, Ledger, NightRow
 from loop.pareto import report_lines as pareto_lines
 from loop.plan import Plan
 from loop.stats import compare, summarize
+from loop.sweep import point_slos
 from loop.sweep import report_lines as sweep_lines
 from tools.bench_results import unit as unit_of
 
@@ -278,13 +279,14 @@ def write_report(ledger: Ledger, night: NightRow, plan: Plan) -> Path:
         svg_chart(rows, night.noise, u, plan.objective, winner=best), encoding="utf-8"
     )
     charts = ["![objective per experiment](chart.svg)"]
-    for c in plan.slos():
+    for c in point_slos(plan):  # a sweep: one chart per load point, where the SLO is judged
         if c.metric == plan.objective:
             continue
-        name = f"chart-{c.metric}.svg"
+        name = "chart-" + c.metric.replace("@", "-at-").replace("=", "-") + ".svg"
         vals = {r.name: r.metrics.get(c.metric, []) for r in rows}
+        u_c = unit_of(c.metric.split("@")[0])
         (d / name).write_text(
-            svg_chart(rows, None, unit_of(c.metric), c.metric, vals, (str(c), c.bound), best),
+            svg_chart(rows, None, u_c, c.metric, vals, (str(c), c.bound), best),
             encoding="utf-8",
         )
         charts.append(f"![{c.metric} per experiment, SLO line]({name})")

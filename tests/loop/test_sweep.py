@@ -68,6 +68,9 @@ def test_a_change_must_meet_the_slo_at_every_load_point(state: Path) -> None:
     report = (state / "reports" / result.id / "report.md").read_text()
     assert "## Load sweep" in report
     assert "### concurrency=1" in report and "### concurrency=4" in report
+    chart = state / "reports" / result.id / "chart-p99_ttft_ms-at-concurrency-4.svg"
+    assert "SLO p99_ttft_ms@concurrency=4 &lt;= 200" in chart.read_text()
+    assert "(chart-p99_ttft_ms-at-concurrency-1.svg)" in report
     sweep = report.split("## Load sweep")[1]
     at1, at4 = sweep.split("### concurrency=1")[1].split("### concurrency=4")
     line1 = at1.split("| sched-aggressive | discarded |")[1].splitlines()[0]
