@@ -548,6 +548,7 @@ class Night:
                     for r in self.ledger.experiments(self.night.id)
                     if r.status == "pending"
                     and (r.kind == "ranked" or (r.kind == "baseline" and r.name != "baseline"))
+                    and (r.seq < combine.SEQ or host is self.hosts[0])  # A/B/A on one slot
                 ]
                 if not todo:
                     return
