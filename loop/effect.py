@@ -16,7 +16,7 @@ import shlex
 from typing import Any
 
 from loop.experiment import env_change, launch_command
-from loop.knobs import _PY_SETDEFAULT, read_env, read_flags, render, set_env
+from loop.knobs import read_env, read_flags, render, set_env, setdefault_only
 from loop.plan import Plan
 from tools.host import Host
 
@@ -76,8 +76,7 @@ def no_effect(
         if new == text or read_env(text).get(key) == want and read_env(new) == read_env(text):
             why.append(f"{key} is already {'unset' if want is None else repr(want)} in {path}")
             continue
-        line = next((ln for ln in new.splitlines() if f'"{key}"' in ln or f"'{key}'" in ln), "")
-        if key in inherited and _PY_SETDEFAULT.search(line):
+        if key in inherited and setdefault_only(new, key):
             src = "the plan's env" if key in plan.baseline.env else "the loop's env (allow-list)"
             why.append(
                 f"{key}={inherited[key]!r} is already in the server's environment ({src}); "

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from loop.effect import same_launch
+from loop.knobs import setdefault_only
 from loop.night import Night
 from tests.loop.conftest import make_plan
 
@@ -71,3 +72,11 @@ def test_void_changes_are_flagged_and_never_launched(
 )
 def test_same_launch_compares_meaning_not_text(a: str, b: str, same: bool) -> None:
     assert same_launch(a, b) is same
+
+
+def test_setdefault_only_knows_an_override_from_a_default() -> None:
+    site = 'import os\nos.environ.setdefault("A", "1")\nos.environ["B"] = "2"\n'
+    assert setdefault_only(site, "A") and not setdefault_only(site, "B")
+    assert not setdefault_only(site, "C")  # not set at all: nothing to shadow
+    assert not setdefault_only("export A=1\n", "A")
+    assert not setdefault_only(site + 'os.environ["A"] = "3"\n', "A")
