@@ -26,8 +26,8 @@ from loop.ledger import FAILED, ExperimentRow, Ledger
 from loop.plan import Plan
 from loop.preflight import run_preflight
 from loop.stopping import Interrupted
+from loop.sweep import measure
 from tools.benchmark import Args as BenchArgs
-from tools.benchmark import benchmark
 from tools.host import Host
 
 
@@ -264,8 +264,9 @@ def _launch_and_measure(
 
         _phase(ctx, row, "benchmark")
         b = plan.baseline.benchmark
-        br = benchmark(
+        br = measure(  # once per load point of the plan (or once)
             host,
+            plan.load,
             BenchArgs(
                 command=b.command,
                 workdir=plan.baseline.workdir,

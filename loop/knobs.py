@@ -54,6 +54,24 @@ def read_env(text: str) -> dict[str, str]:
     return out
 
 
+def setdefault_only(text: str, key: str) -> bool:
+    """Whether `text` sets `key` only through `os.environ.setdefault` (a value already in the
+    process environment wins), never by an assignment that overrides it."""
+    found = False
+    for line in text.splitlines():
+        if line.lstrip().startswith("#"):
+            continue
+        m = _PY_SETDEFAULT.search(line)
+        if m and m["key"] == key:
+            found = True
+            continue
+        a = _PY_ASSIGN.search(line)
+        e = _ENV_LINE.match(line) if "(" not in line else None
+        if (a and a["key"] == key) or (e and e["key"] == key):
+            return False
+    return found
+
+
 def set_env(text: str, key: str, value: Value) -> str:
     """`text` with `key` set to `value` (None removes it), in the file's own style."""
     lines = text.splitlines(keepends=True)

@@ -21,7 +21,7 @@ from pydantic import BaseModel, Field
 
 Status = Literal[
     "pending", "running", "ok", "kept", "discarded", "inconclusive", "failed", "hung",
-    "timeout", "skipped",
+    "timeout", "skipped", "no_effect",
 ]  # fmt: skip
 Phase = Literal[
     "pending", "preflight", "apply", "launch", "ready", "benchmark", "stop", "revert",
@@ -31,7 +31,11 @@ Phase = Literal[
 BEFORE_RESULT = {"preflight", "apply", "launch", "ready", "benchmark"}
 #: Phases after the result was recorded: a restart only finishes the cleanup (and diagnosis).
 AFTER_RESULT = {"stop", "revert", "diagnose"}
-TERMINAL = {"ok", "kept", "discarded", "inconclusive", "failed", "hung", "timeout", "skipped"}
+TERMINAL = {
+    "ok", "kept", "discarded", "inconclusive", "failed", "hung", "timeout", "skipped", "no_effect",
+}  # fmt: skip
+#: A change that provably changed nothing the server sees (loop/effect.py): never launched.
+NO_EFFECT = "no_effect"
 #: Statuses of a measured experiment (its metric is a result, whatever the verdict).
 MEASURED = ("ok", "kept", "discarded", "inconclusive")
 #: Terminal statuses that call for a diagnosis and a line under "Failures" in the report.

@@ -17,7 +17,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from loop import configs, launcher
+from loop import combine, configs, launcher
+from loop.effect import no_effect
 from loop.experiment import (
     Context,
     Diagnoser,
@@ -29,6 +30,7 @@ from loop.experiment import (
 from loop.ledger import (
     FAILED,
     MEASURED,
+    NO_EFFECT,
     TERMINAL,
     ExperimentRow,
     LeftChange,
@@ -36,10 +38,12 @@ from loop.ledger import (
     open_ledger,
     study_storage,
 )
+from loop.pareto import directions, trial_values
 from loop.plan import HostSpec, Plan, SearchParam, plan_digest
-from loop.slo import constraint_values, violations
+from loop.slo import violations
 from loop.stats import Z, compare, summarize
 from loop.stopping import Interrupted, interruptible
+from loop.sweep import point_slos, trial_constraints
 from tools.bench_results import unit
 from tools.config_store import unified_diff
 from tools.host import Host
@@ -330,6 +334,7 @@ class Night:
                     self._classify(r, again=True)
         if self.plan.search:
             self._search()
+        combine.run(self)  # the compatible kept changes together, between two baselines
         if self.plan.budget.final_slot:
             self._final()
         self.ledger.update_night(self.night.id, status="done", ended=time.time())
@@ -498,7 +503,7 @@ class Night:
             "stats": f"{mine.describe(unit_)}; vs baseline {base.center:.4g}: "
             f"{cmp.describe(unit_)}",
         }
-        slos = self.plan.slos()
+        slos = point_slos(self.plan)  # at every load point when the plan sweeps
         if slos:
             broken = violations(slos, base_metrics, row.metrics)
             fields["slo"] = "; ".join(broken) if broken else "met"
@@ -543,6 +548,7 @@ class Night:
                     for r in self.ledger.experiments(self.night.id)
                     if r.status == "pending"
                     and (r.kind == "ranked" or (r.kind == "baseline" and r.name != "baseline"))
+                    and (r.seq < combine.SEQ or host is self.hosts[0])  # A/B/A on one slot
                 ]
                 if not todo:
                     return
@@ -558,6 +564,10 @@ class Night:
                 repeat = max(self.plan.baseline.noise_runs, self.plan.baseline.benchmark.repeat)
                 run_experiment(self._ctx(host), row, repeat=repeat)
                 continue
+            why = no_effect(self.plans[host.name], row.change, self.baselines[host.name], host)
+            if why:  # provably the baseline again: said so, not measured, never "discarded"
+                self.ledger.update(row.id, status=NO_EFFECT, phase="done", diagnosis=why)
+                continue
             done = run_experiment(self._ctx(host), row)
             self._classify(done)
             self._remeasure(host, self.ledger.get(row.id) or done)
@@ -571,7 +581,7 @@ class Night:
         study = optuna.create_study(
             study_name=self.plan.search.study,
             storage=study_storage(self.state_dir),
-            direction="maximize" if self.plan.higher_is_better else "minimize",
+            **directions(self.plan),  # two objectives: a multi-objective study
             load_if_exists=True,
         )
         # A seeded sampler restarted after a kill would replay its random start-up sequence
@@ -632,10 +642,11 @@ class Night:
         from optuna.trial import TrialState
 
         study = getattr(self, "_study_obj", None) or self._study()
-        if row.status in MEASURED and row.metric_mean is not None:
+        values = trial_values(self.plan, row) if row.status in MEASURED else None
+        if values is not None:
             if self.plan.constraints and row.trial_number is not None:
                 self._constrain(study, row)
-            study.tell(row.trial_number, row.metric_mean, skip_if_finished=True)
+            study.tell(row.trial_number, values, skip_if_finished=True)
         else:
             study.tell(row.trial_number, state=TrialState.FAIL, skip_if_finished=True)
 
@@ -647,7 +658,7 @@ class Night:
         if frozen.state != TrialState.RUNNING:
             return  # told before a kill: its constraints went with it
         _, base_metrics = self._baseline_values()
-        values = constraint_values(self.plan.slos(), base_metrics, row.metrics)
+        values = trial_constraints(self.plan, base_metrics, row.metrics)
         trial = Trial(study, frozen._trial_id)  # the ask/tell API has no lookup by number
         for c, v in zip(self.plan.constraints, values, strict=True):
             trial.set_constraint(c, v)

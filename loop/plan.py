@@ -31,6 +31,27 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+class LoadSweep(_Strict):
+    """Load points the benchmark runs at, each once per repeat (`vllm bench sweep` style).
+
+    The benchmark command says `{request_rate}` or `{concurrency}` where the point goes;
+    without it `--request-rate R` / `--max-concurrency C` (the flags of both `vllm bench
+    serve` and SGLang's `bench_serving`) are appended.
+    """
+
+    request_rates: list[float] | None = Field(None, min_length=1)
+    concurrencies: list[int] | None = Field(None, min_length=1)
+
+    @model_validator(mode="after")
+    def _one_axis(self) -> LoadSweep:
+        if (self.request_rates is None) == (self.concurrencies is None):
+            raise ValueError("load: give request_rates or concurrencies (one of them)")
+        points = self.request_rates or self.concurrencies or []
+        if any(p <= 0 for p in points) or len(set(points)) < len(points):
+            raise ValueError("load points must be positive and distinct")
+        return self
+
+
 class Timeouts(_Strict):
     ready_s: float = Field(600, gt=0, description="launch -> probe answers")
     stall_s: float = Field(180, gt=0, description="alive but log silent this long = hung")
@@ -210,9 +231,16 @@ class Plan(_Strict):
     policy: Policy = Field(default_factory=Policy)
     budget: Budget = Field(default_factory=Budget)
     maximize: str | None = Field(None, description="the metric to raise (output_throughput)")
-    minimize: str | None = Field(None, description="the metric to lower (p99_ttft_ms)")
+    minimize: str | None = Field(
+        None,
+        description="the metric to lower (p99_ttft_ms); with maximize too, the night has two "
+        "objectives: ranked by maximize, searched and reported as a Pareto front",
+    )
     constraints: list[str] = Field(
         default_factory=list, description="SLOs every winner keeps: 'p99_ttft_ms <= 500'"
+    )
+    load: LoadSweep | None = Field(
+        None, description="benchmark at each of these load points; SLOs hold at every one"
     )
 
     @property
@@ -220,6 +248,13 @@ class Plan(_Strict):
         """The metric a change is ranked by."""
         b = self.baseline.benchmark
         return self.maximize or self.minimize or b.metric_json_key or "metric"
+
+    @property
+    def objectives(self) -> list[tuple[str, bool]]:
+        """(metric, higher is better) per objective: one, or two for a Pareto night."""
+        if self.maximize and self.minimize:
+            return [(self.maximize, True), (self.minimize, False)]
+        return [(self.objective, self.higher_is_better)]
 
     @property
     def higher_is_better(self) -> bool:
@@ -232,8 +267,8 @@ class Plan(_Strict):
 
     @model_validator(mode="after")
     def _objective(self) -> Plan:
-        if self.maximize and self.minimize:
-            raise ValueError("say maximize or minimize, not both")
+        if self.maximize and self.maximize == self.minimize:
+            raise ValueError(f"{self.maximize} cannot be both maximized and minimized")
         b = self.baseline.benchmark
         if not (self.maximize or self.minimize or b.metric_json_key or b.metric_regex):
             raise ValueError(
@@ -250,9 +285,11 @@ class Plan(_Strict):
         if dupes:
             raise ValueError(f"duplicate experiment names: {dupes}")
         if "baseline" in names or any(
-            re.fullmatch(r"trial-\d+|final(-baseline)?", n) for n in names
+            re.fullmatch(r"trial-\d+|final(-baseline)?|combined(-baseline-[ab])?", n) for n in names
         ):
-            raise ValueError("experiment names 'baseline', 'final' and 'trial-N' are reserved")
+            raise ValueError(
+                "experiment names 'baseline', 'final', 'combined' and 'trial-N' are reserved"
+            )
         needs_file = any(e.env for e in self.experiments) or (
             self.search and any(p.knob.startswith("env:") for p in self.search.params)
         )

@@ -11,11 +11,16 @@ import html
 import time
 from pathlib import Path
 
+from loop.combine import COMBINED, candidates, compatible
+from loop.combine import report_lines as combination_lines
 from loop.experiment import reproduce
 from loop.knobs import describe
-from loop.ledger import FAILED, ExperimentRow, Ledger, NightRow
+from loop.ledger import FAILED, NO_EFFECT, ExperimentRow, Ledger, NightRow
+from loop.pareto import report_lines as pareto_lines
 from loop.plan import Plan
 from loop.stats import compare, summarize
+from loop.sweep import point_slos
+from loop.sweep import report_lines as sweep_lines
 from tools.bench_results import unit as unit_of
 
 COLORS = {
@@ -27,6 +32,7 @@ COLORS = {
     "hung": "#ea580c",
     "timeout": "#b45309",
     "skipped": "#d1d5db",
+    "no_effect": "#e5e7eb",
 }
 
 
@@ -156,27 +162,10 @@ def _fmt(v: float | None, digits: int = 1) -> str:
     return "-" if v is None else f"{v:.{digits}f}"
 
 
-def compatible(kept: list[ExperimentRow]) -> tuple[list[ExperimentRow], list[str]]:
-    """The kept changes that can go together, best first, and why the others cannot: two
-    changes that set one knob to different values are alternatives, not a combination."""
-    chosen: list[ExperimentRow] = []
-    knobs: dict[str, object] = {}
-    left_out: list[str] = []
-    for r in sorted(kept, key=lambda r: -(r.gain or 0.0)):
-        clash = [k for k, v in r.change.items() if k in knobs and knobs[k] != v]
-        if clash:
-            left_out.append(f"{r.name} (sets {', '.join(clash)} otherwise)")
-            continue
-        chosen.append(r)
-        knobs.update(r.change)
-    return chosen, left_out
-
-
 def next_steps(rows: list[ExperimentRow], plan: Plan) -> list[str]:
     out: list[str] = []
-    kept = [r for r in rows if r.status == "kept" and r.kind != "final"]
-    chosen, left_out = compatible(kept)
-    if len(chosen) > 1:
+    chosen, left_out = compatible(candidates(rows))
+    if len(chosen) > 1 and not any(r.name == COMBINED for r in rows):  # the night ran out
         names = ", ".join(r.name for r in chosen)
         merged = describe({k: v for r in chosen for k, v in r.change.items()})
         step = (
@@ -192,6 +181,8 @@ def next_steps(rows: list[ExperimentRow], plan: Plan) -> list[str]:
             out.append(f"Decide on `{r.name}` ({describe(r.change)}) — failed with {why[:200]}")
         if r.status == "skipped":
             out.append(f"Run `{r.name}` next night: skipped ({r.diagnosis}).")
+        if r.status == NO_EFFECT:
+            out.append(f"Fix `{r.name}` so it reaches the server: {r.diagnosis}.")
     if not plan.search:
         out.append("Add a `search:` space around the best knob so TPE explores it after the plan.")
     return out
@@ -288,13 +279,14 @@ def write_report(ledger: Ledger, night: NightRow, plan: Plan) -> Path:
         svg_chart(rows, night.noise, u, plan.objective, winner=best), encoding="utf-8"
     )
     charts = ["![objective per experiment](chart.svg)"]
-    for c in plan.slos():
+    for c in point_slos(plan):  # a sweep: one chart per load point, where the SLO is judged
         if c.metric == plan.objective:
             continue
-        name = f"chart-{c.metric}.svg"
+        name = "chart-" + c.metric.replace("@", "-at-").replace("=", "-") + ".svg"
         vals = {r.name: r.metrics.get(c.metric, []) for r in rows}
+        u_c = unit_of(c.metric.split("@")[0])
         (d / name).write_text(
-            svg_chart(rows, None, unit_of(c.metric), c.metric, vals, (str(c), c.bound), best),
+            svg_chart(rows, None, u_c, c.metric, vals, (str(c), c.bound), best),
             encoding="utf-8",
         )
         charts.append(f"![{c.metric} per experiment, SLO line]({name})")
@@ -306,7 +298,13 @@ def write_report(ledger: Ledger, night: NightRow, plan: Plan) -> Path:
         "",
         f"- status: **{night.status}**{' — ' + night.note if night.note else ''}",
         f"- hosts: {', '.join(h.name for h in plan.host_specs())}; objective: {direction} "
-        f"`{plan.objective}`{f' ({u})' if u else ''}; SLOs: "
+        f"`{plan.objective}`{f' ({u})' if u else ''}"
+        + (
+            f" and minimize `{plan.minimize}` (Pareto front below)"
+            if plan.maximize and plan.minimize
+            else ""
+        )
+        + "; SLOs: "
         + (", ".join(f"`{c}`" for c in plan.constraints) or "none"),
         f"- baseline: {base.stats if base and base.stats else _fmt(bm)}; noise (2 robust σ): "
         f"{_fmt(night.noise)}",
@@ -347,6 +345,13 @@ def write_report(ledger: Ledger, night: NightRow, plan: Plan) -> Path:
             f"{(r.slo or '-').replace('|', '/')} | {_fmt(r.duration_s)} | {diag} |"
         )
     lines += _all_metrics(rows)
+    lines += ["", *sweep_lines(rows, plan)]
+    lines += ["", *pareto_lines(rows, plan, night, d)]
+    lines += ["", *combination_lines(rows, plan)]
+    void = [r for r in rows if r.status == NO_EFFECT]
+    if void:
+        lines += ["", "## No effective change", "", "Not launched: the server would not see them."]
+        lines += [""] + [f"- `{r.name}` ({describe(r.change)}): {r.diagnosis}" for r in void]
     lines += ["", "## Interruptions", ""]
     interrupted = [r for r in rows if _interrupted(r)]
     if not stops and not interrupted:
