@@ -184,6 +184,7 @@ def derive(observations: list[Observation]) -> Facts:
     _tenancy(f)
     _keep_plausible_workloads(f, log_reads)
     _writers_named_by_log(f, log_reads)
+    _other_ports(f, log_reads)
     for path, reads in log_reads.items():
         if len(reads) >= 2:
             (_, s0, t0), (oid, s1, t1) = reads[-2], reads[-1]
@@ -241,6 +242,46 @@ def _writers_named_by_log(f: Facts, log_reads: LogReads) -> None:
             f.server_main_pids.append(pid)
             f.log_writers.setdefault(path, []).append(pid)
             f.busy_unknown_pids.pop(pid, None)
+
+
+#: the port a launch serves on, as its log or its command line says it
+_LOG_PORT = re.compile(
+    r"(?:--port[ =]|\bport=|'port': |Uvicorn running on https?://[^\s/]+:)(\d{2,5})\b"
+)
+_CMD_PORT = re.compile(r"--port[ =](\d{2,5})\b")
+
+
+def _other_ports(f: Facts, log_reads: LogReads) -> None:
+    """A server launch given another port than the one the log under investigation names is
+    another launch: a second server (another team's, a test's) cannot keep this one "alive",
+    even where its fds cannot be read (another user's process)."""
+    if not f.server_main_pids or not log_reads:
+        return
+    ports = {
+        int(m.group(1))
+        for reads in log_reads.values()
+        for ln in reads[-1][2]
+        for m in _LOG_PORT.finditer(ln)
+    }
+    if len(ports) != 1:
+        return  # no port named, or several (a log of several launches): no verdict from ports
+    (ours,) = ports
+    theirs: set[int] = set()
+    for pid in f.server_main_pids:
+        rec = f._ps_recs.get(pid, {})
+        m = _CMD_PORT.search(str(rec.get("command") or ""))
+        if m and int(m.group(1)) != ours and rec.get("ours") is not True:
+            theirs.add(int(rec.get("launch") or pid))
+    if not theirs:
+        return
+    for pid in list(f.server_pids):
+        rec = f._ps_recs.get(pid, {})
+        if int(rec.get("launch") or pid) in theirs or pid in theirs:
+            f.server_pids.remove(pid)
+            for group in (f.server_main_pids, f.server_worker_pids):
+                if pid in group:
+                    group.remove(pid)
+            f.other_launch_pids.append(pid)
 
 
 def _dmesg(f: Facts, o: Observation, _logs: LogReads) -> None:

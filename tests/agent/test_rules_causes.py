@@ -185,3 +185,42 @@ def test_pinned_gpus_under_a_ready_multi_rank_server_get_the_liveness_check(tmp_
         tmp_path / "b",
     )
     assert r2.root_cause != "nccl_failure"
+
+
+def test_a_server_on_another_port_is_another_launch_not_ours_alive(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Our launch (port 30000) was SIGKILLed mid-load; a second server on port 31000 runs as
+    another user. Its fds are unreadable, but its port says it is not this launch."""
+    from agent.facts import derive
+    from agent.observe import run_many
+
+    log = (
+        "[2026-03-02 10:00:01] server_args=ServerArgs(model_path='/models/qwen', port=30000, tp_size=1)\n"
+        "[2026-03-02 10:00:05] Load weight begin. avail mem=78.83 GB\n"
+        "Loading safetensors checkpoint shards:  40% Completed | 2/5 [00:08<00:12,  4.1s/it]\n"
+    )
+    other = PS_IDLE + (
+        "alice     9120 99.0  3.1 9123456 4123456 ?      Sl   09:02   2:11 python3 -m sglang.launch_server --model-path /models/other --port 31000\n"
+    )
+    card = _card(
+        "sglang",
+        "my server vanished while loading",
+        ps=other,
+        nvidia_smi=GPU_CLEAN,
+        files={"/srv/s.log": log},
+        dmesg="",
+    )
+    host = ReplayHost(card)
+    obs = run_many(host, [("processes", {}), ("log_tail", {"path": "/srv/s.log"})], 1, 0)
+    f = derive(obs)
+    assert f.server_alive is False and 9120 in f.other_launch_pids, f.server_pids
+    r = _run(card, tmp_path)
+    assert r.root_cause == "killed_externally", r.summary
+    # control: the same process on our port is ours, and alive
+    same = other.replace("--port 31000", "--port 30000")
+    obs2 = run_many(
+        ReplayHost(_card("sglang", "s", ps=same, nvidia_smi=GPU_CLEAN, files={"/srv/s.log": log})),
+        [("processes", {}), ("log_tail", {"path": "/srv/s.log"})],
+        1,
+        0,
+    )
+    assert derive(obs2).server_alive is True
