@@ -179,8 +179,15 @@ class Result(ToolResult):
                 f"# could not read stdout/stderr of {self.fd_unreadable} processes of other "
                 "users (run as root or as the server's user to tie the log to its process)"
             )
-        if not [p for p in self.servers if p not in self.zombies] and self.ok:
+        live = [p for p in self.processes if p.server and not p.zombie]
+        if not live and self.ok:
             out.append("# no inference-server process is running")
+        elif live and self.ok and all(p.ours is False for p in live):
+            others = ", ".join(str(p.pid) for p in live[:6])
+            out.append(
+                "# no inference-server process of this launch is running "
+                f"(other launches: {others})"
+            )
         if self.gpu_pids_missing:
             out.append(f"# GPU pids not in this ps (container/namespace?): {self.gpu_pids_missing}")
         return bound_lines(out + super().lines())

@@ -112,6 +112,26 @@ def _wait(cond: Callable[[], object], timeout: float = 10.0) -> None:
         time.sleep(0.05)
 
 
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""  # gone since: a busy box starts and ends processes all the time
+
+
+def _children(ppid: int) -> list[int]:
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == ppid:
+                out.append(int(entry))
+    return out
+
+
 def _uid(pid: int) -> int | None:
     try:
         return os.stat(f"/proc/{pid}").st_uid
@@ -169,13 +189,7 @@ def test_a_server_piped_into_tee_is_the_writer_of_its_log(
     line = " ".join(staged.server_argv()) + f" 2>&1 | tee {log}"
     shell = staged.start(["bash", "-c", line])
     _wait(_grown(log))
-    server = next(
-        int(p)
-        for p in os.listdir("/proc")
-        if p.isdigit()
-        and b"sglang.launch_server" in Path(f"/proc/{p}/cmdline").read_bytes()
-        and int(p) != shell.pid
-    )
+    server = next(p for p in _children(shell.pid) if b"sglang.launch_server" in _cmdline(p))
     other = staged.start(staged.server_argv())
 
     obs = _observe(host, log)

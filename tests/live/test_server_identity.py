@@ -190,10 +190,10 @@ def test_only_the_staged_server_and_its_children_are_the_server(
     assert set(f.server_pids) - foreign == tree
     assert set(f.server_main_pids) - foreign == {box.server.pid}
     assert sorted(set(f.server_worker_pids) - foreign) == sorted(tree - {box.server.pid})
+    assert f.ranks_gone == []
     if not foreign:
-        assert f.server_engine == "sglang"
+        assert f.server_engine == "sglang" and f.log_ranks == [0, 1]
         assert [(r.rank, r.state) for r in f.ranks] == [(0, "alive"), (1, "alive")]
-    assert f.ranks_gone == [] and f.log_ranks == [0, 1]
 
 
 def test_killed_server_is_no_server_alive_beside_unrelated_jobs(
@@ -210,7 +210,11 @@ def test_killed_server_is_no_server_alive_beside_unrelated_jobs(
         f = derive(obs)
         assert f.ps_available and f.server_alive is False, obs[0]["lines"]
         assert f.server_pids == [] and f.ranks_gone == []
-        assert "# no inference-server process is running" in obs[0]["lines"]
+        # on a quiet box the tool says so itself; on a shared one other launches may run (the
+        # facts above still hold: their ports and fds say they are not this launch)
+        others = [r for r in obs[0]["data"]["processes"] if r["server"] and not r["zombie"]]
+        if not others:
+            assert "# no inference-server process is running" in obs[0]["lines"]
         if logs:
             assert obs[0]["data"]["log_writers"] == {str(box.log): []}
     assert all(p.poll() is None for p in box.others.values())
