@@ -41,9 +41,10 @@ def test_stream_arrives_while_open_and_pings_while_waiting(pinging: Live) -> Non
                     pings += 1
                 if pings >= 3:
                     break
-                assert time.monotonic() - t0 < 20, "no approval request / pings in 20 s"
+                # a guard against a hang, not a speed target (that is bench/'s business)
+                assert time.monotonic() - t0 < 120, "no approval request / pings in 120 s"
         # The response never ended (the run is paused), yet its events arrived: not buffered.
-        assert got_request_at is not None and got_request_at - t0 < 10
+        assert got_request_at is not None
         assert pings >= 3
         assert wait_status(c, sid, ("awaiting_approval",))["phase"] == "awaiting_approval"
 
