@@ -12,11 +12,10 @@ import re
 from functools import lru_cache
 from pathlib import Path
 
-import yaml
-
 from agent.state import Finding, Hypothesis
 from agent.thresholds import THRESHOLDS
 from cards.taxonomy import TAXONOMY
+from tools import yamlio
 
 #: where a hypothesis counts as supported / refuted (agent/knowledge/thresholds.yaml)
 SUPPORTED_AT = THRESHOLDS.board.supported_at
@@ -25,7 +24,7 @@ REFUTED_AT = THRESHOLDS.board.refuted_at
 
 @lru_cache(maxsize=1)
 def _rivals() -> dict:
-    return yaml.safe_load((Path(__file__).parent / "knowledge" / "rivals.yaml").read_text())
+    return yamlio.safe_load((Path(__file__).parent / "knowledge" / "rivals.yaml").read_text())
 
 
 def alluded(text: str) -> list[str]:
@@ -93,7 +92,7 @@ def build(
 
 @lru_cache(maxsize=1)
 def _explains() -> dict[str, list[str]]:
-    return yaml.safe_load((Path(__file__).parent / "knowledge" / "explains.yaml").read_text())
+    return yamlio.safe_load((Path(__file__).parent / "knowledge" / "explains.yaml").read_text())
 
 
 def _explain(board: dict[str, Hypothesis]) -> None:
@@ -121,7 +120,7 @@ def _explain(board: dict[str, Hypothesis]) -> None:
 
 @lru_cache(maxsize=1)
 def _exclusive() -> list[list[str]]:
-    return yaml.safe_load((Path(__file__).parent / "knowledge" / "exclusive.yaml").read_text())
+    return yamlio.safe_load((Path(__file__).parent / "knowledge" / "exclusive.yaml").read_text())
 
 
 def _exclude(board: dict[str, Hypothesis], findings: list[Finding]) -> None:
@@ -169,7 +168,7 @@ def ranked(board: dict[str, Hypothesis]) -> list[Hypothesis]:
 
 @lru_cache(maxsize=1)
 def _causes() -> dict[str, list[str]]:
-    return yaml.safe_load((Path(__file__).parent / "knowledge" / "causes.yaml").read_text())
+    return yamlio.safe_load((Path(__file__).parent / "knowledge" / "causes.yaml").read_text())
 
 
 def related(a: str, b: str) -> bool:

@@ -12,11 +12,11 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel
 
 from agent.facts import Facts, derive
 from agent.state import Hypothesis, Observation
+from tools import yamlio
 from tools.log_window import max_window_s
 
 LOG_NAME = re.compile(r"(?i)(\.log|\.out|\.err|nohup|/logs?/[^/]+$|\.txt$)")
@@ -43,7 +43,7 @@ class CheckOption(BaseModel):
 
 @lru_cache(maxsize=1)
 def _data() -> list[Any]:
-    return yaml.safe_load((Path(__file__).parent / "knowledge" / "checks.yaml").read_text())
+    return yamlio.safe_load((Path(__file__).parent / "knowledge" / "checks.yaml").read_text())
 
 
 def catalogue() -> list[dict[str, Any]]:
@@ -186,6 +186,21 @@ def hub_caches(observations: list[Observation]) -> list[str]:
     return list(dict.fromkeys(out))
 
 
+def _memory_would_tell(facts: Facts, observations: list[Observation]) -> bool:
+    """A silent log over busy GPUs, where nothing better already tells working from stuck: not
+    when a pinned GPU's peer sits idle (a collective waiting for it), nor when the stacks were
+    read (they say where it waits). Watching memory costs up to a minute of a real hang."""
+    from agent.rules_hang import pinned_gpus
+
+    quiet = bool(facts.log_growth) and not any(facts.log_growth.values())
+    if not quiet or not any((g.util_pct or 0) >= 90 for g in facts.gpus):
+        return False
+    pinned, idle = pinned_gpus(facts)
+    if pinned and idle:
+        return False
+    return not any(o["tool"] == "py_stacks" and o["ok"] for o in observations)
+
+
 def options(
     observations: list[Observation], board: dict[str, Hypothesis], done: list[str]
 ) -> list[CheckOption]:
@@ -232,9 +247,9 @@ def options(
             model = hub_model(observations) if facts.server_alive else None
             args = {"model": model, "caches": hub_caches(observations)} if model else None
         elif need == "silent_gpus":
-            quiet = bool(facts.log_growth) and not any(facts.log_growth.values())
-            busy = any((g.util_pct or 0) >= 90 for g in facts.gpus)
-            args = {"watch_s": 2 * max_window_s()} if quiet and busy else None
+            args = (
+                {"watch_s": 2 * max_window_s()} if _memory_would_tell(facts, observations) else None
+            )
         elif need == "gpu_busy":
             args = {} if _gpu_busy(observations) else None
         elif need == "known_good_config":

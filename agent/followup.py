@@ -17,11 +17,11 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, Field
 
 from agent.change_diff import changed_lines, config_diff
 from agent.models import ApprovalRequest
+from tools import yamlio
 from tools.taxonomy import TAXONOMY
 
 MAX_QUOTE = 200
@@ -155,7 +155,7 @@ def _change(tool: str, args: dict[str, Any], why: str, state: Any, obs: list[Any
 # -- what is asked ---------------------------------------------------------------------------------
 @lru_cache(maxsize=1)
 def _patterns() -> dict[str, re.Pattern[str]]:
-    raw = yaml.safe_load((Path(__file__).parent / "knowledge" / "questions.yaml").read_text())
+    raw = yamlio.safe_load((Path(__file__).parent / "knowledge" / "questions.yaml").read_text())
     return {k: re.compile(v) for k, v in raw.items()}
 
 

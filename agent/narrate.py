@@ -12,9 +12,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from agent.models import Event, Report
+from tools import yamlio
 
 #: first word of a check's `says` -> how a sentence about doing it starts
 _GERUND = {
@@ -31,7 +30,7 @@ _CLAUSE = re.compile(r"\{(\w+): ([^{}]*(?:\{\w+\}[^{}]*)*)\}")
 
 @lru_cache(maxsize=1)
 def _steps() -> dict[str, str]:
-    return dict(yaml.safe_load((Path(__file__).parent / "knowledge" / "steps.yaml").read_text()))
+    return dict(yamlio.safe_load((Path(__file__).parent / "knowledge" / "steps.yaml").read_text()))
 
 
 def _short(key: str, value: Any) -> str:

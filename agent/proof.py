@@ -13,8 +13,9 @@ import re
 from functools import lru_cache
 from pathlib import Path
 
-import yaml
 from pydantic import BaseModel
+
+from tools import yamlio
 
 #: A cited fragment shorter than this is not a quote ("E", "error"): it proves nothing.
 MIN_FRAGMENT = 16
@@ -55,7 +56,7 @@ def _any(patterns: list[str]) -> re.Pattern[str]:
 
 @lru_cache(maxsize=1)
 def _rx() -> dict[str, re.Pattern[str]]:
-    raw = yaml.safe_load(
+    raw = yamlio.safe_load(
         (Path(__file__).parent / "knowledge" / "structure.yaml").read_text(encoding="utf-8")
     )
     s = _Structure.model_validate(raw)
@@ -124,7 +125,7 @@ def kind_in_context(lines: list[str], index: int) -> str | None:
 
 @lru_cache(maxsize=1)
 def _log_pid_rx() -> tuple[re.Pattern[str], ...]:
-    raw = yaml.safe_load(
+    raw = yamlio.safe_load(
         (Path(__file__).parent / "knowledge" / "structure.yaml").read_text(encoding="utf-8")
     )
     return tuple(re.compile(p) for p in _Structure.model_validate(raw).log_pid)
@@ -161,7 +162,7 @@ def wait_message(line: str) -> bool:
 
 @lru_cache(maxsize=1)
 def _hints() -> tuple[tuple[str, re.Pattern[str]], ...]:
-    raw = yaml.safe_load(
+    raw = yamlio.safe_load(
         (Path(__file__).parent / "knowledge" / "structure.yaml").read_text(encoding="utf-8")
     )
     return tuple(

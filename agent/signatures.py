@@ -14,11 +14,10 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-import yaml
 from pydantic import BaseModel, Field, PrivateAttr, field_validator, model_validator
 
 from cards.taxonomy import LABELS
-from tools import engines
+from tools import engines, yamlio
 
 Strength = Literal["fatal", "strong", "weak", "progress", "ready"]
 KB_DIR = Path(__file__).with_name("knowledge")
@@ -153,7 +152,7 @@ def load_signatures(directory: Path = KB_DIR) -> tuple[Signature, ...]:
     """Every *.yaml under knowledge/signatures/ (one file per engine or theme)."""
     out: list[Signature] = []
     for path in sorted((directory / "signatures").glob("*.yaml")):
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        data = yamlio.safe_load(path.read_text(encoding="utf-8")) or {}
         try:
             out.extend(SignatureFile.model_validate(data).signatures)
         except ValueError as exc:

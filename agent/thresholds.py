@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import yaml
 from pydantic import BaseModel, ConfigDict, model_validator
+
+from tools import yamlio
 
 PATH = Path(__file__).with_name("knowledge") / "thresholds.yaml"
 
@@ -123,7 +124,7 @@ class Thresholds(_Strict):
 
 
 def load(path: Path = PATH) -> Thresholds:
-    return Thresholds.model_validate(yaml.safe_load(path.read_text(encoding="utf-8")))
+    return Thresholds.model_validate(yamlio.safe_load(path.read_text(encoding="utf-8")))
 
 
 THRESHOLDS = load()

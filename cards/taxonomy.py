@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import yaml
+from tools import yamlio
 
-TAXONOMY: dict[str, str] = yaml.safe_load((Path(__file__).with_name("taxonomy.yaml")).read_text())
+TAXONOMY: dict[str, str] = yamlio.safe_load((Path(__file__).with_name("taxonomy.yaml")).read_text())
 LABELS: tuple[str, ...] = tuple(TAXONOMY)

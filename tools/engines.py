@@ -19,8 +19,9 @@ from functools import cache
 from pathlib import Path
 from typing import Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from tools import yamlio
 
 REGISTRY = Path(__file__).with_name("engines.yaml")
 
@@ -129,7 +130,7 @@ class Registry(BaseModel):
 @cache
 def registry(path: str | None = None) -> Registry:
     """The registry, validated once per process (a bad pattern fails loudly, naming it)."""
-    data = yaml.safe_load(Path(path or REGISTRY).read_text(encoding="utf-8"))
+    data = yamlio.safe_load(Path(path or REGISTRY).read_text(encoding="utf-8"))
     return Registry.model_validate(data)
 
 

@@ -11,14 +11,13 @@ import re
 from functools import lru_cache
 from pathlib import Path
 
-import yaml
-
 from agent.board import alluded, ranked
 from agent.brains.base import BrainContext
 from agent.followup import Answer, Known
 from agent.signatures import load_signatures
 from agent.state import Action, State
 from agent.thresholds import THRESHOLDS
+from tools import yamlio
 
 _R = THRESHOLDS.rulebook  # agent/knowledge/thresholds.yaml
 MIN_CHECK_VALUE = _R.min_check_value
@@ -28,7 +27,7 @@ CONCLUDE_SCORE, CONCLUDE_MARGIN = _R.conclude_score, _R.conclude_margin
 
 @lru_cache(maxsize=1)
 def _followups() -> dict[str, str]:
-    return yaml.safe_load((Path(__file__).parents[1] / "knowledge" / "followups.yaml").read_text())
+    return yamlio.safe_load((Path(__file__).parents[1] / "knowledge" / "followups.yaml").read_text())
 
 
 def next_step_for(state: State) -> str:
