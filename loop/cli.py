@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from loop.experiment import Diagnoser
 from loop.ledger import Ledger, NightRow, open_ledger
 from loop.night import Night, agent_diagnoser, default_state_dir, loop_alive
 from loop.plan import Plan, PlanError, load_plan
@@ -129,13 +130,40 @@ def run_cmd(
     state: Path = typer.Option(None, help="state dir (ledger, logs, reports)"),
     no_diagnose: bool = typer.Option(False, help="skip the investigating agent on failures"),
     quiet: bool = typer.Option(False, help="no live table"),
+    worker: bool = typer.Option(
+        False, help="one of several workers sharing the night in PIVOT_DATABASE_URL"
+    ),
+    slot: str = typer.Option(None, help="with --worker: the plan's host this worker drives"),
 ) -> None:
     """Run (or resume) the night described by PLAN_PATH."""
     plan = _load(plan_path)
     state_dir = state or default_state_dir() / plan.name
-    night = Night(plan, state_dir, diagnoser=None if no_diagnose else agent_diagnoser())
+    diagnoser = None if no_diagnose else agent_diagnoser()
+    night = (
+        _worker(plan, state_dir, slot, diagnoser)
+        if worker
+        else Night(plan, state_dir, diagnoser=diagnoser)
+    )
     result = _run_or_stop(night, live=not quiet)
     console.print(f"night {result.id}: {result.status}; report: {_latest(state_dir)}")
+
+
+def _worker(plan: Plan, state_dir: Path, slot: str | None, diagnoser: Diagnoser | None) -> Night:
+    """A fleet worker (loop/workers.py), or one clear line on why it cannot be one."""
+    from agent.settings import Settings
+    from loop.workers import FleetWorker
+
+    if not Settings().database_url:
+        print(
+            "pivot loop: --worker shares the night through PostgreSQL: set PIVOT_DATABASE_URL",
+            file=sys.stderr,
+        )
+        raise typer.Exit(2)
+    try:
+        return FleetWorker(plan, state_dir, slot=slot, diagnoser=diagnoser)
+    except PlanError as exc:
+        print(f"pivot loop: {exc}", file=sys.stderr)
+        raise typer.Exit(2) from None
 
 
 def _load(plan_path: Path, variables: dict[str, str] | None = None) -> Plan:

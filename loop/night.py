@@ -400,7 +400,7 @@ class Night:
         row as it was, and the next start recovers it again.
         """
         actions: list[str] = []
-        for row in self.ledger.experiments(self.night.id):
+        for row in self._own(self.ledger.experiments(self.night.id)):
             # Taken but not started (killed between marking it and its first phase): a ranked
             # row marked running, or any search row, whose trial is asked in the study.
             taken = row.phase == "pending" and (row.status == "running" or row.kind == "search")
@@ -443,6 +443,10 @@ class Night:
         for host in self.hosts:
             actions += self._revert_all(host)
         return actions
+
+    def _own(self, rows: list[ExperimentRow]) -> list[ExperimentRow]:
+        """The rows this process answers for: all of them (a fleet worker: its slot's)."""
+        return rows
 
     def _recover_step(self, row: ExperimentRow, step: str) -> None:
         """Tell the phase hook where recovery is (the crash tests kill the loop here)."""

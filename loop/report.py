@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 from loop.experiment import reproduce
+from loop.fleet import fleet_lines
 from loop.knobs import describe
 from loop.ledger import FAILED, ExperimentRow, Ledger, NightRow
 from loop.plan import Plan
@@ -389,6 +390,7 @@ def write_report(ledger: Ledger, night: NightRow, plan: Plan) -> Path:
             "",
         ]
     lines += left_in_place(night, rows)
+    lines += fleet_lines(ledger, night.id)  # several workers: who ran what, who was lost
     lines += ["## What to try next", ""] + [f"- {s}" for s in next_steps(rows, plan)]
     path = d / "report.md"
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")

@@ -1,0 +1,37 @@
+"""A fleet worker that SIGKILLs itself in the benchmark of the first TPE trial it runs.
+
+The kill comes from the loop's own `on_phase` hook, right after the phase is committed, so it
+lands mid-trial every time (a poll from outside can miss it). SIGKILL: no `finally`, no atexit,
+the worker's server and its changed config left as they are for the fleet to clean.
+
+    python -m tests.loop._worker_driver PLAN STATE SLOT
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+from pathlib import Path
+
+from loop.ledger import ExperimentRow
+from loop.plan import load_plan
+from loop.workers import FleetWorker
+
+
+def main() -> None:
+    plan_path, state, slot = sys.argv[1:4]
+
+    def hook(row: ExperimentRow, now: str) -> None:
+        if row.kind == "search" and now == "benchmark" and row.attempts == 1:
+            print(f"killing in {row.name} {now}", flush=True)
+            threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGKILL)).start()
+
+    FleetWorker(load_plan(Path(plan_path)), state, slot=slot, on_phase=hook).run()
+    print("the night ended before this worker ran a trial", flush=True)
+    sys.exit(3)
+
+
+if __name__ == "__main__":
+    main()

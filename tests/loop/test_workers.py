@@ -1,0 +1,199 @@
+"""Three `pivot loop run --worker` processes on one night in a real PostgreSQL; one SIGKILLed.
+
+Each worker drives its own emulator (own port, own config file with its own bytes), as three
+machines would; they share the ledger and the Optuna study through PIVOT_DATABASE_URL. Worker
+slot-c dies in the benchmark of its first TPE trial: its lease runs out, a live worker stops its
+server, reverts its config, FAILs its trial and re-queues the params, which run once elsewhere.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import optuna
+import yaml
+
+from loop import launcher
+from loop.fleet import FleetBoard
+from loop.ledger import MEASURED, TERMINAL, study_storage
+from loop.ledger_pg import PgLedger
+from loop.plan import Plan
+from loop.preflight import port_listeners
+from tests.loop.conftest import PY, REPO
+from tests.loop.test_hosts import _slot
+from tests.postgres import Postgres
+from tools.local_host import LocalHost
+
+TRIALS = 4
+RANKED = ["proto-simple", "graph-bs-16", "channels-8"]
+
+
+def _plan(state: Path) -> tuple[Plan, dict[str, Path]]:
+    slots = {}
+    specs = []
+    for i, name in enumerate(("slot-a", "slot-b", "slot-c")):
+        spec, cfg = _slot(state, name, f"# {name}\n" * i)
+        specs.append(spec)
+        slots[name] = cfg
+    emu = f"{PY} -m loop.emulator --port {{port}} --mem-fraction-static 0.55"
+    plan = Plan.model_validate(
+        {
+            "name": f"fleet-{os.getpid()}-{int(time.time())}",
+            "hosts": specs,
+            "baseline": {
+                "launch": f"{emu} --load-seconds 0.3 --spawn-orphan",
+                "workdir": str(REPO),
+                "env": {"PYTHONPATH": f"{slots['slot-a'].parent}:{REPO}", "EMULATOR_GPU_ARCH": "sm120"},
+                "config_file": str(slots["slot-a"]),
+                "port": specs[0]["port"],
+                "ready_url": "http://127.0.0.1:{port}/health",
+                "benchmark": {
+                    "command": f"{emu} --bench-client --requests 2 --tokens 60",
+                    "metric_json_key": "output_throughput",
+                    "repeat": 2,
+                },
+                "noise_runs": 3,
+                "timeouts": {"ready_s": 30, "stall_s": 3, "benchmark_s": 30, "experiment_s": 60},
+                "remeasure": False,  # one run per experiment: "ran once" is then exact
+            },
+            "experiments": [
+                {"name": "proto-simple", "env": {"NCCL_PROTO": "Simple"}},
+                {"name": "graph-bs-16", "flags": {"--cuda-graph-max-bs": 16}},
+                {"name": "channels-8", "env": {"NCCL_MAX_NCHANNELS": "8"}},
+            ],
+            "search": {
+                "study": "fleet",
+                "trials": TRIALS,
+                "seed": 5,
+                "params": [
+                    # channel counts all differ from the baseline's 16: every trial edits the file
+                    {"knob": "env:NCCL_MAX_NCHANNELS", "type": "categorical", "choices": ["4", "8"]},
+                    {"knob": "flag:--cuda-graph-max-bs", "type": "int", "low": 8, "high": 64},
+                ],
+            },
+            "policy": {"kill_leftovers": True, "stop_grace_s": 1},
+            "budget": {"night_s": 600, "final_slot": False},
+        }
+    )  # fmt: skip
+    return plan, slots
+
+
+def _worker(plan_file: Path, state: Path, slot: str) -> list[str]:
+    return [
+        sys.executable, "-m", "agent.cli", "loop", "run", str(plan_file), "--state", str(state),
+        "--quiet", "--no-diagnose", "--worker", "--slot", slot,
+    ]  # fmt: skip
+
+
+def test_three_workers_share_a_night_and_survive_a_sigkill(
+    tmp_path: Path, postgres: Postgres
+) -> None:
+    url = postgres.new_database()
+    env = {
+        **os.environ,
+        "PIVOT_DATABASE_URL": url,
+        "PIVOT_HOME": str(tmp_path / "home"),
+        "PIVOT_LOOP_HEARTBEAT_S": "0.5",
+        "PIVOT_LOOP_LEASE_S": "3",
+    }
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    plan, cfgs = _plan(shared)
+    before = {name: cfg.read_bytes() for name, cfg in cfgs.items()}
+    assert len(set(before.values())) == 3  # three hosts, three different baselines
+    plan_file = tmp_path / "plan.yaml"
+    plan_file.write_text(yaml.safe_dump(plan.model_dump(mode="json")))
+    states = {name: tmp_path / f"state-{name}" for name in cfgs}
+    killed_cmd = [sys.executable, "-m", "tests.loop._worker_driver", str(plan_file)]
+    procs = {
+        "slot-a": subprocess.Popen(_worker(plan_file, states["slot-a"], "slot-a"), cwd=REPO, env=env,
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True),
+        "slot-b": subprocess.Popen(_worker(plan_file, states["slot-b"], "slot-b"), cwd=REPO, env=env,
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True),
+        "slot-c": subprocess.Popen([*killed_cmd, str(states["slot-c"]), "slot-c"], cwd=REPO, env=env,
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True),
+    }  # fmt: skip
+    out: dict[str, tuple[int, str, str]] = {}
+    try:
+        for name, p in procs.items():
+            so, se = p.communicate(timeout=400)
+            out[name] = (p.returncode, so, se)
+    finally:
+        for p in procs.values():
+            if p.poll() is None:
+                p.kill()
+                p.wait(5)
+    assert out["slot-c"][0] == -9, out["slot-c"]
+    assert "killing in trial-" in out["slot-c"][1]
+    for name in ("slot-a", "slot-b"):
+        assert out[name][0] == 0, (name, out[name][2][-3000:])
+
+    ledger = PgLedger(url)
+    night = ledger.night()
+    assert night is not None and night.status == "done", night
+    rows = {r.name: r for r in ledger.experiments(night.id)}
+    assert all(r.status in TERMINAL and r.phase == "done" for r in rows.values()), rows
+    # every ranked experiment ran exactly once, the baseline too; all three workers worked
+    for name in ["baseline", *RANKED]:
+        assert rows[name].attempts == 1, (name, rows[name].attempts)
+        assert rows[name].status in MEASURED, (name, rows[name].status, rows[name].diagnosis)
+    assert {r.host for r in rows.values()} == {"slot-a", "slot-b", "slot-c"}
+
+    # the search: C's trial FAIL, its params asked again once and finished by another worker
+    trials = optuna.load_study(study_name="fleet", storage=study_storage(tmp_path, url)).trials
+    failed = [t for t in trials if t.state == optuna.trial.TrialState.FAIL]
+    assert len(failed) == 1
+    # asked again = popped from Optuna's queue with the failed trial's params
+    again = [t for t in trials if t.system_attrs.get("fixed_params") == failed[0].params]
+    assert len(again) == 1 and again[0].state == optuna.trial.TrialState.COMPLETE
+    assert sum(t.state == optuna.trial.TrialState.COMPLETE for t in trials) == TRIALS
+    assert len(trials) == TRIALS + 1
+    lost = rows[f"trial-{failed[0].number}"]
+    assert lost.host == "slot-c" and lost.status == "failed"
+    assert "worker slot-c lost" in (lost.diagnosis or "")
+    rerun = rows[f"trial-{again[0].number}"]
+    assert rerun.host != "slot-c" and rerun.change == lost.change and rerun.metric_mean
+    search_rows = [r for r in rows.values() if r.kind == "search"]
+    assert len(search_rows) == TRIALS + 1
+    assert sorted(r.trial_number for r in search_rows) == sorted(t.number for t in trials)
+
+    board = FleetBoard(ledger)
+    status = {w.name: w.status for w in board.workers(night.id)}
+    assert status == {"slot-a": "done", "slot-b": "done", "slot-c": "lost"}
+    assert [q.exp_id for q in board.requeues(night.id)] == [lost.id]
+
+    # every host back to its own baseline bytes; nothing of the night left running
+    for name, cfg in cfgs.items():
+        assert cfg.read_bytes() == before[name], name
+    local = LocalHost()
+    assert launcher.marked_pids(local, prefix=f"{plan.name}/") == []
+    for spec in plan.host_specs():
+        assert not port_listeners(local, spec.port or 0), spec.name
+
+    # the morning report, in each surviving worker's state dir, covers the whole fleet
+    for name in ("slot-a", "slot-b"):
+        report = Path((states[name] / "latest-report.txt").read_text().strip())
+        assert report.is_relative_to(states[name])
+        text = report.read_text()
+        assert "## Fleet" in text and "taken back from slot-c" in text
+        assert "| slot-c |" in text and "lost" in text
+        for r in rows.values():
+            assert f"| {r.name}" in text, r.name
+    ledger.close()
+
+
+def test_worker_without_a_team_database_says_so(tmp_path: Path) -> None:
+    plan, _ = _plan(tmp_path)
+    plan_file = tmp_path / "plan.yaml"
+    plan_file.write_text(yaml.safe_dump(plan.model_dump(mode="json")))
+    env = {k: v for k, v in os.environ.items() if k != "PIVOT_DATABASE_URL"}
+    r = subprocess.run(
+        _worker(plan_file, tmp_path / "s", "slot-a"),
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert r.returncode == 2
+    assert "PIVOT_DATABASE_URL" in r.stderr
