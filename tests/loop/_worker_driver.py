@@ -1,10 +1,11 @@
-"""A fleet worker that SIGKILLs itself in the benchmark of the first TPE trial it runs.
+"""A fleet worker that SIGKILLs itself in the benchmark of the first experiment of KIND it runs
+(`search`: a TPE trial; `ranked`: a ranked experiment).
 
 The kill comes from the loop's own `on_phase` hook, right after the phase is committed, so it
 lands mid-trial every time (a poll from outside can miss it). SIGKILL: no `finally`, no atexit,
 the worker's server and its changed config left as they are for the fleet to clean.
 
-    python -m tests.loop._worker_driver PLAN STATE SLOT
+    python -m tests.loop._worker_driver PLAN STATE SLOT KIND
 """
 
 from __future__ import annotations
@@ -21,15 +22,15 @@ from loop.workers import FleetWorker
 
 
 def main() -> None:
-    plan_path, state, slot = sys.argv[1:4]
+    plan_path, state, slot, kind = sys.argv[1:5]
 
     def hook(row: ExperimentRow, now: str) -> None:
-        if row.kind == "search" and now == "benchmark" and row.attempts == 1:
+        if row.kind == kind and now == "benchmark" and row.attempts == 1:
             print(f"killing in {row.name} {now}", flush=True)
             threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGKILL)).start()
 
     FleetWorker(load_plan(Path(plan_path)), state, slot=slot, on_phase=hook).run()
-    print("the night ended before this worker ran a trial", flush=True)
+    print(f"the night ended before this worker ran a {kind} experiment", flush=True)
     sys.exit(3)
 
 

@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import optuna
@@ -89,9 +90,18 @@ def _worker(plan_file: Path, state: Path, slot: str) -> list[str]:
     ]  # fmt: skip
 
 
-def test_three_workers_share_a_night_and_survive_a_sigkill(
-    tmp_path: Path, postgres: Postgres
-) -> None:
+@dataclass
+class Fleet:
+    url: str
+    plan: Plan
+    cfgs: dict[str, Path]
+    before: dict[str, bytes]
+    states: dict[str, Path]
+
+
+def _run_fleet(tmp_path: Path, postgres: Postgres, kill_in: str) -> Fleet:
+    """Workers slot-a and slot-b through the real CLI; slot-c through the driver that
+    SIGKILLs itself in the benchmark of its first experiment of kind `kill_in`."""
     url = postgres.new_database()
     env = {
         **os.environ,
@@ -108,15 +118,20 @@ def test_three_workers_share_a_night_and_survive_a_sigkill(
     plan_file = tmp_path / "plan.yaml"
     plan_file.write_text(yaml.safe_dump(plan.model_dump(mode="json")))
     states = {name: tmp_path / f"state-{name}" for name in cfgs}
-    killed_cmd = [sys.executable, "-m", "tests.loop._worker_driver", str(plan_file)]
-    procs = {
-        "slot-a": subprocess.Popen(_worker(plan_file, states["slot-a"], "slot-a"), cwd=REPO, env=env,
-                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True),
-        "slot-b": subprocess.Popen(_worker(plan_file, states["slot-b"], "slot-b"), cwd=REPO, env=env,
-                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True),
-        "slot-c": subprocess.Popen([*killed_cmd, str(states["slot-c"]), "slot-c"], cwd=REPO, env=env,
-                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True),
+    cmds = {
+        "slot-a": _worker(plan_file, states["slot-a"], "slot-a"),
+        "slot-b": _worker(plan_file, states["slot-b"], "slot-b"),
+        "slot-c": [
+            sys.executable, "-m", "tests.loop._worker_driver", str(plan_file),
+            str(states["slot-c"]), "slot-c", kill_in,
+        ],
     }  # fmt: skip
+    procs = {
+        name: subprocess.Popen(
+            cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        for name, cmd in cmds.items()
+    }
     out: dict[str, tuple[int, str, str]] = {}
     try:
         for name, p in procs.items():
@@ -128,10 +143,39 @@ def test_three_workers_share_a_night_and_survive_a_sigkill(
                 p.kill()
                 p.wait(5)
     assert out["slot-c"][0] == -9, out["slot-c"]
-    assert "killing in trial-" in out["slot-c"][1]
+    assert f"killing in {'trial-' if kill_in == 'search' else ''}" in out["slot-c"][1]
     for name in ("slot-a", "slot-b"):
         assert out[name][0] == 0, (name, out[name][2][-3000:])
+    return Fleet(url, plan, cfgs, before, states)
 
+
+def _clean_and_reported(fleet: Fleet, ledger: PgLedger, night_id: str) -> None:
+    """Every host at its own baseline bytes, nothing of the night running, and the whole
+    fleet's report (the same) in each surviving worker's state dir."""
+    for name, cfg in fleet.cfgs.items():
+        assert cfg.read_bytes() == fleet.before[name], name
+    local = LocalHost()
+    assert launcher.marked_pids(local, prefix=f"{fleet.plan.name}/") == []
+    for spec in fleet.plan.host_specs():
+        assert not port_listeners(local, spec.port or 0), spec.name
+    texts = []
+    for name in ("slot-a", "slot-b"):
+        report = Path((fleet.states[name] / "latest-report.txt").read_text().strip())
+        assert report.is_relative_to(fleet.states[name])
+        text = report.read_text()
+        assert "## Fleet" in text and "taken back from slot-c" in text
+        assert "| slot-a | " in text and "| slot-c | " in text and "| lost: worker slot-c" in text
+        for r in ledger.experiments(night_id):
+            assert f"| {r.name}" in text, r.name
+        texts.append(text.split("## Fleet")[1])
+    assert texts[0] == texts[1]
+
+
+def test_three_workers_share_a_night_and_survive_a_sigkill_in_a_trial(
+    tmp_path: Path, postgres: Postgres
+) -> None:
+    fleet = _run_fleet(tmp_path, postgres, kill_in="search")
+    url = fleet.url
     ledger = PgLedger(url)
     night = ledger.night()
     assert night is not None and night.status == "done", night
@@ -166,23 +210,35 @@ def test_three_workers_share_a_night_and_survive_a_sigkill(
     assert status == {"slot-a": "done", "slot-b": "done", "slot-c": "lost"}
     assert [q.exp_id for q in board.requeues(night.id)] == [lost.id]
 
-    # every host back to its own baseline bytes; nothing of the night left running
-    for name, cfg in cfgs.items():
-        assert cfg.read_bytes() == before[name], name
-    local = LocalHost()
-    assert launcher.marked_pids(local, prefix=f"{plan.name}/") == []
-    for spec in plan.host_specs():
-        assert not port_listeners(local, spec.port or 0), spec.name
+    _clean_and_reported(fleet, ledger, night.id)
+    ledger.close()
 
-    # the morning report, in each surviving worker's state dir, covers the whole fleet
-    for name in ("slot-a", "slot-b"):
-        report = Path((states[name] / "latest-report.txt").read_text().strip())
-        assert report.is_relative_to(states[name])
-        text = report.read_text()
-        assert "## Fleet" in text and "taken back from slot-c" in text
-        assert "| slot-c |" in text and "lost" in text
-        for r in rows.values():
-            assert f"| {r.name}" in text, r.name
+
+def test_a_ranked_experiment_of_a_lost_worker_is_requeued_once(
+    tmp_path: Path, postgres: Postgres
+) -> None:
+    fleet = _run_fleet(tmp_path, postgres, kill_in="ranked")
+    ledger = PgLedger(fleet.url)
+    night = ledger.night()
+    assert night is not None and night.status == "done", night
+    rows = {r.name: r for r in ledger.experiments(night.id)}
+    assert all(r.status in TERMINAL and r.phase == "done" for r in rows.values()), rows
+    board = FleetBoard(ledger)
+    [requeue] = board.requeues(night.id)
+    lost = ledger.get(requeue.exp_id)
+    assert lost is not None and lost.kind == "ranked" and requeue.worker == "slot-c"
+    # its second attempt, on a live worker, is its result; every other row ran once
+    assert lost.attempts == 2 and lost.host != "slot-c" and lost.status in MEASURED
+    for r in rows.values():
+        if r.name != lost.name:
+            assert r.attempts == 1, (r.name, r.attempts)
+    trials = optuna.load_study(
+        study_name="fleet", storage=study_storage(tmp_path, fleet.url)
+    ).trials
+    assert [t.state for t in trials] == [optuna.trial.TrialState.COMPLETE] * TRIALS
+    status = {w.name: w.status for w in board.workers(night.id)}
+    assert status == {"slot-a": "done", "slot-b": "done", "slot-c": "lost"}
+    _clean_and_reported(fleet, ledger, night.id)
     ledger.close()
 
 
