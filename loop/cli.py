@@ -144,7 +144,11 @@ def run_cmd(
         if worker
         else Night(plan, state_dir, diagnoser=diagnoser)
     )
-    result = _run_or_stop(night, live=not quiet)
+    try:
+        result = _run_or_stop(night, live=not quiet)
+    except PlanError as exc:  # a worker whose plan is not the night's
+        print(f"pivot loop: {exc}", file=sys.stderr)
+        raise typer.Exit(2) from None
     console.print(f"night {result.id}: {result.status}; report: {_latest(state_dir)}")
 
 

@@ -34,7 +34,7 @@ from loop.experiment import Context, Diagnoser, run_experiment, run_marker
 from loop.fleet import FleetBoard, WorkerRow
 from loop.ledger import TERMINAL, ExperimentRow, NightRow
 from loop.night import INTERRUPTED, Night, _distribution, _interrupted, _plain, heartbeat_s
-from loop.plan import HostSpec, Plan, PlanError
+from loop.plan import HostSpec, Plan, PlanError, plan_digest
 from loop.stopping import Interrupted
 from tools.host import Host
 
@@ -144,7 +144,15 @@ class FleetWorker(Night):
     # liveness
     def _heartbeat(self) -> threading.Event:
         """Join the night on the board, then stamp it every beat; a worker the fleet already
-        declared lost stops (its work went to others) instead of writing over theirs."""
+        declared lost stops (its work went to others) instead of writing over theirs.
+
+        First of all, the worker's plan must be the night's: workers started from two versions
+        of a plan would judge one night by two sets of rules."""
+        if self.night.plan_digest != plan_digest(self.plan):
+            raise PlanError(
+                f"night {self.night.id} of plan {self.plan.name} runs another version of the "
+                "plan: give every worker the same file (or let the night finish first)"
+            )
         with self.board.lock(f"fleet:{self.night.id}"):  # never while someone reaps us
             self.board.register(
                 WorkerRow(

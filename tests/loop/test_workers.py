@@ -16,14 +16,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import optuna
+import pytest
 import yaml
 
 from loop import launcher
 from loop.fleet import FleetBoard
 from loop.ledger import MEASURED, TERMINAL, study_storage
 from loop.ledger_pg import PgLedger
-from loop.plan import Plan
+from loop.plan import Plan, PlanError
 from loop.preflight import port_listeners
+from loop.workers import FleetWorker
 from tests.loop.conftest import PY, REPO
 from tests.loop.test_hosts import _slot
 from tests.postgres import Postgres
@@ -99,9 +101,9 @@ class Fleet:
     states: dict[str, Path]
 
 
-def _run_fleet(tmp_path: Path, postgres: Postgres, kill_in: str) -> Fleet:
+def _run_fleet(tmp_path: Path, postgres: Postgres, kill_in: str, term: bool = False) -> Fleet:
     """Workers slot-a and slot-b through the real CLI; slot-c through the driver that
-    SIGKILLs itself in the benchmark of its first experiment of kind `kill_in`."""
+    SIGKILLs (or SIGTERMs) itself in the benchmark of its first experiment of kind `kill_in`."""
     url = postgres.new_database()
     env = {
         **os.environ,
@@ -123,7 +125,7 @@ def _run_fleet(tmp_path: Path, postgres: Postgres, kill_in: str) -> Fleet:
         "slot-b": _worker(plan_file, states["slot-b"], "slot-b"),
         "slot-c": [
             sys.executable, "-m", "tests.loop._worker_driver", str(plan_file),
-            str(states["slot-c"]), "slot-c", kill_in,
+            str(states["slot-c"]), "slot-c", kill_in, *(["TERM"] if term else []),
         ],
     }  # fmt: skip
     procs = {
@@ -142,7 +144,7 @@ def _run_fleet(tmp_path: Path, postgres: Postgres, kill_in: str) -> Fleet:
             if p.poll() is None:
                 p.kill()
                 p.wait(5)
-    assert out["slot-c"][0] == -9, out["slot-c"]
+    assert out["slot-c"][0] == (143 if term else -9), out["slot-c"]
     assert f"killing in {'trial-' if kill_in == 'search' else ''}" in out["slot-c"][1]
     for name in ("slot-a", "slot-b"):
         assert out[name][0] == 0, (name, out[name][2][-3000:])
@@ -239,6 +241,45 @@ def test_a_ranked_experiment_of_a_lost_worker_is_requeued_once(
     status = {w.name: w.status for w in board.workers(night.id)}
     assert status == {"slot-a": "done", "slot-b": "done", "slot-c": "lost"}
     _clean_and_reported(fleet, ledger, night.id)
+    ledger.close()
+
+
+def test_a_worker_stopped_by_sigterm_hands_its_experiment_back(
+    tmp_path: Path, postgres: Postgres
+) -> None:
+    fleet = _run_fleet(tmp_path, postgres, kill_in="ranked", term=True)
+    ledger = PgLedger(fleet.url)
+    night = ledger.night()
+    assert night is not None and night.status == "done", night
+    rows = ledger.experiments(night.id)
+    assert all(r.status in TERMINAL and r.phase == "done" for r in rows)
+    # the stopped worker re-queued its own experiment; a live worker ran it to a result
+    [again] = [r for r in rows if r.attempts == 2]
+    assert again.kind == "ranked" and again.host != "slot-c" and again.status in MEASURED
+    assert all(r.attempts == 1 for r in rows if r is not again)
+    board = FleetBoard(ledger)
+    status = {w.name: w.status for w in board.workers(night.id)}
+    assert status == {"slot-a": "done", "slot-b": "done", "slot-c": "stopped"}
+    assert board.requeues(night.id) == []  # nobody had to take anything back
+    for name, cfg in fleet.cfgs.items():
+        assert cfg.read_bytes() == fleet.before[name], name
+    assert launcher.marked_pids(LocalHost(), prefix=f"{fleet.plan.name}/") == []
+    ledger.close()
+
+
+def test_a_worker_with_another_version_of_the_plan_is_refused(
+    tmp_path: Path, postgres: Postgres, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url = postgres.new_database()
+    monkeypatch.setenv("PIVOT_DATABASE_URL", url)
+    plan, _ = _plan(tmp_path)
+    ledger = PgLedger(url)
+    night, _ = ledger.open_night(plan.name, "digest of yesterday's file", str(tmp_path))
+    worker = FleetWorker(plan, tmp_path / "state", slot="slot-a")
+    with pytest.raises(PlanError, match="another version of the plan"):
+        worker.run()
+    assert FleetBoard(ledger).workers(night.id) == []  # it never joined
+    worker.ledger.close()
     ledger.close()
 
 
