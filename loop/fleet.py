@@ -20,7 +20,8 @@ from psycopg import Connection
 from pydantic import BaseModel, Field
 
 from agent.pg import Migration, migrate
-from loop.ledger import ExperimentRow, load_experiment
+from loop.ledger import ExperimentRow
+from loop.ledger_codec import load_experiment
 
 WorkerStatus = Literal["running", "done", "stopped", "lost"]
 #: The database's clock in epoch seconds: one clock for the whole fleet.
