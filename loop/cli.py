@@ -202,6 +202,11 @@ def status_cmd(state: Path = typer.Option(None, help="state dir of the plan")) -
     ledger = open_ledger(Path(state_dir) / "ledger.db")
     night = ledger.night()
     console.print(_table(ledger, night))
+    if night is not None:
+        from loop.fleet import worker_lines
+
+        for line in worker_lines(ledger, night.id):
+            console.print(line, markup=False)
     if night is not None and night.status == "running":
         alive, why = loop_alive(night)
         if alive:

@@ -235,3 +235,21 @@ def fleet_lines(ledger: Any, night_id: str) -> list[str]:
     if requeued:
         lines.append("")
     return lines
+
+
+def worker_lines(ledger: Any, night_id: str, now: float | None = None) -> list[str]:
+    """`pivot loop status`: one line per worker of the night (none for a one-process night)."""
+    if getattr(ledger, "pool", None) is None:
+        return []
+    now = time.time() if now is None else now
+    out = []
+    for w in FleetBoard(ledger).workers(night_id):
+        running = [r.name for r in ledger.experiments(night_id)
+                   if r.host == w.name and r.phase not in ("pending", "done")]  # fmt: skip
+        out.append(
+            f"worker {w.name} on {w.machine} (pid {w.pid}): {w.status}, heartbeat "
+            f"{now - w.heartbeat:.0f}s ago"
+            + (f", running {', '.join(running)}" if running else "")
+            + (f" ({w.note})" if w.note else "")
+        )
+    return out

@@ -444,6 +444,12 @@ class Night:
             actions += self._revert_all(host)
         return actions
 
+    def _spec(self, host: Host) -> HostSpec:
+        """The plan's slot of `host` (the final slot's host is the first)."""
+        return next(
+            (s for s in self.plan.host_specs() if s.name == host.name), self.plan.host_specs()[0]
+        )
+
     def _own(self, rows: list[ExperimentRow]) -> list[ExperimentRow]:
         """The rows this process answers for: all of them (a fleet worker: its slot's)."""
         return rows
@@ -702,7 +708,7 @@ class Night:
     def _left_in_place(self, host: Host) -> list[LeftChange]:
         """Every config file the morning server runs with that is not the night's baseline,
         with the snapshot and the exact command that put the baseline back."""
-        spec = self.plan.host_specs()[0]
+        spec = self._spec(host)
         root = self._store_root(host)
         where = "--local" if spec.local else f"--host {shlex.quote(spec.where)}"
         out = []

@@ -97,6 +97,9 @@ class FleetWorker(Night):
         self.machine = socket.gethostname()
 
     # what is mine on this night
+    def _spec(self, host: Host) -> HostSpec:
+        return self.spec
+
     def _own(self, rows: list[ExperimentRow]) -> list[ExperimentRow]:
         return [r for r in rows if r.host == self.name]
 

@@ -35,7 +35,7 @@ TRIALS = 4
 RANKED = ["proto-simple", "graph-bs-16", "channels-8"]
 
 
-def _plan(state: Path) -> tuple[Plan, dict[str, Path]]:
+def _plan(state: Path, final_slot: bool = False) -> tuple[Plan, dict[str, Path]]:
     slots = {}
     specs = []
     for i, name in enumerate(("slot-a", "slot-b", "slot-c")):
@@ -79,7 +79,7 @@ def _plan(state: Path) -> tuple[Plan, dict[str, Path]]:
                 ],
             },
             "policy": {"kill_leftovers": True, "stop_grace_s": 1},
-            "budget": {"night_s": 600, "final_slot": False},
+            "budget": {"night_s": 600, "final_slot": final_slot},
         }
     )  # fmt: skip
     return plan, slots
@@ -101,7 +101,9 @@ class Fleet:
     states: dict[str, Path]
 
 
-def _run_fleet(tmp_path: Path, postgres: Postgres, kill_in: str, term: bool = False) -> Fleet:
+def _run_fleet(
+    tmp_path: Path, postgres: Postgres, kill_in: str, term: bool = False, final_slot: bool = False
+) -> Fleet:
     """Workers slot-a and slot-b through the real CLI; slot-c through the driver that
     SIGKILLs (or SIGTERMs) itself in the benchmark of its first experiment of kind `kill_in`."""
     url = postgres.new_database()
@@ -114,7 +116,7 @@ def _run_fleet(tmp_path: Path, postgres: Postgres, kill_in: str, term: bool = Fa
     }
     shared = tmp_path / "shared"
     shared.mkdir()
-    plan, cfgs = _plan(shared)
+    plan, cfgs = _plan(shared, final_slot)
     before = {name: cfg.read_bytes() for name, cfg in cfgs.items()}
     assert len(set(before.values())) == 3  # three hosts, three different baselines
     plan_file = tmp_path / "plan.yaml"
@@ -215,6 +217,15 @@ def test_three_workers_share_a_night_and_survive_a_sigkill_in_a_trial(
     _clean_and_reported(fleet, ledger, night.id)
     ledger.close()
 
+    status_out = subprocess.run(
+        [sys.executable, "-m", "agent.cli", "loop", "status", "--state", str(fleet.states["slot-a"])],
+        cwd=REPO, env={**os.environ, "PIVOT_DATABASE_URL": url}, capture_output=True, text=True,
+        timeout=60,
+    )  # fmt: skip
+    assert status_out.returncode == 0, status_out.stderr[-2000:]
+    assert "worker slot-c on" in status_out.stdout and ": lost, heartbeat" in status_out.stdout
+    assert "worker slot-a on" in status_out.stdout and ": done, heartbeat" in status_out.stdout
+
 
 def test_a_ranked_experiment_of_a_lost_worker_is_requeued_once(
     tmp_path: Path, postgres: Postgres
@@ -247,11 +258,20 @@ def test_a_ranked_experiment_of_a_lost_worker_is_requeued_once(
 def test_a_worker_stopped_by_sigterm_hands_its_experiment_back(
     tmp_path: Path, postgres: Postgres
 ) -> None:
-    fleet = _run_fleet(tmp_path, postgres, kill_in="ranked", term=True)
+    fleet = _run_fleet(tmp_path, postgres, kill_in="ranked", term=True, final_slot=True)
     ledger = PgLedger(fleet.url)
     night = ledger.night()
     assert night is not None and night.status == "done", night
-    rows = ledger.experiments(night.id)
+    # the closing worker relaunched the winner on its own host and left it up, on purpose
+    local = LocalHost()
+    assert night.final_pid and night.final_host in ("slot-a", "slot-b"), night
+    assert launcher.marked_pids(local, prefix=f"{fleet.plan.name}/{night.id}.10000.")
+    for c in night.left_in_place:
+        assert c.host == night.final_host and str(fleet.cfgs[c.host]) == c.path
+    launcher.stop(local, night.final_pid, None, grace_s=1)
+    for pid in launcher.marked_pids(local, prefix=f"{fleet.plan.name}/"):
+        local.run(f"kill -KILL {pid}")
+    rows = [r for r in ledger.experiments(night.id) if r.kind != "final"]
     assert all(r.status in TERMINAL and r.phase == "done" for r in rows)
     # the stopped worker re-queued its own experiment; a live worker ran it to a result
     [again] = [r for r in rows if r.attempts == 2]
@@ -262,8 +282,9 @@ def test_a_worker_stopped_by_sigterm_hands_its_experiment_back(
     assert status == {"slot-a": "done", "slot-b": "done", "slot-c": "stopped"}
     assert board.requeues(night.id) == []  # nobody had to take anything back
     for name, cfg in fleet.cfgs.items():
-        assert cfg.read_bytes() == fleet.before[name], name
-    assert launcher.marked_pids(LocalHost(), prefix=f"{fleet.plan.name}/") == []
+        if name != night.final_host or not night.left_in_place:
+            assert cfg.read_bytes() == fleet.before[name], name
+    assert launcher.marked_pids(local, prefix=f"{fleet.plan.name}/") == []
     ledger.close()
 
 
