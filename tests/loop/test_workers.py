@@ -25,7 +25,7 @@ from loop.ledger import MEASURED, TERMINAL, study_storage
 from loop.ledger_pg import PgLedger
 from loop.plan import Plan, PlanError
 from loop.preflight import port_listeners
-from loop.workers import FleetWorker
+from loop.workers import FleetWorker, pick_slot
 from tests.loop.conftest import PY, REPO
 from tests.loop.test_hosts import _slot
 from tests.postgres import Postgres
@@ -99,20 +99,28 @@ class Fleet:
     cfgs: dict[str, Path]
     before: dict[str, bytes]
     states: dict[str, Path]
+    out: dict[str, tuple[int, str, str]]
 
 
 def _run_fleet(
-    tmp_path: Path, postgres: Postgres, kill_in: str, term: bool = False, final_slot: bool = False
+    tmp_path: Path,
+    postgres: Postgres,
+    kill_in: str,
+    term: bool = False,
+    final_slot: bool = False,
+    restart: bool = False,
 ) -> Fleet:
     """Workers slot-a and slot-b through the real CLI; slot-c through the driver that
-    SIGKILLs (or SIGTERMs) itself in the benchmark of its first experiment of kind `kill_in`."""
+    SIGKILLs (or SIGTERMs) itself in the benchmark of its first experiment of kind `kill_in`,
+    and with `restart`, started again through the CLI as soon as it is dead (a long lease:
+    the others never see it lost)."""
     url = postgres.new_database()
     env = {
         **os.environ,
         "PIVOT_DATABASE_URL": url,
         "PIVOT_HOME": str(tmp_path / "home"),
         "PIVOT_LOOP_HEARTBEAT_S": "0.5",
-        "PIVOT_LOOP_LEASE_S": "3",
+        "PIVOT_LOOP_LEASE_S": "60" if restart else "3",
     }
     shared = tmp_path / "shared"
     shared.mkdir()
@@ -138,9 +146,18 @@ def _run_fleet(
     }
     out: dict[str, tuple[int, str, str]] = {}
     try:
-        for name, p in procs.items():
-            so, se = p.communicate(timeout=400)
-            out[name] = (p.returncode, so, se)
+        for name in ("slot-c", "slot-a", "slot-b"):
+            so, se = procs[name].communicate(timeout=400)
+            out[name] = (procs[name].returncode, so, se)
+            if name == "slot-c" and restart:
+                procs["slot-c again"] = subprocess.Popen(
+                    _worker(plan_file, states["slot-c"], "slot-c"), cwd=REPO, env=env,
+                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                )  # fmt: skip
+        if restart:
+            so, se = procs["slot-c again"].communicate(timeout=400)
+            out["slot-c again"] = (procs["slot-c again"].returncode, so, se)
+            assert out["slot-c again"][0] == 0, out["slot-c again"][2][-3000:]
     finally:
         for p in procs.values():
             if p.poll() is None:
@@ -150,7 +167,7 @@ def _run_fleet(
     assert f"killing in {'trial-' if kill_in == 'search' else ''}" in out["slot-c"][1]
     for name in ("slot-a", "slot-b"):
         assert out[name][0] == 0, (name, out[name][2][-3000:])
-    return Fleet(url, plan, cfgs, before, states)
+    return Fleet(url, plan, cfgs, before, states, out)
 
 
 def _clean_and_reported(fleet: Fleet, ledger: PgLedger, night_id: str) -> None:
@@ -304,6 +321,30 @@ def test_a_worker_with_another_version_of_the_plan_is_refused(
     ledger.close()
 
 
+def test_a_killed_worker_restarted_at_once_recovers_its_own_experiment(
+    tmp_path: Path, postgres: Postgres
+) -> None:
+    fleet = _run_fleet(tmp_path, postgres, kill_in="ranked", restart=True)
+    ledger = PgLedger(fleet.url)
+    night = ledger.night()
+    assert night is not None and night.status == "done", night
+    rows = ledger.experiments(night.id)
+    assert all(r.status in TERMINAL and r.phase == "done" for r in rows)
+    [again] = [r for r in rows if r.attempts == 2]  # killed in its benchmark, run once more
+    assert again.kind == "ranked" and again.status in MEASURED
+    assert all(r.attempts == 1 for r in rows if r is not again)
+    board = FleetBoard(ledger)
+    assert board.requeues(night.id) == []  # nobody took it back: its own worker did
+    status = {w.name: w.status for w in board.workers(night.id)}
+    assert status == {"slot-a": "done", "slot-b": "done", "slot-c": "done"}
+    resumed = [e.detail for e in ledger.events(night.id) if e.kind == "resumed"]
+    assert any(d.startswith("slot-c: ") and "re-queued" in d for d in resumed), resumed
+    for name, cfg in fleet.cfgs.items():
+        assert cfg.read_bytes() == fleet.before[name], name
+    assert launcher.marked_pids(LocalHost(), prefix=f"{fleet.plan.name}/") == []
+    ledger.close()
+
+
 def test_worker_without_a_team_database_says_so(tmp_path: Path) -> None:
     plan, _ = _plan(tmp_path)
     plan_file = tmp_path / "plan.yaml"
@@ -315,3 +356,17 @@ def test_worker_without_a_team_database_says_so(tmp_path: Path) -> None:
     )  # fmt: skip
     assert r.returncode == 2
     assert "PIVOT_DATABASE_URL" in r.stderr
+
+
+def test_which_slot_a_worker_drives(tmp_path: Path) -> None:
+    import socket
+
+    plan, _ = _plan(tmp_path)
+    assert pick_slot(plan, "slot-b").name == "slot-b"
+    with pytest.raises(PlanError, match="--slot slot-z"):
+        pick_slot(plan, "slot-z")
+    with pytest.raises(PlanError, match="say which this worker drives"):
+        pick_slot(plan, None)  # three hosts, none named like this machine
+    one = plan.model_copy(update={"hosts": ["local"]})
+    mine = pick_slot(one, None)  # a fleet of `hosts: [local]` machines: each its own name
+    assert mine.name == socket.gethostname() and mine.local
