@@ -233,7 +233,10 @@ def report_cmd(
         console.print(f"no night in {state_dir}")
         raise typer.Exit(1)
     plan = Plan.model_validate_json((state_dir / "plans" / f"{night.id}.json").read_text())
-    path = write_report(ledger, night, plan)
+    # into this state dir: a fleet's night names the first worker's dir, maybe on another machine
+    path = write_report(
+        ledger, night.model_copy(update={"state_dir": str(state_dir.resolve())}), plan
+    )
     console.print(str(path))
     if open_:
         import webbrowser

@@ -9,6 +9,7 @@ server, reverts its config, FAILs its trial and re-queues the params, which run 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -242,6 +243,17 @@ def test_three_workers_share_a_night_and_survive_a_sigkill_in_a_trial(
     assert status_out.returncode == 0, status_out.stderr[-2000:]
     assert "worker slot-c on" in status_out.stdout and ": lost, heartbeat" in status_out.stdout
     assert "worker slot-a on" in status_out.stdout and ": done, heartbeat" in status_out.stdout
+    latest = fleet.states["slot-b"] / "latest-report.txt"
+    shutil.rmtree(Path(latest.read_text().strip()).parent)
+    latest.unlink()
+    again = subprocess.run(
+        [sys.executable, "-m", "agent.cli", "loop", "report", "--state", str(fleet.states["slot-b"])],
+        cwd=REPO, env={**os.environ, "PIVOT_DATABASE_URL": url}, capture_output=True, text=True,
+        timeout=60,
+    )  # fmt: skip
+    assert again.returncode == 0, again.stderr[-2000:]
+    path = Path(latest.read_text().strip())  # written again by `loop report`, here
+    assert path.is_relative_to(fleet.states["slot-b"]) and "## Fleet" in path.read_text()
 
 
 def test_a_ranked_experiment_of_a_lost_worker_is_requeued_once(
