@@ -21,10 +21,10 @@ import pytest
 import yaml
 
 from loop import launcher
-from loop.fleet import FleetBoard
+from loop.fleet import FleetBoard, WorkerRow
 from loop.ledger import MEASURED, TERMINAL, study_storage
 from loop.ledger_pg import PgLedger
-from loop.plan import Plan, PlanError
+from loop.plan import Plan, PlanError, plan_digest
 from loop.preflight import port_listeners
 from loop.workers import FleetWorker, pick_slot
 from tests.loop.conftest import PY, REPO
@@ -382,3 +382,58 @@ def test_which_slot_a_worker_drives(tmp_path: Path) -> None:
     one = plan.model_copy(update={"hosts": ["local"]})
     mine = pick_slot(one, None)  # a fleet of `hosts: [local]` machines: each its own name
     assert mine.name == socket.gethostname() and mine.local
+
+
+def test_a_lost_worker_on_another_machine_is_handed_on_but_not_touched(
+    tmp_path: Path, postgres: Postgres, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A `local` slot of another machine cannot be reached from here: its experiments are
+    handed on at once (a second loss fails one), its host is left for its own restart."""
+    url = postgres.new_database()
+    monkeypatch.setenv("PIVOT_DATABASE_URL", url)
+    plan, cfgs = _plan(tmp_path)
+    cfg_c = cfgs["slot-c"]
+    worker = FleetWorker(plan, tmp_path / "state", slot="slot-a")
+    worker.night, _ = worker.ledger.open_night(plan.name, plan_digest(plan), str(tmp_path))
+    nid = worker.night.id
+    spec_c = next(s for s in plan.host_specs() if s.name == "slot-c")
+    worker.board.register(
+        WorkerRow(night_id=nid, name="slot-c", machine="gpu-box-elsewhere", pid=1,
+                  spec=spec_c.model_dump_json(), started=0.0, heartbeat=0.0)
+    )  # fmt: skip
+    worker._seed_rows()
+    row = worker.board.claim(nid, ("ranked",), "slot-c")
+    assert row is not None
+    worker.ledger.update(row.id, phase="benchmark", attempts=1, pid=999_999)
+    cfg_c.write_text("changed by slot-c's experiment, on its own machine\n")
+    with worker.board.pool.connection() as conn:  # its last stamp, long ago
+        conn.execute("update fleet_workers set heartbeat = heartbeat - 3600 where name = 'slot-c'")
+
+    worker._reap()
+    back = worker.ledger.get(row.id)
+    assert back is not None and (back.status, back.phase) == ("pending", "pending")
+    assert [q.exp_id for q in worker.board.requeues(nid)] == [row.id]
+    assert {w.name: w.status for w in worker.board.workers(nid)} == {"slot-c": "lost"}
+    [event] = worker.ledger.events(nid)
+    assert (
+        event.kind == "killed"
+        and "out of reach" in event.detail
+        and "re-queued once" in event.detail
+    )
+    assert cfg_c.read_text().startswith("changed")  # "local" there is not here: untouched
+
+    # the same experiment lost a second time (slot-c came back, took it, vanished again)
+    worker.board.register(
+        WorkerRow(night_id=nid, name="slot-c", machine="gpu-box-elsewhere", pid=2,
+                  spec=spec_c.model_dump_json(), started=0.0, heartbeat=0.0)
+    )  # fmt: skip
+    assert worker.board.claim(nid, ("ranked",), "slot-c") == worker.ledger.get(row.id)
+    worker.ledger.update(row.id, phase="ready", attempts=2)
+    with worker.board.pool.connection() as conn:
+        conn.execute("update fleet_workers set heartbeat = heartbeat - 3600 where name = 'slot-c'")
+    worker._reap()
+    twice = worker.ledger.get(row.id)
+    assert twice is not None and (twice.status, twice.phase) == ("failed", "done")
+    assert "second loss" in (twice.diagnosis or "")
+    assert len(worker.board.requeues(nid)) == 1
+    worker.ledger.close()
