@@ -115,10 +115,13 @@ class FleetBoard:
     def set_status(
         self, night_id: str, name: str, status: WorkerStatus, note: str | None = None
     ) -> None:
+        """Lost stays lost (a worker that learns it late must not say `stopped` over it);
+        only `register` starts a worker afresh."""
         with self.pool.connection() as conn:
             conn.execute(
-                "update fleet_workers set status = %s, note = %s where night_id = %s and name = %s",
-                [status, note, night_id, name],
+                """update fleet_workers set status = %s, note = %s
+                   where night_id = %s and name = %s and (status <> 'lost' or %s = 'lost')""",
+                [status, note, night_id, name, status],
             )
 
     def workers(self, night_id: str) -> list[WorkerRow]:

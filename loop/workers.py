@@ -95,6 +95,8 @@ class FleetWorker(Night):
         self.name = host.name
         self.board = FleetBoard(self.ledger)
         self.machine = socket.gethostname()
+        #: Set when a beat finds this worker declared lost: its work went to others.
+        self.lost = False
 
     # what is mine on this night
     def _spec(self, host: Host) -> HostSpec:
@@ -178,6 +180,7 @@ class FleetWorker(Night):
                 except Exception:  # a database blip: the next beat tries again
                     continue
                 if not alive:
+                    self.lost = True
                     self._stopping.set()
                     return
                 with contextlib.suppress(Exception):  # `loop status`: the fleet is alive
@@ -189,6 +192,12 @@ class FleetWorker(Night):
     def _stop(self, stop: Interrupted) -> list[str]:
         actions = super()._stop(stop)
         self.board.set_status(self.night.id, self.name, "stopped", f"stopped by {stop.name}")
+        if self.lost:
+            actions.insert(
+                0,
+                f"{self.name} was declared lost by the fleet (no heartbeat for over "
+                f"{lease_s():g}s): its experiments went to other workers",
+            )
         return actions
 
     # the night, as one of several workers
@@ -376,6 +385,8 @@ class FleetWorker(Night):
     def _close_night(self, status: str, note: str | None) -> NightRow:
         """The first worker with nothing left in flight anywhere closes the night; every worker
         then writes the whole fleet's report into its own state dir."""
+        if self._stopping.is_set():  # declared lost (or stopping): not ours to close
+            raise Interrupted(0)
         closer = False
         self.board.set_status(self.night.id, self.name, "done")
         while not self._stopping.is_set():

@@ -8,8 +8,10 @@ server, reverts its config, FAILs its trial and re-queues the params, which run 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -437,3 +439,74 @@ def test_a_lost_worker_on_another_machine_is_handed_on_but_not_touched(
     assert "second loss" in (twice.diagnosis or "")
     assert len(worker.board.requeues(nid)) == 1
     worker.ledger.close()
+
+
+def test_a_frozen_worker_is_declared_lost_and_stands_down_when_it_wakes(
+    tmp_path: Path, postgres: Postgres
+) -> None:
+    """SIGSTOP in a benchmark (a machine cut off, a hung process) for longer than the lease,
+    then SIGCONT: the others took its work back meanwhile; waking, it learns it was lost at its
+    next beat, records nothing, cleans its own host and exits 1; the night ends whole."""
+    import psycopg
+
+    url = postgres.new_database()
+    env = {
+        **os.environ,
+        "PIVOT_DATABASE_URL": url,
+        "PIVOT_HOME": str(tmp_path / "home"),
+        "PIVOT_LOOP_HEARTBEAT_S": "0.5",
+        "PIVOT_LOOP_LEASE_S": "3",
+    }
+    plan, cfgs = _plan(tmp_path / "shared")
+    before = {name: cfg.read_bytes() for name, cfg in cfgs.items()}
+    plan_file = tmp_path / "plan.yaml"
+    plan_file.write_text(yaml.safe_dump(plan.model_dump(mode="json")))
+    procs = {
+        name: subprocess.Popen(
+            _worker(plan_file, tmp_path / f"state-{name}", name), cwd=REPO, env=env,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        for name in cfgs
+    }  # fmt: skip
+    try:
+        frozen = None
+        deadline = time.monotonic() + 120
+        with psycopg.connect(url, autocommit=True) as conn:
+            while frozen is None and time.monotonic() < deadline:
+                with contextlib.suppress(psycopg.errors.UndefinedTable):  # not migrated yet
+                    frozen = conn.execute(
+                        """select name from experiments where host = 'slot-c'
+                           and phase = 'benchmark' limit 1"""
+                    ).fetchone()
+                time.sleep(0.02)
+        assert frozen, "slot-c never reached a benchmark"
+        procs["slot-c"].send_signal(signal.SIGSTOP)
+        time.sleep(6)  # twice the lease
+        procs["slot-c"].send_signal(signal.SIGCONT)
+        out = {name: p.communicate(timeout=400) for name, p in procs.items()}
+    finally:
+        for p in procs.values():
+            if p.poll() is None:
+                p.send_signal(signal.SIGCONT)
+                p.kill()
+                p.wait(5)
+    assert procs["slot-c"].returncode == 1, out["slot-c"]
+    assert "slot-c was declared lost by the fleet" in out["slot-c"][1]
+    for name in ("slot-a", "slot-b"):
+        assert procs[name].returncode == 0, out[name][1][-3000:]
+
+    ledger = PgLedger(url)
+    night = ledger.night()
+    assert night is not None and night.status == "done", night
+    rows = ledger.experiments(night.id)
+    assert all(r.status in TERMINAL and r.phase == "done" for r in rows), rows
+    board = FleetBoard(ledger)
+    requeued = {q.exp_id for q in board.requeues(night.id)}
+    assert requeued and all(q.worker == "slot-c" for q in board.requeues(night.id))
+    for r in rows:  # ran once, or handed back once and ran again (a trial: a new trial)
+        assert r.attempts - r.remeasured == (2 if r.id in requeued and r.kind != "search" else 1)
+    assert {w.name: w.status for w in board.workers(night.id)}["slot-c"] == "lost"
+    for name, cfg in cfgs.items():
+        assert cfg.read_bytes() == before[name], name
+    assert launcher.marked_pids(LocalHost(), prefix=f"{plan.name}/") == []
+    ledger.close()
