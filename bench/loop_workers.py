@@ -4,8 +4,9 @@
    `FleetBoard.claim` (the row lock workers take) until none is left. Every experiment must be
    claimed exactly once; prints claims per second and the p50/p95 of one claim.
 2. A night: one, then three `pivot loop run --worker` processes on the emulator slots of the
-   test's plan (tests/loop/test_workers.py, nobody killed); prints the wall time of each and the
-   rows the night wrote (ledger, fleet board, Optuna), for docs/scale.md's "rows per night".
+   test's plan (tests/loop/test_workers.py, nobody killed; each server takes --load-s to start,
+   as a real engine takes minutes); prints the wall time of each and the rows the night wrote
+   (ledger, fleet board, Optuna), for docs/scale.md's "rows per night".
 
 Target: every experiment claimed once and >= 100 claims/s (a night claims a few dozen in hours).
 Final line: PASS|FAIL <metric> <value> (target ...).
@@ -83,7 +84,7 @@ def claims(url: str, n: int, workers: int) -> tuple[float, list[float], bool]:
     return n / wall, took, once and not left
 
 
-def night(url: str, workers: int) -> tuple[float, dict[str, int]]:
+def night(url: str, workers: int, load_s: float) -> tuple[float, dict[str, int]]:
     """`workers` CLI workers (of the plan's three slots), one night, nobody killed: wall time
     and rows written."""
     import psycopg
@@ -92,7 +93,7 @@ def night(url: str, workers: int) -> tuple[float, dict[str, int]]:
     from tests.loop.test_workers import _plan, _worker
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-loop-workers-"))
-    plan, cfgs = _plan(tmp)
+    plan, cfgs = _plan(tmp, load_s=load_s)
     plan_file = tmp / "plan.yaml"
     plan_file.write_text(yaml.safe_dump(plan.model_dump(mode="json")))
     env = {**os.environ, "PIVOT_DATABASE_URL": url, "PIVOT_HOME": str(tmp / "home")}
@@ -136,6 +137,7 @@ def main() -> None:
     ap.add_argument("--experiments", type=int, default=2000)
     ap.add_argument("--workers", type=int, default=8)
     ap.add_argument("--no-night", action="store_true", help="only the claim race")
+    ap.add_argument("--load-s", type=float, default=3.0, help="emulated server start-up time")
     a = ap.parse_args()
     pg = start_postgres()
     try:
@@ -148,8 +150,11 @@ def main() -> None:
         )
         if not a.no_night:
             for n in (1, 3):
-                wall, rows = night(pg.new_database(), n)
-                print(f"night, {n} worker(s), baseline + 3 ranked + 4 trials: {wall:.1f} s wall")
+                wall, rows = night(pg.new_database(), n, a.load_s)
+                print(
+                    f"night, {n} worker(s), baseline + 3 ranked + 4 trials, server start-up "
+                    f"{a.load_s:g} s: {wall:.1f} s wall"
+                )
             print("rows: " + ", ".join(f"{k} {v}" for k, v in rows.items()))
     finally:
         pg.stop()

@@ -4,7 +4,9 @@ Every worker drives one host slot of the plan and reads and writes the one ledge
 Optuna study in the team's PostgreSQL (`PIVOT_DATABASE_URL`). The night's steps are the
 single-process night's (loop/night.py), with the choice of work moved into the database:
 
-- baseline, then ranked experiments: each is claimed by one row lock (loop/fleet.py);
+- baseline, then ranked experiments: each is claimed by one row lock (loop/fleet.py); with a
+  search to run, a worker out of ranked experiments goes on to trials (taking a ranked one
+  handed back first) instead of waiting for the others' last ones;
 - search: a trial is asked and its ledger row written under one advisory lock per night, so
   the fleet stops at exactly `trials` finished trials; Optuna's WAITING queue hands a
   re-queued trial's params to whichever worker asks next;
@@ -214,32 +216,41 @@ class FleetWorker(Night):
         for r in self._own(self.ledger.experiments(self.night.id)):
             if r.kind == "ranked" and r.status == "ok":  # measured, then killed before judged
                 self._classify(r)
-        self._drain(RANKED)
+        # With a search to run, a worker out of ranked experiments goes on to trials rather than
+        # wait for the others' last ones; it still takes a ranked one handed back first.
+        self._drain(RANKED, wait=self.plan.search is None)
         if self.plan.search:
             self._search_fleet()
         return self._close_night("done", None)
 
-    def _drain(self, kinds: tuple[str, ...]) -> None:
-        """Claim and run experiments of these kinds until none is pending or in flight."""
-        host = self.hosts[0]
+    def _drain(self, kinds: tuple[str, ...], wait: bool = True) -> None:
+        """Claim and run experiments of these kinds until none is pending and, with `wait`,
+        none is in flight elsewhere either (one may be handed back to us)."""
         while not self._stopping.is_set():
             self._reap()
-            if not self._fits():
-                self.board.skip_pending(self.night.id, kinds, "night budget spent")
-            row = self.board.claim(self.night.id, kinds, self.name)
-            if row is not None:
-                if row.kind == "baseline":
-                    repeat = max(self.plan.baseline.noise_runs, self.plan.baseline.benchmark.repeat)
-                    run_experiment(self._ctx(host), row, repeat=repeat)
-                    continue
-                done = run_experiment(self._ctx(host), row)
-                self._classify(done)
-                self._remeasure(host, self.ledger.get(row.id) or done)
+            if self._claim_and_run(kinds):
                 continue
             rows = self.ledger.experiments(self.night.id)
-            if not any(r.kind in kinds and r.status not in TERMINAL for r in rows):
+            if not wait or not any(r.kind in kinds and r.status not in TERMINAL for r in rows):
                 return
-            time.sleep(poll_s())  # others still run some: one may be handed back to us
+            time.sleep(poll_s())
+
+    def _claim_and_run(self, kinds: tuple[str, ...]) -> bool:
+        """Claim one pending experiment of these kinds and run it; False when none is left."""
+        host = self.hosts[0]
+        if not self._fits():
+            self.board.skip_pending(self.night.id, kinds, "night budget spent")
+        row = self.board.claim(self.night.id, kinds, self.name)
+        if row is None:
+            return False
+        if row.kind == "baseline":
+            repeat = max(self.plan.baseline.noise_runs, self.plan.baseline.benchmark.repeat)
+            run_experiment(self._ctx(host), row, repeat=repeat)
+            return True
+        done = run_experiment(self._ctx(host), row)
+        self._classify(done)
+        self._remeasure(host, self.ledger.get(row.id) or done)
+        return True
 
     def _search_fleet(self) -> None:
         from optuna.trial import TrialState
@@ -252,6 +263,8 @@ class FleetWorker(Night):
         study = self._study_obj
         while not self._stopping.is_set():
             self._reap()
+            if self._claim_and_run(RANKED):  # a ranked experiment handed back goes first
+                continue
             row = None
             with self.board.lock(f"fleet:{self.night.id}"):
                 rows = {
@@ -282,7 +295,12 @@ class FleetWorker(Night):
                 self._classify(done)
                 self._tell(self.ledger.get(row.id) or done)
                 continue
-            if not any(r.status not in TERMINAL for r in rows.values()):
+            in_flight = [
+                r
+                for r in self.ledger.experiments(self.night.id)
+                if r.kind in ("ranked", "search") and r.status not in TERMINAL
+            ]
+            if not in_flight:
                 return
             time.sleep(poll_s())
 

@@ -38,7 +38,9 @@ TRIALS = 4
 RANKED = ["proto-simple", "graph-bs-16", "channels-8"]
 
 
-def _plan(state: Path, final_slot: bool = False) -> tuple[Plan, dict[str, Path]]:
+def _plan(
+    state: Path, final_slot: bool = False, load_s: float = 0.3
+) -> tuple[Plan, dict[str, Path]]:
     slots = {}
     specs = []
     for i, name in enumerate(("slot-a", "slot-b", "slot-c")):
@@ -51,7 +53,7 @@ def _plan(state: Path, final_slot: bool = False) -> tuple[Plan, dict[str, Path]]
             "name": f"fleet-{os.getpid()}-{int(time.time())}",
             "hosts": specs,
             "baseline": {
-                "launch": f"{emu} --load-seconds 0.3 --spawn-orphan",
+                "launch": f"{emu} --load-seconds {load_s} --spawn-orphan",
                 "workdir": str(REPO),
                 "env": {"PYTHONPATH": f"{slots['slot-a'].parent}:{REPO}", "EMULATOR_GPU_ARCH": "sm120"},
                 "config_file": str(slots["slot-a"]),
