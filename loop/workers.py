@@ -28,6 +28,7 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +36,16 @@ from loop import configs, launcher
 from loop.experiment import Context, Diagnoser, run_experiment, run_marker
 from loop.fleet import FleetBoard, WorkerRow
 from loop.ledger import TERMINAL, ExperimentRow, NightRow
-from loop.night import INTERRUPTED, Night, _distribution, _interrupted, _plain, heartbeat_s
+from loop.night import (
+    INTERRUPTED,
+    Night,
+    _distribution,
+    _enqueue_once,
+    _interrupted,
+    _plain,
+    heartbeat_s,
+    make_host,
+)
 from loop.plan import HostSpec, Plan, PlanError, plan_digest
 from loop.stopping import Interrupted
 from tools.host import Host
@@ -78,6 +88,12 @@ def pick_slot(plan: Plan, slot: str | None) -> HostSpec:
 
 
 class FleetWorker(Night):
+    """The night as seen by one worker: the same steps, its own host slot, the fleet's rows.
+
+    What it changes in `Night` is which rows it answers for (`_own`: its slot's), which
+    processes it may kill (never another worker's in flight on a shared machine), and who picks
+    the next experiment (the database, `_claim_and_run`, `_search_fleet`)."""
+
     def __init__(
         self,
         plan: Plan,
@@ -85,10 +101,8 @@ class FleetWorker(Night):
         slot: str | None = None,
         diagnoser: Diagnoser | None = None,
         memory_path: str | Path | None = None,
-        on_phase: Any = None,
+        on_phase: Callable[[ExperimentRow, str], None] | None = None,
     ) -> None:
-        from loop.night import make_host
-
         self.spec = pick_slot(plan, slot)
         host = make_host(self.spec)
         host.name = self.spec.name
@@ -317,8 +331,6 @@ class FleetWorker(Night):
     def _fail_orphan_trial(self, study: Any, trial: Any) -> None:
         from optuna.trial import TrialState
 
-        from loop.night import _enqueue_once
-
         study.tell(trial.number, state=TrialState.FAIL, skip_if_finished=True)
         _enqueue_once(study, trial.params)
 
@@ -338,8 +350,6 @@ class FleetWorker(Night):
 
     def _reach(self, worker: WorkerRow) -> Host | None:
         """The lost worker's host, when this worker can act on it."""
-        from loop.night import make_host
-
         spec = HostSpec.model_validate(json.loads(worker.spec))
         if spec.local and worker.machine != self.machine:
             return None  # "local" means its machine, not ours
@@ -379,6 +389,9 @@ class FleetWorker(Night):
         requeued = {q.exp_id for q in self.board.requeues(self.night.id)}
         for r in rows:
             if r.status in TERMINAL:  # result recorded before the loss: only cleanup was left
+                if r.status == "ok" and r.kind in ("ranked", "search"):
+                    self._classify(r)  # measured, lost before it was judged
+                    r = self.ledger.get(r.id) or r
                 if r.kind == "search":
                     self._tell(r)
                 self.ledger.update(r.id, phase="done", ended=time.time())

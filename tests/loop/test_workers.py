@@ -409,6 +409,13 @@ def test_a_lost_worker_on_another_machine_is_handed_on_but_not_touched(
     row = worker.board.claim(nid, ("ranked",), "slot-c")
     assert row is not None
     worker.ledger.update(row.id, phase="benchmark", attempts=1, pid=999_999)
+    # another of its experiments was measured, then lost in its cleanup, before it was judged
+    worker.ledger.update(f"{nid}:baseline", status="ok", phase="done",
+                         metric_values=[900.0, 905.0, 910.0], metric_mean=905.0)  # fmt: skip
+    measured = worker.board.claim(nid, ("ranked",), "slot-c")
+    assert measured is not None
+    worker.ledger.update(measured.id, phase="stop", attempts=1, status="ok",
+                         metric_values=[1000.0, 1010.0], metric_mean=1005.0)  # fmt: skip
     cfg_c.write_text("changed by slot-c's experiment, on its own machine\n")
     with worker.board.pool.connection() as conn:  # its last stamp, long ago
         conn.execute("update fleet_workers set heartbeat = heartbeat - 3600 where name = 'slot-c'")
@@ -425,6 +432,8 @@ def test_a_lost_worker_on_another_machine_is_handed_on_but_not_touched(
         and "re-queued once" in event.detail
     )
     assert cfg_c.read_text().startswith("changed")  # "local" there is not here: untouched
+    judged = worker.ledger.get(measured.id)
+    assert judged is not None and (judged.status, judged.phase) == ("kept", "done")
 
     # the same experiment lost a second time (slot-c came back, took it, vanished again)
     worker.board.register(
