@@ -200,7 +200,7 @@ def status_cmd(state: Path = typer.Option(None, help="state dir of the plan")) -
     """The latest night's ledger: experiments, status, phase, metric."""
     state_dir = state or _guess_state()
     ledger = open_ledger(Path(state_dir) / "ledger.db")
-    night = ledger.night()
+    night = _night_of(ledger, Path(state_dir))
     console.print(_table(ledger, night))
     if night is not None:
         from loop.fleet import worker_lines
@@ -228,7 +228,7 @@ def report_cmd(
 
     state_dir = Path(state or _guess_state())
     ledger = open_ledger(state_dir / "ledger.db")
-    night = ledger.night()
+    night = _night_of(ledger, state_dir)
     if night is None:
         console.print(f"no night in {state_dir}")
         raise typer.Exit(1)
@@ -275,6 +275,17 @@ def demo_cmd(
         )
     console.print(f"night {result.id}: {result.status}")
     print(_latest(state_dir))  # plain print: the last line is the report path, never wrapped
+
+
+def _night_of(ledger: Ledger, state_dir: Path) -> NightRow | None:
+    """The newest night this state dir ran (its plan copies are named by night); a team
+    database holds every plan's nights, so "the latest night" alone could be anyone's."""
+    copies = sorted((state_dir / "plans").glob("*.json"), key=lambda p: p.stat().st_mtime)
+    for copy in reversed(copies):
+        night = ledger.night(copy.stem)
+        if night is not None:
+            return night
+    return ledger.night()
 
 
 def _latest(state_dir: Path) -> str:

@@ -247,6 +247,10 @@ def test_three_workers_share_a_night_and_survive_a_sigkill_in_a_trial(
     assert status_out.returncode == 0, status_out.stderr[-2000:]
     assert "worker slot-c on" in status_out.stdout and ": lost, heartbeat" in status_out.stdout
     assert "worker slot-a on" in status_out.stdout and ": done, heartbeat" in status_out.stdout
+    # another team's night, started later in the same database, is not this state dir's
+    other = PgLedger(url)
+    other.open_night("someone-elses-plan", "digest", "/elsewhere")
+    other.close()
     latest = fleet.states["slot-b"] / "latest-report.txt"
     shutil.rmtree(Path(latest.read_text().strip()).parent)
     latest.unlink()
@@ -258,6 +262,7 @@ def test_three_workers_share_a_night_and_survive_a_sigkill_in_a_trial(
     assert again.returncode == 0, again.stderr[-2000:]
     path = Path(latest.read_text().strip())  # written again by `loop report`, here
     assert path.is_relative_to(fleet.states["slot-b"]) and "## Fleet" in path.read_text()
+    assert night.id in path.parts
 
 
 def test_a_ranked_experiment_of_a_lost_worker_is_requeued_once(
