@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import json
 import sqlite3
 import threading
 import uuid
@@ -25,6 +24,15 @@ from typing import TYPE_CHECKING, Any, Protocol
 import sqlite_utils
 from pydantic import BaseModel
 
+from agent.memory_codec import (
+    conclusion_row,
+    event_data,
+    hypothesis_row,
+    load_event,
+    load_observation,
+    observation_row,
+    session_outcome,
+)
 from agent.models import Event, Report, now
 
 if TYPE_CHECKING:
@@ -304,41 +312,13 @@ class Memory(MemoryReads):
         """Store the outcome; a concluded report also joins the searchable conclusions."""
         ts = now()
         with self._lock, self.db.conn:
-            self.db["sessions"].update(
-                report.session_id,
-                {
-                    "status": report.status,
-                    "updated": ts,
-                    "root_cause": report.root_cause,
-                    "report": report.model_dump_json(),
-                },
-            )
+            self.db["sessions"].update(report.session_id, session_outcome(report, ts))
             for h in report.hypotheses:
                 self.db["hypotheses"].upsert(
-                    {
-                        "session_id": report.session_id,
-                        "label": h.label,
-                        "status": h.status,
-                        "score": h.score,
-                        "statement": h.statement,
-                        "evidence": json.dumps([e.model_dump() for e in h.evidence]),
-                        "against": json.dumps([e.model_dump() for e in h.against]),
-                        "check": h.check,
-                    },
-                    pk=("session_id", "label"),
+                    hypothesis_row(report.session_id, h), pk=("session_id", "label")
                 )
             if report.status == "concluded":
-                self.db["conclusions"].upsert(
-                    {
-                        "session_id": report.session_id,
-                        "host": report.host,
-                        "root_cause": report.root_cause,
-                        "summary": report.summary,
-                        "evidence": "\n".join(e.line for e in report.evidence),
-                        "created": ts,
-                    },
-                    pk="session_id",
-                )
+                self.db["conclusions"].upsert(conclusion_row(report, ts), pk="session_id")
 
     def report(self, session_id: str) -> Report | None:
         row = self.db["sessions"].get(session_id) if self.get_session(session_id) else None
@@ -349,29 +329,12 @@ class Memory(MemoryReads):
     def record_observation(self, session_id: str, obs: dict[str, Any]) -> None:
         with self._lock, self.db.conn:
             self.db["observations"].upsert(
-                {
-                    "session_id": session_id,
-                    "id": obs["id"],
-                    "tool": obs["tool"],
-                    "args": json.dumps(obs.get("args", {})),
-                    "ok": int(bool(obs.get("ok", True))),
-                    "lines": json.dumps(obs.get("lines", [])),
-                    "at": obs.get("at", now()),
-                },
-                pk=("session_id", "id"),
+                observation_row(session_id, obs), pk=("session_id", "id")
             )
 
     def observations(self, session_id: str) -> list[dict[str, Any]]:
         rows = self.db["observations"].rows_where("session_id = ?", [session_id], order_by="rowid")
-        return [
-            {
-                **r,
-                "args": json.loads(r["args"]),
-                "lines": json.loads(r["lines"]),
-                "ok": bool(r["ok"]),
-            }
-            for r in rows
-        ]
+        return [load_observation(r) for r in rows]
 
     # -- events ----------------------------------------------------------------------------------
     def append_event(self, event: Event) -> Event:
@@ -389,7 +352,7 @@ class Memory(MemoryReads):
                     event.session_id,
                     event.session_id,
                     event.type,
-                    json.dumps(event.data, default=str),
+                    event_data(event),
                     event.at,
                 ],
             ).fetchone()
@@ -399,7 +362,7 @@ class Memory(MemoryReads):
         rows = self.db["events"].rows_where(
             "session_id = ? and seq > ?", [session_id, after_seq], order_by="seq"
         )
-        return [Event(**{**r, "data": json.loads(r["data"])}) for r in rows]
+        return [load_event(r) for r in rows]
 
     # -- todos and handoffs ------------------------------------------------------------------------
     def add_todo(self, host: str, text: str, session_id: str | None = None) -> TodoRow:

@@ -10,7 +10,6 @@ so another replica's live SSE stream hears it on commit (server/relay.py).
 
 from __future__ import annotations
 
-import json
 import re
 import uuid
 from typing import Any
@@ -18,6 +17,15 @@ from typing import Any
 from psycopg import Connection
 
 from agent.memory import ConclusionRow, HandoffRow, MemoryReads, SessionRow, TodoRow
+from agent.memory_codec import (
+    conclusion_row,
+    event_data,
+    hypothesis_row,
+    load_event,
+    load_observation,
+    observation_row,
+    session_outcome,
+)
 from agent.models import Event, Report, now
 from agent.pg import Migration, migrate, open_pool
 
@@ -151,44 +159,31 @@ class PgMemory(MemoryReads):
         ts = now()
         with self.pool.connection() as conn, conn.transaction():
             conn.execute(
-                """update sessions set status = %s, updated = %s, root_cause = %s, report = %s
-                   where id = %s""",
-                [report.status, ts, report.root_cause, report.model_dump_json(), report.session_id],
+                """update sessions set status = %(status)s, updated = %(updated)s,
+                     root_cause = %(root_cause)s, report = %(report)s where id = %(id)s""",
+                {**session_outcome(report, ts), "id": report.session_id},
             )
             for h in report.hypotheses:
                 conn.execute(
                     """insert into hypotheses (session_id, label, status, score, statement,
-                         evidence, against, "check") values (%s, %s, %s, %s, %s, %s, %s, %s)
+                         evidence, against, "check") values (%(session_id)s, %(label)s,
+                         %(status)s, %(score)s, %(statement)s, %(evidence)s, %(against)s,
+                         %(check)s)
                        on conflict (session_id, label) do update set status = excluded.status,
                          score = excluded.score, statement = excluded.statement,
                          evidence = excluded.evidence, against = excluded.against,
                          "check" = excluded."check" """,
-                    [
-                        report.session_id,
-                        h.label,
-                        h.status,
-                        h.score,
-                        h.statement,
-                        json.dumps([e.model_dump() for e in h.evidence]),
-                        json.dumps([e.model_dump() for e in h.against]),
-                        h.check,
-                    ],
+                    hypothesis_row(report.session_id, h),
                 )
             if report.status == "concluded":
                 conn.execute(
                     """insert into conclusions (session_id, host, root_cause, summary, evidence,
-                         created) values (%s, %s, %s, %s, %s, %s)
+                         created) values (%(session_id)s, %(host)s, %(root_cause)s,
+                         %(summary)s, %(evidence)s, %(created)s)
                        on conflict (session_id) do update set host = excluded.host,
                          root_cause = excluded.root_cause, summary = excluded.summary,
                          evidence = excluded.evidence, created = excluded.created""",
-                    [
-                        report.session_id,
-                        report.host,
-                        report.root_cause,
-                        report.summary,
-                        "\n".join(e.line for e in report.evidence),
-                        ts,
-                    ],
+                    conclusion_row(report, ts),
                 )
 
     def report(self, session_id: str) -> Report | None:
@@ -201,19 +196,11 @@ class PgMemory(MemoryReads):
         with self.pool.connection() as conn:
             conn.execute(
                 """insert into observations (session_id, id, tool, args, ok, lines, at)
-                   values (%s, %s, %s, %s, %s, %s, %s)
+                   values (%(session_id)s, %(id)s, %(tool)s, %(args)s, %(ok)s, %(lines)s, %(at)s)
                    on conflict (session_id, id) do update set tool = excluded.tool,
                      args = excluded.args, ok = excluded.ok, lines = excluded.lines,
                      at = excluded.at""",
-                [
-                    session_id,
-                    obs["id"],
-                    obs["tool"],
-                    json.dumps(obs.get("args", {})),
-                    int(bool(obs.get("ok", True))),
-                    json.dumps(obs.get("lines", [])),
-                    obs.get("at", now()),
-                ],
+                observation_row(session_id, obs),
             )
 
     def observations(self, session_id: str) -> list[dict[str, Any]]:
@@ -222,15 +209,7 @@ class PgMemory(MemoryReads):
                where session_id = %s order by ord""",
             [session_id],
         )
-        return [
-            {
-                **r,
-                "args": json.loads(r["args"]),
-                "lines": json.loads(r["lines"]),
-                "ok": bool(r["ok"]),
-            }
-            for r in rows
-        ]
+        return [load_observation(r) for r in rows]
 
     # -- events ----------------------------------------------------------------------------------
     def append_event(self, event: Event) -> Event:
@@ -245,7 +224,7 @@ class PgMemory(MemoryReads):
             ev = event.model_copy(update={"seq": int(row["seq"]) + 1 if row else 1})
             conn.execute(
                 "insert into events (session_id, seq, type, data, at) values (%s, %s, %s, %s, %s)",
-                [ev.session_id, ev.seq, ev.type, json.dumps(ev.data, default=str), ev.at],
+                [ev.session_id, ev.seq, ev.type, event_data(ev), ev.at],
             )
             conn.execute("select pg_notify(%s, %s)", [EVENTS_CHANNEL, f"{ev.session_id}:{ev.seq}"])
         return ev
@@ -256,7 +235,7 @@ class PgMemory(MemoryReads):
                where session_id = %s and seq > %s order by seq""",
             [session_id, after_seq],
         )
-        return [Event(**{**r, "data": json.loads(r["data"])}) for r in rows]
+        return [load_event(r) for r in rows]
 
     # -- todos and handoffs ----------------------------------------------------------------------
     def add_todo(self, host: str, text: str, session_id: str | None = None) -> TodoRow:

@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from loop.experiment import Diagnoser
 from loop.ledger import Ledger, NightRow, open_ledger
 from loop.night import Night, agent_diagnoser, default_state_dir, loop_alive
 from loop.plan import Plan, PlanError, load_plan
@@ -129,13 +130,44 @@ def run_cmd(
     state: Path = typer.Option(None, help="state dir (ledger, logs, reports)"),
     no_diagnose: bool = typer.Option(False, help="skip the investigating agent on failures"),
     quiet: bool = typer.Option(False, help="no live table"),
+    worker: bool = typer.Option(
+        False, help="one of several workers sharing the night in PIVOT_DATABASE_URL"
+    ),
+    slot: str = typer.Option(None, help="with --worker: the plan's host this worker drives"),
 ) -> None:
     """Run (or resume) the night described by PLAN_PATH."""
     plan = _load(plan_path)
     state_dir = state or default_state_dir() / plan.name
-    night = Night(plan, state_dir, diagnoser=None if no_diagnose else agent_diagnoser())
-    result = _run_or_stop(night, live=not quiet)
+    diagnoser = None if no_diagnose else agent_diagnoser()
+    night = (
+        _worker(plan, state_dir, slot, diagnoser)
+        if worker
+        else Night(plan, state_dir, diagnoser=diagnoser)
+    )
+    try:
+        result = _run_or_stop(night, live=not quiet)
+    except PlanError as exc:  # a worker whose plan is not the night's
+        print(f"pivot loop: {exc}", file=sys.stderr)
+        raise typer.Exit(2) from None
     console.print(f"night {result.id}: {result.status}; report: {_latest(state_dir)}")
+
+
+def _worker(plan: Plan, state_dir: Path, slot: str | None, diagnoser: Diagnoser | None) -> Night:
+    """A fleet worker (loop/workers.py), or one clear line on why it cannot be one."""
+    from agent.settings import Settings
+    from loop.workers import FleetWorker
+
+    if not Settings().database_url:
+        print(
+            "pivot loop: --worker shares the night through PostgreSQL: set PIVOT_DATABASE_URL",
+            file=sys.stderr,
+        )
+        raise typer.Exit(2)
+    try:
+        return FleetWorker(plan, state_dir, slot=slot, diagnoser=diagnoser)
+    except PlanError as exc:
+        print(f"pivot loop: {exc}", file=sys.stderr)
+        raise typer.Exit(2) from None
 
 
 def _load(plan_path: Path, variables: dict[str, str] | None = None) -> Plan:
@@ -168,8 +200,13 @@ def status_cmd(state: Path = typer.Option(None, help="state dir of the plan")) -
     """The latest night's ledger: experiments, status, phase, metric."""
     state_dir = state or _guess_state()
     ledger = open_ledger(Path(state_dir) / "ledger.db")
-    night = ledger.night()
+    night = _night_of(ledger, Path(state_dir))
     console.print(_table(ledger, night))
+    if night is not None:
+        from loop.fleet import worker_lines
+
+        for line in worker_lines(ledger, night.id):
+            console.print(line, markup=False)
     if night is not None and night.status == "running":
         alive, why = loop_alive(night)
         if alive:
@@ -191,12 +228,15 @@ def report_cmd(
 
     state_dir = Path(state or _guess_state())
     ledger = open_ledger(state_dir / "ledger.db")
-    night = ledger.night()
+    night = _night_of(ledger, state_dir)
     if night is None:
         console.print(f"no night in {state_dir}")
         raise typer.Exit(1)
     plan = Plan.model_validate_json((state_dir / "plans" / f"{night.id}.json").read_text())
-    path = write_report(ledger, night, plan)
+    # into this state dir: a fleet's night names the first worker's dir, maybe on another machine
+    path = write_report(
+        ledger, night.model_copy(update={"state_dir": str(state_dir.resolve())}), plan
+    )
     console.print(str(path))
     if open_:
         import webbrowser
@@ -235,6 +275,17 @@ def demo_cmd(
         )
     console.print(f"night {result.id}: {result.status}")
     print(_latest(state_dir))  # plain print: the last line is the report path, never wrapped
+
+
+def _night_of(ledger: Ledger, state_dir: Path) -> NightRow | None:
+    """The newest night this state dir ran (its plan copies are named by night); a team
+    database holds every plan's nights, so "the latest night" alone could be anyone's."""
+    copies = sorted((state_dir / "plans").glob("*.json"), key=lambda p: p.stat().st_mtime)
+    for copy in reversed(copies):
+        night = ledger.night(copy.stem)
+        if night is not None:
+            return night
+    return ledger.night()
 
 
 def _latest(state_dir: Path) -> str:

@@ -8,16 +8,25 @@ files never lock each other. Every phase change is committed before the phase st
 
 from __future__ import annotations
 
-import json
 import threading
 import time
-import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
 import sqlite_utils
 from pydantic import BaseModel, Field
+
+from loop.ledger_codec import (
+    baseline_file,
+    dump_experiment,
+    dump_night,
+    experiment_fields,
+    load_experiment,
+    load_night,
+    new_night,
+    night_fields,
+)
 
 Status = Literal[
     "pending", "running", "ok", "kept", "discarded", "inconclusive", "failed", "hung",
@@ -213,15 +222,9 @@ class Ledger:
                 )
             )
             if rows:
-                return _night(rows[0]), True
-            night = NightRow(
-                id=time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6],
-                plan_name=plan_name,
-                plan_digest=digest,
-                state_dir=state_dir,
-                started=time.time(),
-            )
-            self.db["nights"].insert(night.model_dump(exclude={"left_in_place"}))
+                return load_night(rows[0]), True
+            night = new_night(plan_name, digest, state_dir)
+            self.db["nights"].insert(dump_night(night))
             return night, False
 
     def night(self, night_id: str | None = None) -> NightRow | None:
@@ -230,15 +233,11 @@ class Ledger:
                 rows = list(self.db["nights"].rows_where("id = ?", [night_id]))
             else:
                 rows = list(self.db["nights"].rows_where(order_by="started desc", limit=1))
-            return _night(rows[0]) if rows else None
+            return load_night(rows[0]) if rows else None
 
     def update_night(self, night_id: str, **fields: Any) -> None:
-        if "left_in_place" in fields:
-            fields["left_in_place"] = json.dumps(
-                [c.model_dump() if isinstance(c, BaseModel) else c for c in fields["left_in_place"]]
-            )
         with self._lock, self.db.conn:
-            self.db["nights"].update(night_id, fields)
+            self.db["nights"].update(night_id, night_fields(fields))
 
     # night events
     def add_event(self, night_id: str, kind: str, detail: str) -> None:
@@ -254,18 +253,9 @@ class Ledger:
 
     # baseline files
     def save_baseline_file(self, night_id: str, host: str, path: str, content: bytes) -> None:
-        import hashlib
-
         with self._lock, self.db.conn:
             self.db["baseline_files"].upsert(
-                {
-                    "night_id": night_id,
-                    "host": host,
-                    "path": path,
-                    "sha256": hashlib.sha256(content).hexdigest(),
-                    "content": content,
-                },
-                pk=("night_id", "host", "path"),
+                baseline_file(night_id, host, path, content), pk=("night_id", "host", "path")
             )
 
     def baseline_files(self, night_id: str, host: str) -> dict[str, bytes]:
@@ -280,27 +270,24 @@ class Ledger:
     # experiments
     def add(self, row: ExperimentRow) -> ExperimentRow:
         with self._lock, self.db.conn:
-            self.db["experiments"].insert(self._dump(row), pk="id", ignore=True)
+            self.db["experiments"].insert(dump_experiment(row), pk="id", ignore=True)
         return self.get(row.id) or row
 
     def get(self, exp_id: str) -> ExperimentRow | None:
         with self._lock:
             rows = list(self.db["experiments"].rows_where("id = ?", [exp_id]))
-        return self._load(rows[0]) if rows else None
+        return load_experiment(rows[0]) if rows else None
 
     def experiments(self, night_id: str) -> list[ExperimentRow]:
         with self._lock:
             rows = list(
                 self.db["experiments"].rows_where("night_id = ?", [night_id], order_by="seq")
             )
-        return [self._load(r) for r in rows]
+        return [load_experiment(r) for r in rows]
 
     def update(self, exp_id: str, **fields: Any) -> None:
-        for k in JSON_FIELDS:
-            if k in fields:
-                fields[k] = json.dumps(fields[k])
         with self._lock, self.db.conn:
-            self.db["experiments"].update(exp_id, fields)
+            self.db["experiments"].update(exp_id, experiment_fields(fields))
 
     def set_phase(self, exp_id: str, phase: Phase) -> None:
         self.update(exp_id, phase=phase)
@@ -312,34 +299,8 @@ class Ledger:
             ).fetchone()
         return int(row[0])
 
-    @staticmethod
-    def _dump(row: ExperimentRow) -> dict[str, Any]:
-        return dump_experiment(row)
-
-    @staticmethod
-    def _load(r: dict[str, Any]) -> ExperimentRow:
-        return load_experiment(r)
-
     def close(self) -> None:
         self.db.conn.close()
-
-
-#: ExperimentRow fields stored as JSON text, with the value an empty column reads as.
-JSON_FIELDS: dict[str, str] = {"change": "{}", "metric_values": "[]", "metrics": "{}"}
-
-
-def dump_experiment(row: ExperimentRow) -> dict[str, Any]:
-    d = row.model_dump()
-    for k in JSON_FIELDS:
-        d[k] = json.dumps(d[k])
-    return d
-
-
-def load_experiment(r: dict[str, Any]) -> ExperimentRow:
-    r = dict(r)
-    for k, empty in JSON_FIELDS.items():
-        r[k] = json.loads(r.get(k) or empty)
-    return ExperimentRow(**{k: v for k, v in r.items() if v is not None})
 
 
 def open_ledger(path: str | Path, database_url: str | None = None) -> Any:
@@ -366,9 +327,3 @@ def study_storage(state_dir: str | Path, database_url: str | None = None) -> str
     if database_url:
         return "postgresql+psycopg://" + database_url.split("://", 1)[1]
     return f"sqlite:///{state_dir}/optuna.db"
-
-
-def _night(r: dict[str, Any]) -> NightRow:
-    r = dict(r)
-    r["left_in_place"] = json.loads(r.get("left_in_place") or "[]")
-    return NightRow(**{k: v for k, v in r.items() if v is not None})

@@ -8,25 +8,22 @@ the phase starts (each statement commits on its own), which is what a restart af
 
 from __future__ import annotations
 
-import hashlib
-import json
 import time
-import uuid
 from typing import Any
 
 from psycopg import Connection
-from pydantic import BaseModel
 
 from agent.pg import Migration, migrate, open_pool
-from loop.ledger import (
-    JSON_FIELDS,
-    Event,
-    ExperimentRow,
-    NightRow,
-    Phase,
-    _night,
+from loop.ledger import Event, ExperimentRow, NightRow, Phase
+from loop.ledger_codec import (
+    baseline_file,
     dump_experiment,
+    dump_night,
+    experiment_fields,
     load_experiment,
+    load_night,
+    new_night,
+    night_fields,
 )
 
 
@@ -117,7 +114,7 @@ class PgLedger:
         with self.pool.connection() as conn:
             return conn.execute(sql, args).fetchall()
 
-    def _exec(self, sql: str, args: list[Any]) -> None:
+    def _exec(self, sql: str, args: list[Any] | dict[str, Any]) -> None:
         with self.pool.connection() as conn:
             conn.execute(sql, args)
 
@@ -131,15 +128,9 @@ class PgLedger:
                 [plan_name],
             ).fetchall()
             if rows:
-                return _night(rows[0]), True
-            night = NightRow(
-                id=time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6],
-                plan_name=plan_name,
-                plan_digest=digest,
-                state_dir=state_dir,
-                started=time.time(),
-            )
-            d = night.model_dump(exclude={"left_in_place"})
+                return load_night(rows[0]), True
+            night = new_night(plan_name, digest, state_dir)
+            d = dump_night(night)
             conn.execute(
                 f"insert into nights ({', '.join(d)}) values ({', '.join(['%s'] * len(d))})",
                 list(d.values()),
@@ -151,14 +142,10 @@ class PgLedger:
             rows = self._all("select * from nights where id = %s", [night_id])
         else:
             rows = self._all("select * from nights order by started desc limit 1", [])
-        return _night(rows[0]) if rows else None
+        return load_night(rows[0]) if rows else None
 
     def update_night(self, night_id: str, **fields: Any) -> None:
-        if "left_in_place" in fields:
-            fields["left_in_place"] = json.dumps(
-                [c.model_dump() if isinstance(c, BaseModel) else c for c in fields["left_in_place"]]
-            )
-        cols, args = _set(fields)
+        cols, args = _set(night_fields(fields))
         self._exec(f"update nights set {cols} where id = %s", [*args, night_id])
 
     # night events
@@ -177,9 +164,10 @@ class PgLedger:
     def save_baseline_file(self, night_id: str, host: str, path: str, content: bytes) -> None:
         self._exec(
             """insert into baseline_files (night_id, host, path, sha256, content)
-               values (%s, %s, %s, %s, %s) on conflict (night_id, host, path)
+               values (%(night_id)s, %(host)s, %(path)s, %(sha256)s, %(content)s)
+               on conflict (night_id, host, path)
                do update set sha256 = excluded.sha256, content = excluded.content""",
-            [night_id, host, path, hashlib.sha256(content).hexdigest(), content],
+            baseline_file(night_id, host, path, content),
         )
 
     def baseline_files(self, night_id: str, host: str) -> dict[str, bytes]:
@@ -208,10 +196,7 @@ class PgLedger:
         return [load_experiment(r) for r in rows]
 
     def update(self, exp_id: str, **fields: Any) -> None:
-        for k in JSON_FIELDS:
-            if k in fields:
-                fields[k] = json.dumps(fields[k])
-        cols, args = _set(fields)
+        cols, args = _set(experiment_fields(fields))
         self._exec(f"update experiments set {cols} where id = %s", [*args, exp_id])
 
     def set_phase(self, exp_id: str, phase: Phase) -> None:

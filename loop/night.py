@@ -405,7 +405,7 @@ class Night:
         row as it was, and the next start recovers it again.
         """
         actions: list[str] = []
-        for row in self.ledger.experiments(self.night.id):
+        for row in self._own(self.ledger.experiments(self.night.id)):
             # Taken but not started (killed between marking it and its first phase): a ranked
             # row marked running, or any search row, whose trial is asked in the study.
             taken = row.phase == "pending" and (row.status == "running" or row.kind == "search")
@@ -448,6 +448,16 @@ class Night:
         for host in self.hosts:
             actions += self._revert_all(host)
         return actions
+
+    def _spec(self, host: Host) -> HostSpec:
+        """The plan's slot of `host` (the final slot's host is the first)."""
+        return next(
+            (s for s in self.plan.host_specs() if s.name == host.name), self.plan.host_specs()[0]
+        )
+
+    def _own(self, rows: list[ExperimentRow]) -> list[ExperimentRow]:
+        """The rows this process answers for: all of them (a fleet worker: its slot's)."""
+        return rows
 
     def _recover_step(self, row: ExperimentRow, step: str) -> None:
         """Tell the phase hook where recovery is (the crash tests kill the loop here)."""
@@ -709,7 +719,7 @@ class Night:
     def _left_in_place(self, host: Host) -> list[LeftChange]:
         """Every config file the morning server runs with that is not the night's baseline,
         with the snapshot and the exact command that put the baseline back."""
-        spec = self.plan.host_specs()[0]
+        spec = self._spec(host)
         root = self._store_root(host)
         where = "--local" if spec.local else f"--host {shlex.quote(spec.where)}"
         out = []

@@ -14,6 +14,7 @@ from pathlib import Path
 from loop.combine import COMBINED, candidates, compatible
 from loop.combine import report_lines as combination_lines
 from loop.experiment import reproduce
+from loop.fleet import fleet_lines
 from loop.knobs import describe
 from loop.ledger import FAILED, NO_EFFECT, ExperimentRow, Ledger, NightRow
 from loop.pareto import report_lines as pareto_lines
@@ -394,6 +395,7 @@ def write_report(ledger: Ledger, night: NightRow, plan: Plan) -> Path:
             "",
         ]
     lines += left_in_place(night, rows)
+    lines += fleet_lines(ledger, night.id)  # several workers: who ran what, who was lost
     lines += ["## What to try next", ""] + [f"- {s}" for s in next_steps(rows, plan)]
     path = d / "report.md"
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
