@@ -178,12 +178,19 @@ def hub_caches(observations: list[Observation]) -> list[str]:
     """The hub cache the launch environment names (HF_HUB_CACHE, $HF_HOME/hub), if any."""
     out: list[str] = []
     for o in observations:
-        if o["ok"] and o["tool"] in ("host_facts", "launch_env", "config_read"):
-            for ln in o["lines"]:
-                m = re.match(r"^\s*(?:export\s+)?(HF_HUB_CACHE|HF_HOME)=(/\S+)", ln)
-                if m:
-                    out.append(m.group(2) if m.group(1) == "HF_HUB_CACHE" else m.group(2) + "/hub")
+        if not o["ok"]:
+            continue
+        for ln in o["lines"]:
+            m = re.match(r"^\s*(?:export\s+)?(HF_HUB_CACHE|HF_HOME)=(/\S+)", ln)
+            if m and o["tool"] in ("host_facts", "launch_env", "config_read"):
+                out.append(m.group(2) if m.group(1) == "HF_HUB_CACHE" else m.group(2) + "/hub")
+            d = _DOWNLOAD_DIR.search(ln)  # vLLM's --download-dir holds the hub layout itself
+            if d and o["tool"] in ("processes", "log_tail", "log_search", "config_read"):
+                out.append(d.group(1))
     return list(dict.fromkeys(out))
+
+
+_DOWNLOAD_DIR = re.compile(r"(?:--download-dir[ =]|download_dir=')(/[^\s',)]+)")
 
 
 def _memory_would_tell(facts: Facts, observations: list[Observation]) -> bool:

@@ -63,3 +63,27 @@ def test_live_growth_is_seen_within_seconds(tmp_path: Path) -> None:
     t.join()
     assert r.downloading is True and r.grew_bytes == 5000, r.lines()
     assert time.monotonic() - t0 < 10  # stopped at the growth, not at the window's end
+
+
+def test_the_cache_is_where_the_launch_says() -> None:
+    from agent.checks import hub_caches, hub_model
+
+    obs = [
+        {
+            "ok": True,
+            "tool": "processes",
+            "lines": ["1 vllm serve org/x --download-dir /mnt/m --port 8000"],
+        },
+        {"ok": True, "tool": "host_facts", "lines": ["HF_HOME=/data/hf"]},
+        {
+            "ok": True,
+            "tool": "log_tail",
+            "lines": ["INFO non-default args: {'model': '/models/local'}"],
+        },
+    ]
+    assert hub_caches(obs) == ["/mnt/m", "/data/hf/hub"]  # type: ignore[arg-type]
+    assert hub_model(obs) == "org/x"  # type: ignore[arg-type]
+    assert (
+        hub_model([{"ok": True, "tool": "processes", "lines": ["vllm serve /models/llama"]}])
+        is None
+    )  # type: ignore[list-item]
