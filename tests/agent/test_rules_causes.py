@@ -224,3 +224,109 @@ def test_a_server_on_another_port_is_another_launch_not_ours_alive(tmp_path) -> 
         0,
     )
     assert derive(obs2).server_alive is True
+
+
+def test_a_misspelled_visible_devices_is_the_cause_of_the_oom_it_allowed(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    oom = (
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total "
+        "capacity of 79.10 GiB of which 1.02 GiB is free. Process 7001 has 68.55 GiB memory in use.\n"
+    )
+    script = "#!/bin/bash\nexport CUDA_VISIBILE_DEVICES=1\npython3 -m sglang.launch_server --model-path /m --port 30000\n"
+    files = {
+        "/srv/launch.sh": script,
+        "/srv/server.log": "Traceback (most recent call last):\n" + oom,
+    }
+    r = _run(
+        _card(
+            "sglang",
+            "OOM at start-up on an empty GPU?",
+            ps=PS_IDLE,
+            nvidia_smi=GPU_CLEAN,
+            files=files,
+        ),
+        tmp_path / "a",
+    )
+    assert r.root_cause == "bad_launch_argument", r.summary
+    assert "export CUDA_VISIBILE_DEVICES=1" in _cited(r)
+    # control: spelled right, the same OOM is an OOM
+    files_ok = {**files, "/srv/launch.sh": script.replace("VISIBILE", "VISIBLE")}
+    r2 = _run(
+        _card(
+            "sglang",
+            "OOM at start-up on an empty GPU?",
+            ps=PS_IDLE,
+            nvidia_smi=GPU_CLEAN,
+            files=files_ok,
+        ),
+        tmp_path / "b",
+    )
+    assert r2.root_cause != "bad_launch_argument"
+
+
+def test_an_undefined_cu_symbol_is_an_old_driver_and_a_mangled_one_is_not(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    def log(sym: str) -> dict[str, str]:
+        return {
+            "/srv/trt.log": "Traceback (most recent call last):\n"
+            '  File "/usr/lib/python3/dist-packages/tensorrt_llm/__init__.py", line 32, in <module>\n'
+            f"ImportError: /usr/local/lib/python3.10/dist-packages/tensorrt_llm/libs/libth_common.so: undefined symbol: {sym}\n"
+        }
+
+    r = _run(
+        _card(
+            "trtllm",
+            "trtllm-serve fails to import",
+            ps=PS_IDLE,
+            nvidia_smi=GPU_CLEAN,
+            files=log("cuKernelGetName"),
+        ),
+        tmp_path / "a",
+    )
+    assert r.root_cause == "cuda_driver_mismatch", r.summary
+    r2 = _run(
+        _card(
+            "trtllm",
+            "trtllm-serve fails to import",
+            ps=PS_IDLE,
+            nvidia_smi=GPU_CLEAN,
+            files=log("_ZN3c104cuda20CUDACachingAllocator9allocatorE"),
+        ),
+        tmp_path / "b",
+    )
+    assert r2.root_cause != "cuda_driver_mismatch"
+
+
+def test_nccl_on_loopback_for_ranks_on_two_hosts_is_the_interface_setting(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    lines = (
+        "node-a:2101:2101 [0] NCCL INFO Bootstrap : Using lo:127.0.0.1<0>\n"
+        "node-a:2101:2101 [0] NCCL INFO NET/Socket : Using [0]lo:127.0.0.1<0>\n"
+        "node-b:3301:3301 [0] NCCL INFO Bootstrap : Using lo:127.0.0.1<0>\n"
+        "node-a:2101:2180 [0] NCCL INFO comm 0x55d0 rank 0 nranks 2 cudaDev 0 busId 1000 - Init START\n"
+    )
+    env = "NCCL_SOCKET_IFNAME=^docker0\n"
+    r = _run(
+        _card(
+            "other",
+            "two-node job hangs at init",
+            ps=PS_IDLE,
+            nvidia_smi=GPU_CLEAN,
+            env=env,
+            files={"/srv/job.log": lines},
+        ),
+        tmp_path / "a",
+    )
+    assert r.root_cause == "bad_launch_argument", r.summary
+    assert any("lo:127.0.0.1" in c for c in _cited(r))
+    # control: one host with a GPU per rank, loopback is fine (single-node jobs use it all the time)
+    single = lines.replace("node-b:3301:3301", "node-a:2102:2102")
+    r2 = _run(
+        _card(
+            "other",
+            "two-node job hangs at init",
+            ps=PS_IDLE,
+            nvidia_smi=GPU_CLEAN + GPU_CLEAN.replace("0,", "1,", 1),
+            env=env,
+            files={"/srv/job.log": single},
+        ),
+        tmp_path / "b",
+    )
+    assert r2.root_cause != "bad_launch_argument"
