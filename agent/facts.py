@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, PrivateAttr
 
-from agent.proof import log_pids
+from agent.proof import frontend_only, log_pids
 from agent.state import Observation
 from agent.typed_results import typed
 from tools import disk, dmesg, engines, gpu_status, log_tail, ports, processes
@@ -320,7 +320,9 @@ def advancing(before: list[str], after: list[str]) -> bool:
     from agent.signatures import scan
 
     seen = {_DIGITS.sub("#", ln) for ln in before}
-    fresh = [ln for ln in after if ln not in set(before)]
+    # a probe the HTTP front-end answered is not the engine's work (it answers while the
+    # scheduler behind it is dead)
+    fresh = [ln for ln in after if ln not in set(before) and not frontend_only(ln)]
     if not fresh:
         return False
     if any(m.strength == "progress" for m in scan(fresh[-50:])):

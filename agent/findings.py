@@ -86,7 +86,10 @@ def _noise(o: Observation, m: Match, hits: list[tuple[Observation, Match]]) -> b
     from agent.evidence import text_lines
 
     later = any(
-        oo["id"] == o["id"] and mm.strength in ("progress", "ready") and mm.line_no > m.line_no
+        oo["id"] == o["id"]
+        and mm.strength in ("progress", "ready")
+        and mm.line_no > m.line_no
+        and not proof.frontend_only(mm.line)  # a /health 200 is the front-end, not the engine
         for oo, mm in hits
     )
     if not later:

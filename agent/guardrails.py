@@ -115,7 +115,10 @@ def _progress_after(obs: Observation, index: int, hits: Hits) -> str | None:
     later = [
         m
         for o, m in hits
-        if o["id"] == obs["id"] and m.strength in ("progress", "ready") and m.line_no > index
+        if o["id"] == obs["id"]
+        and m.strength in ("progress", "ready")
+        and m.line_no > index
+        and not proof.frontend_only(m.line)
     ]
     return later[-1].line if later else None
 
@@ -221,6 +224,7 @@ def _still_starting(action: Action, by_id, facts: Facts, hits: Hits) -> list[str
         or (bool(stacks) and stacks[-1]["data"].get("waiting_in") in ("compile", "load"))
         or (bool(downloads) and bool(downloads[-1]["data"].get("downloading")))
         or moving
+        or rules_hang.quiet_phase_at_work(facts, list(by_id.values())) is not None
     )
     if not any(facts.log_growth.values()) and not working:
         out.append(
@@ -363,6 +367,8 @@ def _bad_launch(
         return []
     if rules_causes.loopback_across_nodes(obs) is not None:
         return []  # NCCL on lo across hosts: the ranks never meet, and nothing is printed
+    if rules_causes.unresolvable_rendezvous(obs) is not None:
+        return []  # the resolver's own error names the rendezvous host: the ranks retry forever
     return _crash_rule(action, by_id, facts, hits)
 
 

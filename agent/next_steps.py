@@ -206,8 +206,24 @@ def cuda_driver_mismatch(facts: Facts, observations: list[Observation], evidence
 
 
 def bad_launch_argument(facts: Facts, observations: list[Observation], evidence) -> str | None:  # type: ignore[no-untyped-def]
-    from agent.rules_causes import proxied_own_request
+    from agent.rules_causes import proxied_own_request, unresolvable_rendezvous
 
+    if any("speculative_draft_model_path=None" in e.get("line", "") for e in evidence):
+        return (
+            "Speculative decoding is on without a draft model: pass --speculative-draft-model-path "
+            "with a draft head trained for this target model (an EAGLE/EAGLE3 checkpoint), or drop "
+            "--speculative-algorithm (models with their own MTP layers use NEXTN and need none), "
+            "then relaunch."
+        )
+    unres = unresolvable_rendezvous(observations)
+    if unres is not None:
+        host = unres[2]
+        return (
+            f"The rendezvous host {host} does not resolve on this node (`getent hosts {host}` "
+            "prints nothing): set MASTER_ADDR / --dist-init-addr to rank 0's IP address (`hostname "
+            "-I` on rank 0's node) or a name every node resolves (DNS, /etc/hosts), then relaunch "
+            "every rank."
+        )
     hit = proxied_own_request(observations)
     if hit is None:
         return None

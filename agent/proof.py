@@ -46,6 +46,7 @@ class _Structure(BaseModel):
     quiet_phase: list[str] = []
     wait_message: list[str] = []
     peer_lost: list[str] = []
+    frontend_only: list[str] = []
 
 
 def _any(patterns: list[str]) -> re.Pattern[str]:
@@ -75,6 +76,7 @@ def _rx() -> dict[str, re.Pattern[str]]:
         "quiet_phase": _any(s.quiet_phase or ["(?!x)x"]),
         "wait_message": _any(s.wait_message or ["(?!x)x"]),
         "peer_lost": _any(s.peer_lost or ["(?!x)x"]),
+        "frontend_only": _any(s.frontend_only or ["(?!x)x"]),
     }
 
 
@@ -147,6 +149,11 @@ def quiet_phase(line: str) -> bool:
     """A phase that may run for minutes without printing (torch.compile, graph capture, JIT,
     autotuning, an engine build): a silence after it is not yet a stall."""
     return bool(_rx()["quiet_phase"].search(line))
+
+
+def frontend_only(line: str) -> bool:
+    """A probe or scrape the HTTP front-end answered: not proof the engine behind it works."""
+    return bool(_rx()["frontend_only"].search(line))
 
 
 def peer_lost(line: str) -> bool:

@@ -83,6 +83,8 @@ def cause_rules(facts, observations: list[Observation], hits, add) -> None:  # t
     misspelled_env_rules(observations, hits, add)
     driver_symbol_rules(observations, add)
     proxy_rules(facts, observations, hits, add)
+    unresolvable_rules(observations, add)
+    draftless_rules(observations, hits, add)
     if not any(m.label == "nccl_failure" and m.strength in ("fatal", "strong") for _, m in hits):
         return
     miss = missing_interface(observations)
@@ -417,3 +419,132 @@ def _first_fatal(observations: list[Observation], hits) -> tuple[str, str] | Non
             if found:
                 return o["id"], o["lines"][found[0][0]]
     return None
+
+
+# -- a rendezvous address that does not resolve ----------------------------------------------------
+_RESOLVE_FAIL = re.compile(
+    r"(?i)Name or service not known|Temporary failure in name resolution|nodename nor servname|"
+    r"getaddrinfo (?:failed|ENOTFOUND)|Could not resolve host|"
+    r"Name does not resolve|Unknown host"
+)
+#: the host a resolver error names: "addresses of (HOST, PORT)", "[HOST]:PORT", "host HOST"
+_FAILED_HOST = re.compile(
+    r"addresses of \(([\w.-]+), ?\d+\)|\[([\w.-]+)\]:\d+|\bhost[ =:]+'?([A-Za-z][\w.-]+)"
+)
+_NO_CONNECT = re.compile(r"(?i)fail(?:ed)? to connect|connect(?:ion)? (?:failed|refused|timed out)")
+_RDZV_HOST = re.compile(
+    r"(?:MASTER_ADDR=|--master[-_]addr[ =]|--dist-init-addr[ =]|dist_init_addr=|"
+    r"--nccl-init-addr[ =]|--rdzv[-_]endpoint[ =]|--head-node-ip[ =])'?([A-Za-z][\w.-]*)"
+)
+
+
+def unresolvable_rendezvous(
+    observations: list[Observation],
+) -> tuple[tuple[str, str], tuple[str, str], str] | None:
+    """((obs, resolver error), (obs, setting), host) when the rendezvous host the launch was
+    given (MASTER_ADDR, --dist-init-addr, ...) is the name the resolver could not find: every
+    rank retries the connect forever, and no error of the job's own is ever printed."""
+    failed: dict[str, tuple[str, str]] = {}
+    ipv6_only: dict[str, tuple[str, str]] = {}
+    no_connect: set[str] = set()
+    settings: dict[str, tuple[str, str]] = {}
+    for o in observations:
+        if not o["ok"]:
+            continue
+        for ln in text_lines(o):
+            m = _FAILED_HOST.search(ln)
+            host = next((g for g in m.groups() if g), "").lower() if m else ""
+            if host and _RESOLVE_FAIL.search(ln):
+                # torch tries IPv6 first: that lookup failing alone is a common, harmless warning
+                target = ipv6_only if "IPv6" in ln else failed
+                target.setdefault(host, (o["id"], ln))
+            elif host and _NO_CONNECT.search(ln):
+                no_connect.add(host)
+            for s in _RDZV_HOST.finditer(ln):
+                settings.setdefault(s.group(1).lower(), (o["id"], ln))
+    for host, err in ipv6_only.items():
+        if host in no_connect:  # ... unless the connect to the same name failed as well
+            failed.setdefault(host, err)
+    for host, err in failed.items():
+        if host in settings:
+            return err, settings[host], host
+    return None
+
+
+def unresolvable_rules(observations: list[Observation], add) -> None:  # type: ignore[no-untyped-def]
+    hit = unresolvable_rendezvous(observations)
+    if hit is None:
+        return
+    (eoid, eline), (soid, sline), host = hit
+    add(
+        "bad_launch_argument",
+        "cause",
+        _C.names_the_cause,
+        eoid,
+        eline,
+        f"the rendezvous host {host} does not resolve here: the ranks retry the connect forever",
+    )
+    add(
+        "bad_launch_argument",
+        "cause",
+        _C.setting_line,
+        soid,
+        sline,
+        f"the launch names {host} as the rendezvous address",
+    )
+
+
+# -- speculative decoding switched on without the draft model it needs -----------------------------
+#: EAGLE-style algorithms run a separate draft head; MTP/NEXTN reuse the target's own layers.
+_SPEC_ALGO = re.compile(
+    r"(?i)(?:speculative_algorithm=['\"]?|--speculative-algorithm[ =])(EAGLE3?|MEDUSA|STANDALONE)\b"
+)
+_NO_DRAFT = re.compile(r"speculative_draft_model_path=None\b")
+_SPEC_FRAME = re.compile(r"/speculative/|draft_worker|draft_model_runner|spec_decode/")
+
+
+def draftless_rules(observations: list[Observation], hits, add) -> None:  # type: ignore[no-untyped-def]
+    """`--speculative-algorithm EAGLE3` with `speculative_draft_model_path=None`: the engine
+    loads the target model itself as the draft head and fails inside the speculative worker
+    (an AttributeError on the head's methods). The cause is the missing draft model flag."""
+    algo = none = None
+    crash_in_spec = False
+    for o in observations:
+        if not o["ok"] or o["tool"] not in ("log_tail", "log_search", "config_read", "processes"):
+            continue
+        lines = text_lines(o)
+        for ln in lines:
+            if algo is None and (m := _SPEC_ALGO.search(ln)):
+                algo = (o["id"], ln, m.group(1).upper())
+            if none is None and _NO_DRAFT.search(ln):
+                none = (o["id"], _NO_DRAFT.search(ln).group(0))  # type: ignore[union-attr]
+            if _SPEC_FRAME.search(ln):
+                crash_in_spec = True
+    fatal = _first_fatal(observations, hits)
+    if algo is None or none is None or not crash_in_spec or fatal is None:
+        return
+    add(
+        "bad_launch_argument",
+        "cause",
+        _C.names_the_cause,
+        none[0],
+        none[1],
+        f"speculative decoding ({algo[2]}) is on but no draft model was given: the engine "
+        "used the target model as its draft head and failed in the speculative worker",
+    )
+    add(
+        "bad_launch_argument",
+        "cause",
+        _C.setting_line,
+        algo[0],
+        algo[1],
+        "the flag that turned it on",
+    )
+    add(
+        "bad_launch_argument",
+        "cause",
+        _C.effect_cited,
+        fatal[0],
+        fatal[1],
+        "the failure that follows",
+    )

@@ -41,7 +41,12 @@ def quiet_phase_line(observations: list[Observation]) -> str | None:
             newest[str(o["args"].get("path"))] = o
     for o in newest.values():
         for ln in reversed(o["lines"]):
-            if not ln.strip() or ln.startswith("# ") or proof.wait_message(ln):
+            if (
+                not ln.strip()
+                or ln.startswith("# ")
+                or proof.wait_message(ln)
+                or proof.frontend_only(ln)  # probes answered meanwhile say nothing of the phase
+            ):
                 continue
             if proof.quiet_phase(ln):
                 return ln
@@ -62,6 +67,25 @@ def gpu_memory_moved(observations: list[Observation]) -> tuple[str, str, float, 
                 return o["id"], line, float(d["memory_moved_mib"]), float(d.get("waited_s") or 0)
             return None
     return None
+
+
+def quiet_phase_at_work(
+    facts: Facts, observations: list[Observation]
+) -> tuple[str, str, str] | None:
+    """(observation, GPU row, why) when a single-rank launch sits in a phase that runs quietly
+    (warm-up, compile, capture) with its GPU computing flat out: nothing to wait for in a
+    collective, so the pinned GPU is the work itself."""
+    phase = quiet_phase_line(observations)
+    pinned, _ = pinned_gpus(facts)
+    if phase is None or not pinned or not facts.gpu_obs or multi_rank(facts, observations):
+        return None
+    g = pinned[0]
+    return (
+        facts.gpu_obs,
+        g.line,
+        f"the launch is in a phase that runs quietly ({phase.strip()[:80]!r}) and its only "
+        f"GPU computes at {g.util_pct:.0f}%: working, not hung (one rank has no peer to wait for)",
+    )
 
 
 def compiler_child(facts: Facts) -> tuple[int, str] | None:
@@ -210,6 +234,18 @@ def hang_rules(facts: Facts, observations: list[Observation], hits, add) -> None
         m.strength == "fatal" and m.label and not m.signature.startswith("phase-") for _, m in hits
     ):
         return  # the launch printed why it ended: a crash, not a hang
+    busy = quiet_phase_at_work(facts, observations)
+    if busy is not None:
+        oid, line, note = busy
+        add("still_starting", "fact", COMPILING, oid, line, note)
+        phase = quiet_phase_line(observations) or ""
+        log = next(
+            (o for o in reversed(observations) if o["tool"] == "log_tail" and phase in o["lines"]),
+            None,
+        )
+        if log is not None:
+            add("still_starting", "fact", 0.25, log["id"], phase, "the phase it is in")
+        return
     comp = compiler_child(facts)
     if comp is not None:
         pid, line = comp

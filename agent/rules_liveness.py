@@ -18,7 +18,7 @@ def liveness_rules(facts: Facts, observations: list[Observation], hits, add) -> 
     fatal = [(o, m) for o, m in hits if m.strength == "fatal" and m.label]
     progress = [(o, m) for o, m in hits if m.strength == "progress"]
     ready = [(o, m) for o, m in hits if m.strength == "ready"]
-    if ready and facts.server_alive:
+    if ready and facts.server_alive and not _warming_after(ready[-1], observations):
         o, m = ready[-1]
         add(
             "still_starting",
@@ -87,7 +87,11 @@ def liveness_rules(facts: Facts, observations: list[Observation], hits, add) -> 
                 facts.procs.get(pid, ""),
                 f"server pid {pid} is alive: nothing killed it",
             )
-        if stalled and not growing and not facts.building_pids:
+        from agent.rules_hang import quiet_phase_line
+
+        # a phase that runs quietly (compile, capture, warm-up) is silent by nature: not a stall
+        quiet = quiet_phase_line(observations) is not None
+        if stalled and not growing and not facts.building_pids and not quiet:
             obs_id = facts.log_growth_obs[stalled[0]]
             o = next(o for o in observations if o["id"] == obs_id)
             line = next((ln for ln in reversed(text_lines(o)) if ln.strip()), "")
@@ -195,3 +199,24 @@ def _downloading(observations: list[Observation], add) -> None:  # type: ignore[
         "the quiet log waits for the download (ranks that wait for it do so by design), not for "
         "a peer that failed in a collective",
     )
+
+
+def _warming_after(hit, observations: list[Observation]) -> bool:  # type: ignore[no-untyped-def]
+    """The front-end said "ready", then the engine started a phase that runs quietly (a warm-up
+    request that requests wait behind, a compile): not ready yet, whatever /health answers."""
+    from agent.evidence import signature_hits
+    from agent.rules_hang import quiet_phase_line
+
+    o, m = hit
+    own = [
+        mm
+        for oo, mm in signature_hits(observations)
+        if oo["id"] == o["id"] and mm.strength == "ready" and not proof.frontend_only(mm.line)
+    ]
+    if own:
+        m = own[-1]  # the engine's own "ready", not a probe the front-end answered after it
+    phase = quiet_phase_line(observations)
+    if phase is None:
+        return False
+    lines = o["lines"]
+    return phase in lines and lines.index(phase) > m.line_no

@@ -27,7 +27,9 @@ CONCLUDE_SCORE, CONCLUDE_MARGIN = _R.conclude_score, _R.conclude_margin
 
 @lru_cache(maxsize=1)
 def _followups() -> dict[str, str]:
-    return yamlio.safe_load((Path(__file__).parents[1] / "knowledge" / "followups.yaml").read_text())
+    return yamlio.safe_load(
+        (Path(__file__).parents[1] / "knowledge" / "followups.yaml").read_text()
+    )
 
 
 def next_step_for(state: State) -> str:

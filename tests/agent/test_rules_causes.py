@@ -330,3 +330,165 @@ def test_nccl_on_loopback_for_ranks_on_two_hosts_is_the_interface_setting(tmp_pa
         tmp_path / "b",
     )
     assert r2.root_cause != "bad_launch_argument"
+
+
+# -- round 11's general rules ------------------------------------------------------------------------
+WATCHDOG = (
+    "[rank0]:[E325 14:10:49.482913201 ProcessGroupNCCL.cpp:632] [Rank 0] Watchdog caught collective "
+    "operation timeout: WorkNCCL(SeqNum=884201, OpType=SEND, NumelIn=7340032, NumelOut=7340032, Timeout(ms)=600000) ran for 600029 milliseconds before timing out.\n"
+    "[rank0]:[E325 14:10:49.483281538 ProcessGroupNCCL.cpp:698] [Rank 0] To avoid data inconsistency, we are taking the entire process down.\n"
+)
+HEALTH = '[2026-03-25 14:11:{s:02d}] INFO:     10.42.7.1:43108 - "GET /health HTTP/1.1" 200 OK\n'
+
+
+def test_a_dead_scheduler_behind_a_live_health_endpoint_is_the_crash(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    ps = PS_HEADER + (
+        "root         1  0.4  0.3 28361044 3981220 ?    Ssl  13:31   3:02 python3 -m sglang.launch_server --model-path /m --tp 2 --port 30000\n"
+        "root       214  0.0  0.0      0     0 ?        Z    13:31  41:17 [sglang::schedul] <defunct>\n"
+        "root       215  0.0  0.0      0     0 ?        Z    13:31  40:55 [sglang::schedul] <defunct>\n"
+    )
+    log = "[2026-03-25 14:00:41 TP0] Decode batch. #running-req: 37, #token: 51234,\n" + WATCHDOG
+    log += "".join(HEALTH.format(s=s) for s in (4, 14, 24, 34))
+    gpus = "0, NVIDIA H200, 0 MiB, 143156 MiB, 143771 MiB, 0 %\n1, NVIDIA H200, 0 MiB, 143156 MiB, 143771 MiB, 0 %\n"
+    r = _run(
+        _card(
+            "sglang",
+            "requests hang, pods healthy",
+            ps=ps,
+            nvidia_smi=gpus,
+            files={"/var/log/s.log": log},
+        ),
+        tmp_path / "a",
+    )
+    assert r.root_cause == "nccl_failure", r.summary
+    # what changed: a probe the front-end answers is not the engine's progress; the engine's own
+    # lines still are
+    from agent import proof
+
+    assert proof.frontend_only(HEALTH.format(s=4))
+    assert not proof.frontend_only("[2026-03-25 14:00:41 TP0] Decode batch. #running-req: 37")
+
+
+def test_an_unresolvable_rendezvous_host_is_the_setting_and_ipv6_alone_is_not(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    host = "job-01k72wn5.internal"
+    v6 = f"[W1008 23:40:22.781961348 socket.cpp:767] [c10d] The IPv6 network addresses of ({host}, 50745) cannot be retrieved (gai error: -2 - Name or service not known).\n"
+    refused = f"[W1008 23:40:22.836678340 socket.cpp:767] [c10d] The client socket has failed to connect to [{host}]:50745 (errno: 22 - Invalid argument).\n"
+    env = f"MASTER_ADDR={host}\nMASTER_PORT=50745\n"
+    gpu8 = "".join(
+        f"{i}, NVIDIA H100 80GB HBM3, 523 MiB, 80519 MiB, 81559 MiB, 0 %\n" for i in range(2)
+    )
+    log = "rank 0: initializing process group (backend=nccl)\n" + (v6 + refused) * 3
+    r = _run(
+        _card("torch", "8 ranks sit at init", nvidia_smi=gpu8, env=env, files={"/jobs/w.log": log}),
+        tmp_path / "a",
+    )
+    assert r.root_cause == "bad_launch_argument", r.summary
+    assert f"MASTER_ADDR={host}" in _cited(r) and "getent hosts" in r.next_step
+    # control: the IPv6 lookup failing alone (the connect works) is torch's harmless warning
+    r2 = _run(
+        _card(
+            "torch",
+            "8 ranks sit at init",
+            nvidia_smi=gpu8,
+            env=env,
+            files={"/jobs/w.log": "rank 0: init\n" + v6 * 3},
+        ),
+        tmp_path / "b",
+    )
+    assert r2.root_cause != "bad_launch_argument"
+
+
+def test_rays_memory_monitor_kill_is_a_host_oom(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    log = (
+        "INFO 09-23 06:11:58 llm_engine.py:207] # GPU blocks: 36214, # CPU blocks: 2730\n"
+        "(raylet) [2023-09-23 06:15:07,512 E 20471 20471] (raylet) node_manager.cc:3007: 2 Workers (tasks / actors) killed due to memory pressure (OOM), 0 Workers crashed due to other reasons at node\n"
+        "ray.exceptions.RayActorError: The actor died unexpectedly before finishing this task.\n"
+    )
+    r = _run(
+        _card(
+            "vllm",
+            "workers disappear",
+            ps=PS_IDLE,
+            nvidia_smi=GPU_CLEAN,
+            files={"/home/u/run.log": log},
+        ),
+        tmp_path,
+    )
+    assert r.root_cause == "host_oom_killed", r.summary
+
+
+def test_a_warmup_behind_a_green_health_check_is_still_starting(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    log = (
+        "[08-05 10:17:52] INFO:     Uvicorn running on http://0.0.0.0:30010 (Press CTRL+C to quit)\n"
+        "[08-05 10:17:52] Running server warmup request (1/1), requests will wait until warmup is done\n"
+        + "".join(
+            f'[08-05 10:18:{s:02d}] INFO:     10.0.12.4:55410 - "GET /health HTTP/1.1" 200 OK\n'
+            for s in (0, 10, 20)
+        )
+    )
+    ps = (
+        PS_HEADER
+        + "root        27 99.0  3.1 9123456 4123456 ?      Sl   10:11  12:11 python3 -m sglang.launch_server --model-path /m --port 30010\n"
+    )
+    pinned = "0, NVIDIA B300, 201344 MiB, 73568 MiB, 274912 MiB, 100 %\n"
+    r = _run(
+        _card(
+            "sglang",
+            "health is green but my request hangs",
+            ps=ps,
+            nvidia_smi=pinned,
+            files={"/var/log/h3.log": log},
+        ),
+        tmp_path / "a",
+    )
+    assert r.root_cause == "still_starting", r.summary
+    # control: no warm-up phase after "ready": an idle ready server is not "still starting"
+    ready = log.replace(
+        "[08-05 10:17:52] Running server warmup request (1/1), requests will wait until warmup is done\n",
+        "",
+    )
+    r2 = _run(
+        _card(
+            "sglang",
+            "health is green but my request hangs",
+            ps=ps,
+            nvidia_smi=pinned.replace("100 %", "0 %"),
+            files={"/var/log/h3.log": ready},
+        ),
+        tmp_path / "b",
+    )
+    assert r2.root_cause != "still_starting"
+
+
+def test_eagle_without_a_draft_model_is_the_launch_setting(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    args = "[2026-08-26 10:14:02] server_args=ServerArgs(model_path='Qwen/Qwen2.5-0.5B-Instruct', speculative_algorithm='EAGLE3', speculative_draft_model_path={d}, port=30000)\n"
+    tb = (
+        "[2026-08-26 10:14:14 TP0] Scheduler hit an exception: Traceback (most recent call last):\n"
+        '  File "/usr/local/lib/python3.12/dist-packages/sglang/srt/speculative/eagle_worker.py", line 161, in __init__\n'
+        "    self.draft_model_runner.model.set_embed(embed)\n"
+        "AttributeError: 'Qwen2ForCausalLM' object has no attribute 'set_embed'\n"
+    )
+    r = _run(
+        _card(
+            "sglang",
+            "it dies at start-up",
+            ps=PS_IDLE,
+            nvidia_smi=GPU_CLEAN,
+            files={"/var/log/q.log": args.format(d="None") + tb},
+        ),
+        tmp_path / "a",
+    )
+    assert r.root_cause == "bad_launch_argument" and "speculative_draft_model_path=None" in _cited(
+        r
+    )
+    r2 = _run(
+        _card(
+            "sglang",
+            "it dies at start-up",
+            ps=PS_IDLE,
+            nvidia_smi=GPU_CLEAN,
+            files={"/var/log/q.log": args.format(d="'/m/eagle3'") + tb},
+        ),
+        tmp_path / "b",
+    )
+    assert "speculative_draft_model_path=None" not in _cited(r2)
