@@ -215,7 +215,8 @@ def _still_starting(action: Action, by_id, facts: Facts, hits: Hits) -> list[str
     out = []
     # GPU memory that moved over a watched window is a live process at work, even unseen by ps
     moving = rules_hang.gpu_memory_moved(list(by_id.values())) is not None
-    if facts.server_alive is not True and not (moving and facts.server_alive is None):
+    at_work = rules_hang.quiet_phase_at_work(facts, list(by_id.values())) is not None
+    if facts.server_alive is not True and not ((moving or at_work) and facts.server_alive is None):
         out.append("[still_starting] needs the server process alive (ps shows none)")
     stacks = [o for o in by_id.values() if o["tool"] == "py_stacks" and o["ok"]]
     downloads = [o for o in by_id.values() if o["tool"] == "download_progress" and o["ok"]]
@@ -224,7 +225,7 @@ def _still_starting(action: Action, by_id, facts: Facts, hits: Hits) -> list[str
         or (bool(stacks) and stacks[-1]["data"].get("waiting_in") in ("compile", "load"))
         or (bool(downloads) and bool(downloads[-1]["data"].get("downloading")))
         or moving
-        or rules_hang.quiet_phase_at_work(facts, list(by_id.values())) is not None
+        or at_work
     )
     if not any(facts.log_growth.values()) and not working:
         out.append(

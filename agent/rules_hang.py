@@ -76,10 +76,14 @@ def quiet_phase_at_work(
     (warm-up, compile, capture) with its GPU computing flat out: nothing to wait for in a
     collective, so the pinned GPU is the work itself."""
     phase = quiet_phase_line(observations)
-    pinned, _ = pinned_gpus(facts)
-    if phase is None or not pinned or not facts.gpu_obs or multi_rank(facts, observations):
+    working = [
+        g
+        for g in facts.gpus
+        if (g.used_mib or 0) >= _H.context_mib and (g.util_pct or 0) >= _H.working_pct
+    ]
+    if phase is None or not working or not facts.gpu_obs or multi_rank(facts, observations):
         return None
-    g = pinned[0]
+    g = max(working, key=lambda x: x.util_pct or 0)
     return (
         facts.gpu_obs,
         g.line,
@@ -209,6 +213,18 @@ def hang_rules(facts: Facts, observations: list[Observation], hits, add) -> None
             "a rank stuck in a collective allocates nothing; these GPUs' memory still moves",
         )
         return
+    busy = quiet_phase_at_work(facts, observations) if quiet and not fatal_end else None
+    if busy is not None and facts.server_alive is not False:
+        oid, line, note = busy
+        add("still_starting", "fact", COMPILING, oid, line, note)
+        phase = quiet_phase_line(observations) or ""
+        log = next(
+            (o for o in reversed(observations) if o["tool"] == "log_tail" and phase in o["lines"]),
+            None,
+        )
+        if log is not None:
+            add("still_starting", "fact", 0.25, log["id"], phase, "the phase it is in")
+        return
     if not silent(facts):
         pinned, _ = pinned_gpus(facts)
         if (
@@ -234,18 +250,6 @@ def hang_rules(facts: Facts, observations: list[Observation], hits, add) -> None
         m.strength == "fatal" and m.label and not m.signature.startswith("phase-") for _, m in hits
     ):
         return  # the launch printed why it ended: a crash, not a hang
-    busy = quiet_phase_at_work(facts, observations)
-    if busy is not None:
-        oid, line, note = busy
-        add("still_starting", "fact", COMPILING, oid, line, note)
-        phase = quiet_phase_line(observations) or ""
-        log = next(
-            (o for o in reversed(observations) if o["tool"] == "log_tail" and phase in o["lines"]),
-            None,
-        )
-        if log is not None:
-            add("still_starting", "fact", 0.25, log["id"], phase, "the phase it is in")
-        return
     comp = compiler_child(facts)
     if comp is not None:
         pid, line = comp

@@ -52,6 +52,7 @@ class Structure(_Strict):
 class Hang(_Strict):
     pinned_pct: float
     idle_pct: float
+    working_pct: float
     busy_mib: float
     context_mib: float
     pinned_alive: float

@@ -492,3 +492,29 @@ def test_eagle_without_a_draft_model_is_the_launch_setting(tmp_path) -> None:  #
         tmp_path / "b",
     )
     assert "speculative_draft_model_path=None" not in _cited(r2)
+
+
+def test_a_single_rank_compiling_with_its_gpu_busy_is_at_work_even_without_ps(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    log = (
+        "(EngineCore pid=42) INFO 06-20 14:45:37 [compilation/backends.py:1069] Using cache directory: /home/u/.cache/vllm/torch_compile_cache/3fbdd\n"
+        "(EngineCore pid=42) INFO 06-20 14:45:52 [compilation/backends.py:339] Compiling a graph for compile range (1, 2048) takes 14.62 s\n"
+    )
+    busy = "0, NVIDIA H100 80GB HBM3, 63120 MiB, 18097 MiB, 81559 MiB, 38 %\n"
+    r = _run(
+        _card(
+            "vllm", "new pod up but not ready, hung?", nvidia_smi=busy, files={"/tmp/w.log": log}
+        ),
+        tmp_path / "a",
+    )
+    assert r.root_cause == "still_starting", r.summary
+    # control: the same silence over an idle GPU proves nothing
+    r2 = _run(
+        _card(
+            "vllm",
+            "new pod up but not ready, hung?",
+            nvidia_smi=busy.replace("38 %", "0 %"),
+            files={"/tmp/w.log": log},
+        ),
+        tmp_path / "b",
+    )
+    assert r2.root_cause != "still_starting"
