@@ -106,8 +106,21 @@ def agent_diagnoser(home: Path | None = None, brain: str = "rulebook") -> Diagno
         except ImportError:
             return signature_diagnosis(host, row)
         settings = Settings(home=home) if home else Settings()
-        report = Runner(settings).start(host, symptom=symptom, brain=brain)
+        # the experiment's own log (and config): the logs dir also holds every other
+        # experiment's log, and another one's error is not this one's cause
+        logs = [row.log_path] if row.log_path else None
+        report = Runner(settings).start(host, symptom=symptom, brain=brain, logs=logs)
         line = report.evidence[0].line if report.evidence else None
+        if report.root_cause == "killed_externally" and row.status in ("hung", "timeout"):
+            # the loop stopped this server itself (it hung, or ran past its limit): the "kill"
+            # the agent found after the fact is the loop's own, not a cause
+            return Diagnosis(
+                None,
+                None,
+                "the agent saw only the loop's own stop of the hung server; the hang's cause was "
+                "not diagnosed (read its stacks while it hangs: pivot tools py_stacks --pid PID)",
+                "agent",
+            )
         if report.root_cause and line and _in_log(host, row, line):
             return Diagnosis(report.root_cause, line, report.summary or report.status, "agent")
         fallback = signature_diagnosis(host, row)

@@ -35,7 +35,12 @@ def test_demo_night_end_to_end(tmp_path: Path) -> None:
     assert rows["fewer-nccl-channels"].status == "failed"
     assert "Not enough memory" in (rows["fewer-nccl-channels"].evidence or "")
     assert "No supported CUDA architectures" in (rows["flashinfer-fusion"].evidence or "")
-    assert rows["emulated-init-hang"].status == "hung"
+    hang = rows["emulated-init-hang"]
+    assert hang.status == "hung"
+    # the loop stopped the hung server itself: the agent finding it gone is not a cause, and
+    # another experiment's error line (the arch failure's log beside it) is not this one's
+    assert hang.label not in ("killed_externally", "unsupported_gpu_arch"), hang.diagnosis
+    assert "No supported CUDA architectures" not in (hang.diagnosis or "")
     assert sum(1 for n in rows if n.startswith("trial-")) == 3
     assert rows["final"].status == "ok"
     for needle in ("| baseline |", "## Failures", "Not enough memory", "## What to try next"):
