@@ -18,7 +18,7 @@ def liveness_rules(facts: Facts, observations: list[Observation], hits, add) -> 
     fatal = [(o, m) for o, m in hits if m.strength == "fatal" and m.label]
     progress = [(o, m) for o, m in hits if m.strength == "progress"]
     ready = [(o, m) for o, m in hits if m.strength == "ready"]
-    if ready and facts.server_alive and not _warming_after(ready[-1], observations):
+    if ready and facts.server_alive and not _warming_after(ready, observations):
         o, m = ready[-1]
         add(
             "still_starting",
@@ -201,20 +201,17 @@ def _downloading(observations: list[Observation], add) -> None:  # type: ignore[
     )
 
 
-def _warming_after(hit, observations: list[Observation]) -> bool:  # type: ignore[no-untyped-def]
+def _warming_after(ready, observations: list[Observation]) -> bool:  # type: ignore[no-untyped-def]
     """The front-end said "ready", then the engine started a phase that runs quietly (a warm-up
-    request that requests wait behind, a compile): not ready yet, whatever /health answers."""
-    from agent.evidence import signature_hits
+    request that requests wait behind, a compile): not ready yet, whatever /health answers.
+    `ready` are the scan's own ready hits (the signatures are not scanned twice)."""
     from agent.rules_hang import quiet_phase_line
 
-    o, m = hit
-    own = [
-        mm
-        for oo, mm in signature_hits(observations)
-        if oo["id"] == o["id"] and mm.strength == "ready" and not proof.frontend_only(mm.line)
-    ]
+    o, m = ready[-1]
+    # the engine's own "ready", not a probe the front-end answered after it
+    own = [mm for oo, mm in ready if oo["id"] == o["id"] and not proof.frontend_only(mm.line)]
     if own:
-        m = own[-1]  # the engine's own "ready", not a probe the front-end answered after it
+        m = own[-1]
     phase = quiet_phase_line(observations)
     if phase is None:
         return False
