@@ -180,6 +180,28 @@ def _hang(facts: Facts, observations: list[Observation]) -> str | None:
     )
 
 
+def killed_externally(facts: Facts, observations: list[Observation], evidence) -> str | None:  # type: ignore[no-untyped-def]
+    """A rank gone while the rest of the launch still runs: the survivors wait for it forever
+    and still hold their GPUs, so they must be stopped before a relaunch can have the GPUs."""
+    gone = [r for r in facts.ranks if r.state != "alive" and r.rank in facts.ranks_gone]
+    alive = [r for r in facts.ranks if r.state == "alive" and r.pid is not None]
+    if not gone or not alive:
+        return None
+    names = ", ".join(f"rank {r.rank}" + (f" (pid {r.pid})" if r.pid else "") for r in gone)
+    live = ", ".join(f"rank {r.rank} pid {r.pid}" for r in alive)
+    tops = [p for p in facts.server_main_pids if p not in {r.pid for r in alive}]
+    stop = (
+        f"`kill {' '.join(map(str, tops[:2]))}` (the launcher, which ends its ranks)"
+        if tops
+        else (f"`kill {' '.join(str(r.pid) for r in alive[:4])}`")
+    )
+    return (
+        f"{names} is gone and {live} still runs, waiting for it (it holds its GPU and will never "
+        f"finish): stop what is left of the launch ({stop}; check `nvidia-smi` shows the GPUs "
+        "free), find who ended the rank, and relaunch."
+    )
+
+
 CUDA_INIT = re.compile(
     r"(?i)no CUDA GPUs are available|CUDA driver initialization failed|found no NVIDIA driver|"
     r"cudaGetDeviceCount|Torch not compiled with CUDA|CUDA initialization"
@@ -206,9 +228,10 @@ def cuda_driver_mismatch(facts: Facts, observations: list[Observation], evidence
 
 
 def bad_launch_argument(facts: Facts, observations: list[Observation], evidence) -> str | None:  # type: ignore[no-untyped-def]
-    from agent.rules_causes import proxied_own_request, unresolvable_rendezvous
+    from agent.rules_causes import draftless, proxied_own_request, unresolvable_rendezvous
+    from agent.evidence import signature_hits
 
-    if any("speculative_draft_model_path=None" in e.get("line", "") for e in evidence):
+    if draftless(observations, signature_hits(observations)) is not None:
         return (
             "Speculative decoding is on without a draft model: pass --speculative-draft-model-path "
             "with a draft head trained for this target model (an EAGLE/EAGLE3 checkpoint), or drop "
@@ -240,6 +263,7 @@ def bad_launch_argument(facts: Facts, observations: list[Observation], evidence)
 BY_LABEL = {
     "bad_launch_argument": bad_launch_argument,
     "cuda_driver_mismatch": cuda_driver_mismatch,
+    "killed_externally": killed_externally,
     "nccl_failure": nccl_failure,
     "port_in_use": port_in_use,
     "stale_gpu_process": stale_gpu_process,

@@ -324,7 +324,18 @@ def conclude(state: State, runtime: Runtime[RunContext]) -> dict[str, Any]:
             )
             kind = "insufficient"
         else:
+            proposed = a.get("confidence")
             a = qualify(a, obs, facts)
+            if a.get("confidence") != proposed:
+                # the trace said "Concluding X (confidence c)"; the report must not disagree
+                _emit(
+                    "message",
+                    {
+                        "role": "agent",
+                        "text": f"Confidence of {a.get('label')} lowered to "
+                        f"{a.get('confidence')}: {a.get('summary', '')}",
+                    },
+                )
     board = state.get("hypotheses", {})
     status = {"conclude": "concluded", "budget": "budget_exhausted"}.get(
         kind or "", "insufficient_evidence"

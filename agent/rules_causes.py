@@ -503,10 +503,12 @@ _NO_DRAFT = re.compile(r"speculative_draft_model_path=None\b")
 _SPEC_FRAME = re.compile(r"/speculative/|draft_worker|draft_model_runner|spec_decode/")
 
 
-def draftless_rules(observations: list[Observation], hits, add) -> None:  # type: ignore[no-untyped-def]
-    """`--speculative-algorithm EAGLE3` with `speculative_draft_model_path=None`: the engine
-    loads the target model itself as the draft head and fails inside the speculative worker
-    (an AttributeError on the head's methods). The cause is the missing draft model flag."""
+def draftless(
+    observations: list[Observation], hits
+) -> tuple[tuple[str, str, str], tuple[str, str], tuple[str, str]] | None:  # type: ignore[no-untyped-def]
+    """`--speculative-algorithm EAGLE3` with `speculative_draft_model_path=None` and a crash
+    inside the speculative worker: (the algorithm's (obs id, line, name), the None setting's
+    (obs id, text), the first fatal (obs id, line)), else None."""
     algo = none = None
     crash_in_spec = False
     for o in observations:
@@ -522,7 +524,18 @@ def draftless_rules(observations: list[Observation], hits, add) -> None:  # type
                 crash_in_spec = True
     fatal = _first_fatal(observations, hits)
     if algo is None or none is None or not crash_in_spec or fatal is None:
+        return None
+    return algo, none, fatal
+
+
+def draftless_rules(observations: list[Observation], hits, add) -> None:  # type: ignore[no-untyped-def]
+    """`--speculative-algorithm EAGLE3` with `speculative_draft_model_path=None`: the engine
+    loads the target model itself as the draft head and fails inside the speculative worker
+    (an AttributeError on the head's methods). The cause is the missing draft model flag."""
+    found = draftless(observations, hits)
+    if found is None:
         return
+    algo, none, fatal = found
     add(
         "bad_launch_argument",
         "cause",

@@ -374,6 +374,8 @@ def test_a_rank_killed_under_a_custom_launcher_is_named_gone(scene: Scene) -> No
     assert proc.poll() is None
     assert_concluded(v, "killed_externally")
     assert re.search(r"rank 1", v.report["summary"] + v.report["next_step"]), v.report
+    # the survivor waits forever holding its GPU: the next step names it (or its launcher) to stop
+    assert re.search(rf"kill [^`]*\b({proc.pid}|{rank0})\b", v.report["next_step"]), v.report
     scene.assert_bystanders_untouched(v)
 
 
