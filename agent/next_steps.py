@@ -228,8 +228,8 @@ def cuda_driver_mismatch(facts: Facts, observations: list[Observation], evidence
 
 
 def bad_launch_argument(facts: Facts, observations: list[Observation], evidence) -> str | None:  # type: ignore[no-untyped-def]
-    from agent.rules_causes import draftless, proxied_own_request, unresolvable_rendezvous
     from agent.evidence import signature_hits
+    from agent.rules_causes import draftless, proxied_own_request, unresolvable_rendezvous
 
     if draftless(observations, signature_hits(observations)) is not None:
         return (
