@@ -275,6 +275,10 @@ def _glob_escape(path: str) -> str:
     return re.sub(r"([\[\]*?])", r"[\1]", path)
 
 
+#: Splits the one command's output into the fd table and the find's hits.
+_FIND_MARK = "@@pivot-fd-find@@"
+
+
 def any_fd_command(logs: list[str]) -> str:
     """Every fd of every process that points at one of `logs` (a FileHandler writes on fd 3+,
     not stdout); find's own errors name the processes whose fds we may not read."""
@@ -432,14 +436,15 @@ def _writers(
     neither make a dead server look alive nor be taken for it."""
     if not logs:
         return {}, {}, 0
-    res = host.run(FD_COMMAND, timeout=15)
-    table = parse_fd_table(res.stdout)  # rc 2 when some links could not be read: keep the rest
+    # one round trip: the stdio/namespace table, then every fd that points at a log
+    res = host.run(f"{FD_COMMAND}; echo {_FIND_MARK}; {any_fd_command(logs)}", timeout=20)
+    listing, mark, found_out = (res.stdout or "").partition(_FIND_MARK + "\n")
+    table = parse_fd_table(listing)  # ls exits 2 when some links could not be read: keep the rest
     if not table and (res.rc is None or res.error):
         # the listing itself was not made (not recorded, no /proc): who writes the log is
         # unknown, never "no running process"
         return {}, {}, 0
-    found = host.run(any_fd_command(logs), timeout=15)
-    denied_pids = set(_DENIED.findall(res.stderr or "")) | set(_DENIED.findall(found.stdout or ""))
+    denied_pids = set(_DENIED.findall(res.stderr or "")) | set(_DENIED.findall(found_out))
     wanted = {posixpath.normpath(p): p for p in logs}
     by_log: dict[str, list[int]] = {p: [] for p in logs}
     pid_log: dict[int, str] = {}
@@ -449,7 +454,7 @@ def _writers(
             if name is not None and pid not in by_log[name]:
                 by_log[name].append(pid)
                 pid_log[pid] = name
-    for line in (found.stdout or "").splitlines():
+    for line in found_out.splitlines():
         m = _ANY_FD.search(line)
         name = wanted.get(posixpath.normpath(m.group(3))) if m else None
         if m and name is not None and int(m.group(1)) not in by_log[name]:
@@ -465,7 +470,8 @@ def _writers(
                 pid_log[pid] = name
     ns = [fds.get("ns/pid") for fds in table.values() if fds.get("ns/pid")]
     home_ns = table.get(1, {}).get("ns/pid") or (max(set(ns), key=ns.count) if ns else None)
-    complete = found.rc is not None and not found.error
+    # the find ran to its end (its rc is the command's) and was not cut by a timeout
+    complete = bool(mark) and res.rc is not None and not res.error
     for pid, fds in sorted(table.items()):
         if pid in pid_log or str(pid) in denied_pids:
             continue
