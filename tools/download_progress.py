@@ -17,7 +17,7 @@ from pydantic import BaseModel, Field
 
 from tools.base import ToolResult, ToolSpec
 from tools.host import Host
-from tools.log_window import max_window_s
+from tools.log_window import max_window_s, poll_interval
 
 #: the hub caches tried, in order, when none is given (HF_HUB_CACHE / HF_HOME/hub come first
 #: when the caller knows them from the launch environment)
@@ -149,7 +149,8 @@ def run(host: Host, args: Args) -> Result:
     t0 = host.clock()
     blobs = first
     while host.clock() - t0 < window:
-        host.sleep(min(2.0 if host.clock() - t0 < 10 else 5.0, window - (host.clock() - t0)))
+        elapsed = host.clock() - t0
+        host.sleep(min(poll_interval(elapsed, heavy=True), window - elapsed))
         nxt = _read(host, directory)
         if nxt is None:
             break

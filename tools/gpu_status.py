@@ -18,6 +18,7 @@ from pydantic import BaseModel, Field
 
 from tools.base import ToolResult, ToolSpec, bound_lines
 from tools.host import CommandResult, Host
+from tools.log_window import poll_interval
 
 #: The first six fields are exactly what incident cards record (`host.nvidia_smi`), so a row
 #: with fewer columns is read by prefix and cards, old drivers and the wide query all parse.
@@ -364,7 +365,7 @@ def run(host: Host, args: Args) -> Result:
     res, moved = first, 0.0
     while host.clock() - t0 < args.watch_s:
         elapsed = host.clock() - t0
-        host.sleep(min(2.0 if elapsed < 10 else 10.0, args.watch_s - elapsed))
+        host.sleep(min(poll_interval(elapsed, heavy=True), args.watch_s - elapsed))
         nxt = read_once(host)
         if not nxt.ok or not nxt.gpus:
             break

@@ -22,6 +22,10 @@ DEFAULT_MAX_S = 30.0
 POLL_FAST_S = 0.25
 POLL_SLOW_S = 0.5
 FAST_PHASE_S = 2.0
+#: the cadence of watches whose every read runs a program on the host (see poll_interval)
+HEAVY_FAST_S = 2.0
+HEAVY_SLOW_S = 5.0
+HEAVY_FAST_PHASE_S = 10.0
 
 # tqdm: "desc: 12%|###   | 3/200 [00:12<13:00,  4.00s/it]" and its "it/s", "?it/s" forms
 _TQDM = re.compile(
@@ -162,5 +166,11 @@ def window_for(base_s: float, progress: Progress | None, limit_s: float) -> floa
     return max(base, limit_s)
 
 
-def poll_interval(elapsed_s: float) -> float:
+def poll_interval(elapsed_s: float, heavy: bool = False) -> float:
+    """Seconds to the next read of a watch. A log read is a cheap stat-and-seek on the open
+    connection, so it is polled often (death or growth is seen within half a second); a
+    `heavy` read starts a program on the host each time (nvidia-smi, a cache listing) and moves
+    in coarse steps, so it is polled every few seconds."""
+    if heavy:
+        return HEAVY_FAST_S if elapsed_s < HEAVY_FAST_PHASE_S else HEAVY_SLOW_S
     return POLL_FAST_S if elapsed_s < FAST_PHASE_S else POLL_SLOW_S
