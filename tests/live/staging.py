@@ -44,6 +44,8 @@ PIVOT_PY = str(ROOT / ".venv" / "bin" / "python") if (ROOT / ".venv").exists() e
 #:   ["ranks", n]   start n scheduler children titled sglang::scheduler_TP<r>, dying with us
 #:   ["workers", n] start n untitled children, as a custom launcher's spawned ranks look in ps
 #:                  (`python -c from multiprocessing.spawn import spawn_main ...`)
+#:   ["resolve", host, port, every_s, n]  resolve host for real n times, every every_s seconds,
+#:                  printing c10d's warnings with the resolver's real error for each failure
 #:   ["loop", text, every_s, n]  every every_s seconds write text.format(i=, n=, pct=, el=, eta=)
 #:                  for i = 1..n (a tqdm bar: pct done, elapsed and remaining as mm:ss)
 LAUNCHER = r"""
@@ -81,6 +83,22 @@ for step in script:
             sys.stdout.write(step[1].format(i=i, n=n, pct=i * 100 // n, el=mmss(i * every),
                                             eta=mmss((n - i) * every)))
             sys.stdout.flush()
+            time.sleep(every)
+    elif op == "resolve":
+        # a rendezvous client: resolve HOST for real each time, and print what c10d prints
+        host, port, every = step[1], step[2], step[3]
+        for _ in range(step[4]):
+            try:
+                socket.getaddrinfo(host, port, socket.AF_INET6, socket.SOCK_STREAM)
+            except socket.gaierror as exc:
+                t = time.strftime("W%m%d %H:%M:%S.000000000")
+                sys.stdout.write("[%s socket.cpp:767] [c10d] The IPv6 network addresses of (%s, %d) "
+                                 "cannot be retrieved (gai error: %d - %s).\n"
+                                 % (t, host, port, exc.errno, exc.strerror))
+                sys.stdout.write("[%s socket.cpp:767] [c10d] The client socket has failed to "
+                                 "connect to [%s]:%d (errno: 22 - Invalid argument).\n"
+                                 % (t, host, port))
+                sys.stdout.flush()
             time.sleep(every)
     elif op == "exit":
         sys.exit(step[1])

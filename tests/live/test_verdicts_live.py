@@ -399,3 +399,25 @@ def test_hung_collective_one_gpu_pinned_one_idle_is_nccl(scene: Scene) -> None:
     assert_cites(v, log)
     assert re.search(r"py-spy|NCCL_DEBUG", v.report["next_step"]), v.report["next_step"]
     scene.assert_bystanders_untouched(v)
+
+
+# -- 8. a rendezvous host that does not resolve ----------------------------------------------------
+def test_an_unresolvable_rendezvous_host_is_the_launch_setting(scene: Scene) -> None:
+    """A second node told to meet rank 0 at a name this host cannot resolve: alive, retrying
+    the connect forever, no error of its own. The cause is the setting on its command line."""
+    log = scene.stage.logs / "server.log"
+    bad = "node-0.pivot-test.invalid"  # .invalid never resolves (RFC 2606)
+    args = [*S.SERVER_ARGS, "--dist-init-addr", f"{bad}:5000", "--nnodes", "2", "--node-rank", "1"]
+    script = [["out", S.startup()], ["resolve", bad, 5000, 0.5, 400]]
+    proc = scene.stage.start_server(script, log, args)
+    S.wait_for(lambda: b"cannot be retrieved" in log.read_bytes(), 10, "the resolver errors")
+
+    v = scene.investigate([log], "the second node never joins and prints the same warnings, why?")
+
+    assert proc.poll() is None
+    assert_concluded(v, "bad_launch_argument")
+    assert any(
+        bad in e["line"] and "--dist-init-addr" in e["line"] for e in v.report["evidence"]
+    ), v.report["evidence"]
+    assert bad in v.report["next_step"] and "getent hosts" in v.report["next_step"]
+    scene.assert_bystanders_untouched(v)
