@@ -421,3 +421,27 @@ def test_an_unresolvable_rendezvous_host_is_the_launch_setting(scene: Scene) -> 
     ), v.report["evidence"]
     assert bad in v.report["next_step"] and "getent hosts" in v.report["next_step"]
     scene.assert_bystanders_untouched(v)
+
+
+# -- 9. a front-end still answering /health after the engine died ---------------------------------
+def test_health_200_after_the_schedulers_fatal_is_not_progress(scene: Scene) -> None:
+    """The scheduler died of an OOM; the HTTP front-end lives on and logs every probe's 200. The
+    growing log is the probes, not the engine: the cause is the fatal, never still_starting."""
+    log = scene.stage.logs / "server.log"
+    health = '[2025-06-01 11:42:{el}] INFO:     127.0.0.1:51234 - "GET /health HTTP/1.1" 200 OK\n'
+    script = [
+        ["out", S.startup()],
+        ["out", S.LOADED.lstrip("\n")],
+        ["out", S.OOM_BLOCK],
+        ["loop", health, 0.4, 2000],
+    ]
+    proc = scene.stage.start_server(script, log, S.SERVER_ARGS)
+    S.wait_for(lambda: log.read_bytes().count(b"/health") >= 3, 10, "the health probes")
+
+    v = scene.investigate([log], "the server is up but every request hangs, why?")
+
+    assert proc.poll() is None
+    assert_concluded(v, "cuda_oom_runtime")
+    assert_cites(v, log, S.OOM_FATAL)
+    assert "still_starting" not in (v.report["root_cause"] or "")
+    scene.assert_bystanders_untouched(v)
