@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, PrivateAttr
 
+from agent import proof
 from agent.proof import frontend_only, log_pids
 from agent.state import Observation
 from agent.typed_results import typed
@@ -83,6 +84,11 @@ class Facts(BaseModel):
         description="ranks the log names with no worker alive while the server still runs",
     )
     log_ranks: list[int] = Field(default_factory=list, description="ranks the log lines name")
+    core_gone_line: str = Field(
+        "",
+        description="a log line of the engine's core (scheduler, engine core) while no core "
+        "process is alive and the front end still runs: the core is gone",
+    )
     log_writers: dict[str, list[int]] = Field(
         default_factory=dict, description="log path -> pids writing it (stdout/stderr)"
     )
@@ -438,6 +444,11 @@ def _ranks(f: Facts, log_lines: list[str]) -> None:
         rank = recs.get(pid, {}).get("rank")
         if isinstance(rank, int):
             (defunct if pid in f.server_defunct_pids else alive).setdefault(rank, pid)
+    if not alive and not defunct and _core_gone(f, engine, log_lines):
+        gone = f.log_ranks or [0]
+        f.ranks = [RankFact(rank=r, state="gone") for r in gone]
+        f.ranks_gone = list(gone)
+        return
     if not alive and not defunct:
         alive = _ranks_by_gpu(f)
     if not alive and not defunct:
@@ -453,6 +464,34 @@ def _ranks(f: Facts, log_lines: list[str]) -> None:
             RankFact(rank=r, pid=pid, state=state, line=f.procs.get(pid, "") if pid else "")
         )
     f.ranks_gone = [x.rank for x in f.ranks if x.state != "alive"] if f.server_pids else []
+
+
+def _core_gone(f: Facts, engine: str | None, log_lines: list[str]) -> bool:
+    """The engine's core workers (its schedulers, its engine core) are all gone while its front
+    end lives: the log shows the core worked (a line only it writes), the live ps shows the
+    server's processes and none of them is a core worker (tools/engines.yaml `core_workers`).
+    Such a server answers /health and accepts requests that nothing will ever serve."""
+    if engine is None or not f.server_pids:
+        return False
+    line = engines.core_log_line(log_lines, engine)
+    if line is None:
+        return False
+    # a core that died of an error of its own is explained by that error, not by its absence
+    if any(
+        kind != "exit_signal"
+        and not proof.external_end(log_lines[i])
+        and not proof.peer_lost(log_lines[i])
+        for i, kind in proof.fatal_lines(log_lines)
+    ):
+        return False
+    recs = f._ps_recs
+    if any(
+        engines.is_core_worker(str(recs.get(p, {}).get("command", "")), engine)
+        for p in f.server_pids
+    ):
+        return False
+    f.core_gone_line = line
+    return True
 
 
 def _ranks_by_gpu(f: Facts) -> dict[int, int]:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-from agent import proof, rules_causes, rules_hang
+from agent import proof, rules_causes, rules_hang, rules_liveness
 from agent.board import related
 from agent.evidence import LOG_TOOLS, last_launch, signature_hits, text_lines
 from agent.facts import Facts
@@ -226,6 +226,8 @@ def _still_starting(action: Action, by_id, facts: Facts, hits: Hits) -> list[str
         or (bool(downloads) and bool(downloads[-1]["data"].get("downloading")))
         or moving
         or at_work
+        # a bar slower than the watched window: no growth in it is expected (qualify says so)
+        or rules_liveness.slow_bar(list(by_id.values()), facts) is not None
     )
     if not any(facts.log_growth.values()) and not working:
         out.append(
@@ -407,6 +409,8 @@ def qualify(action: Action, observations: list[Observation], facts: Facts) -> Ac
     reason in the summary, and the check that would confirm it in the next step."""
     if action.get("label") == "nccl_failure":
         return _qualify_hang(action, observations, facts)
+    if action.get("label") == "still_starting":
+        return _qualify_slow_bar(action, observations, facts)
     if action.get("label") != "killed_externally":
         return action
     if positive_external_sign(observations) is not None:
@@ -425,6 +429,31 @@ def qualify(action: Action, observations: list[Observation], facts: Facts) -> Ac
             "confidence": min(float(action.get("confidence") or 0.0), INFERRED_CONFIDENCE),
             "summary": f"{action.get('summary') or 'killed_externally'} ({why})",
             "next_step": (action.get("next_step") or "") + confirm,
+        }
+    )
+
+
+def _qualify_slow_bar(action: Action, observations: list[Observation], facts: Facts) -> Action:
+    """still_starting whose only sign of work is a bar slower than the watched window: said to
+    be inferred, with the watch long enough to see one step."""
+    if any(facts.log_growth.values()):
+        return action
+    slow = rules_liveness.slow_bar(observations, facts)
+    if slow is None:
+        return action
+    _, _, pace, window = slow
+    need = int(1.5 * pace + 1)
+    pid = (facts.server_main_pids or facts.server_pids or [None])[0]
+    stack = f" or `py-spy dump --pid {pid}` shows it reading weights" if pid else ""
+    return Action(
+        **{
+            **action,
+            "confidence": min(float(action.get("confidence") or 0.0), INFERRED_CONFIDENCE),
+            "summary": f"{action.get('summary') or 'still_starting'} (inferred: at {pace:.0f} s "
+            f"per step the {window:.0f} s watch was shorter than one step)",
+            "next_step": (action.get("next_step") or "")
+            + f" To confirm: watch past one step (PIVOT_LIVENESS_MAX_S={need} pivot investigate "
+            f"...){stack}; a step that never comes is a stalled load.",
         }
     )
 

@@ -185,6 +185,18 @@ def killed_externally(facts: Facts, observations: list[Observation], evidence) -
     and still hold their GPUs, so they must be stopped before a relaunch can have the GPUs."""
     gone = [r for r in facts.ranks if r.state != "alive" and r.rank in facts.ranks_gone]
     alive = [r for r in facts.ranks if r.state == "alive" and r.pid is not None]
+    if gone and not alive and facts.core_gone_line and facts.server_main_pids:
+        entry = [
+            p for p in facts.server_main_pids if facts._ps_recs.get(p, {}).get("role") == "main"
+        ]
+        mains = " ".join(map(str, (entry or facts.server_main_pids)[:2]))
+        return (
+            f"The engine's core is gone and its front end (pid {mains}) still accepts requests "
+            f"that nothing serves: restart the server (`kill {mains}`, then relaunch) and find what "
+            "ended the core (`sudo dmesg -T`, the supervisor's or Kubernetes events). Probe "
+            "liveness with a real generation under a timeout, not /health, so a dead core is "
+            "restarted by the orchestrator."
+        )
     if not gone or not alive:
         return None
     names = ", ".join(f"rank {r.rank}" + (f" (pid {r.pid})" if r.pid else "") for r in gone)
@@ -229,7 +241,13 @@ def cuda_driver_mismatch(facts: Facts, observations: list[Observation], evidence
 
 def bad_launch_argument(facts: Facts, observations: list[Observation], evidence) -> str | None:  # type: ignore[no-untyped-def]
     from agent.evidence import signature_hits
-    from agent.rules_causes import draftless, proxied_own_request, unresolvable_rendezvous
+    from agent.rules_causes import (
+        draftless,
+        interfaces,
+        loopback_across_nodes,
+        proxied_own_request,
+        unresolvable_rendezvous,
+    )
 
     if draftless(observations, signature_hits(observations)) is not None:
         return (
@@ -237,6 +255,20 @@ def bad_launch_argument(facts: Facts, observations: list[Observation], evidence)
             "with a draft head trained for this target model (an EAGLE/EAGLE3 checkpoint), or drop "
             "--speculative-algorithm (models with their own MTP layers use NEXTN and need none), "
             "then relaunch."
+        )
+    lo = loopback_across_nodes(observations)
+    if lo is not None:
+        gloo = "Gloo" in lo[1] or "GLOO" in lo[1]
+        var = "GLOO_SOCKET_IFNAME" if gloo else "NCCL_SOCKET_IFNAME"
+        ifaces = sorted(i for i in interfaces(observations) if i != "lo")
+        name = ifaces[0] if len(ifaces) == 1 else "<the interface the nodes share>"
+        return (
+            f"The ranks advertise the loopback address to the other node(s) ({lo[2]}): set "
+            f"{var}={name} on every node"
+            + (" (Gloo ignores NCCL_SOCKET_IFNAME)" if gloo else "")
+            + ", or make this node's hostname resolve to that interface's address (`getent hosts "
+            "$(hostname)` must not print 127.x / nothing; add it to /etc/hosts), then relaunch "
+            "every node."
         )
     unres = unresolvable_rendezvous(observations)
     if unres is not None:

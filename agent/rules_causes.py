@@ -150,6 +150,11 @@ _NCCL_LO = re.compile(
 )
 _NCCL_HOST = re.compile(r"^(\S+?):\d+:\d+ \[\d+\] NCCL ")
 _NRANKS = re.compile(r"(?i)\bn[Rr]anks[ =:]+(\d+)")
+#: torch's Gloo groups (the CPU groups engines create beside NCCL) falling back to loopback:
+#: they ignore NCCL_SOCKET_IFNAME and bind what the hostname resolves to, else 127.0.0.1
+_GLOO_LO = re.compile(r"Using the loopback address as fallback|Gloo[^\n]{0,80}\blo:127\.")
+#: how many nodes the launch spans, as the launch itself says it
+_NNODES = re.compile(r"(?:--nnodes[ =]|\bnnodes=)'?(\d+)")
 
 
 def loopback_across_nodes(observations: list[Observation]) -> tuple[str, str, str] | None:
@@ -169,10 +174,18 @@ def loopback_across_nodes(observations: list[Observation]) -> tuple[str, str, st
             n = _NRANKS.search(ln)
             if n and "NCCL" in ln:
                 nranks = max(nranks, int(n.group(1)))
-            if lo is None and _NCCL_LO.search(ln):
+            if lo is None and (_NCCL_LO.search(ln) or _GLOO_LO.search(ln)):
                 lo = (o["id"], ln)
     if lo is None:
         return None
+    nodes = 0
+    for o in observations:  # the launch's own word: --nnodes 2 on its command line or args
+        if o["ok"]:
+            for ln in text_lines(o):
+                for m in _NNODES.finditer(ln):
+                    nodes = max(nodes, int(m.group(1)))
+    if nodes >= 2:
+        return lo[0], lo[1], f"{nodes} nodes (--nnodes {nodes})"
     gpus = 0
     for o in observations:
         if o["tool"] == "gpu_status" and o["ok"]:
@@ -195,23 +208,29 @@ def loopback_rules(observations: list[Observation], add) -> None:  # type: ignor
         _C.names_the_cause,
         oid,
         line,
-        f"NCCL chose the loopback interface for a job with {why}: the ranks advertise "
-        "127.0.0.1 to each other and never meet; the interface setting is wrong",
+        f"the ranks' transport (NCCL or Gloo) chose the loopback interface for a job with {why}: "
+        "they advertise 127.0.0.1 to each other and never meet; the interface setting is wrong",
     )
-    for o in observations:  # the setting behind it, where the evidence shows one
+    # the setting behind it, where the evidence shows one (Gloo reads only its own variable)
+    wanted = (
+        ("GLOO_SOCKET_IFNAME",)
+        if _GLOO_LO.search(line)
+        else ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")
+    )
+    for o in observations:
         if not o["ok"]:
             continue
         for ln in text_lines(o):
             m = _SET.search(ln)
-            if m and m.group(1) in ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME"):
+            if m and m.group(1) in wanted:
                 add(
                     "bad_launch_argument",
                     "cause",
                     _C.setting_line,
                     o["id"],
                     ln,
-                    f"{m.group(1)}={m.group(2)} let NCCL pick lo: exclude lo too, or name the "
-                    "interface the nodes share",
+                    f"{m.group(1)}={m.group(2)} let the transport pick lo: exclude lo too, or "
+                    "name the interface the nodes share",
                 )
                 return
 

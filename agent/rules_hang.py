@@ -327,6 +327,22 @@ def _rank_gone(facts: Facts, add) -> None:  # type: ignore[no-untyped-def]
         return
     alive = [r for r in facts.ranks if r.state == "alive"]
     gone = ", ".join(str(r) for r in facts.ranks_gone)
+    if not alive and facts.core_gone_line and facts.ps_obs:
+        # every core worker gone, the front end alive: it accepts requests nothing serves
+        fronts = [*facts.server_worker_pids, *facts.server_main_pids]
+        line = facts.procs.get(fronts[0], "") if fronts else ""
+        if line:
+            add(
+                "killed_externally",
+                "fact",
+                _H.rank_gone,
+                facts.ps_obs,
+                line,
+                "the engine's core (its scheduler / engine core, rank "
+                f"{gone}) is gone while its front end still runs: requests are accepted and "
+                "never served, and /health may still answer",
+            )
+        return
     line = alive[0].line if alive and alive[0].line else ""
     if line and facts.ps_obs:
         add(

@@ -102,14 +102,29 @@ def liveness_rules(facts: Facts, observations: list[Observation], hits, add) -> 
                 and not m.signature.startswith(PHASE_PREFIX)
                 for _, m in hits
             )
-            add(
-                "still_starting",
-                "fact",
-                F.refutes if blocked else F.weakens,
-                obs_id,
-                line,
-                "the server is alive but its log did not advance between two reads (hung?)",
-            )
+            slow = slow_bar(observations, facts)
+            if slow is not None and not blocked:
+                _, bar, pace, window = slow
+                # weighed as the watch would have been had it lasted one step; qualify() says
+                # the conclusion is inferred and how to confirm it
+                add(
+                    "still_starting",
+                    "fact",
+                    F.proves,
+                    obs_id,
+                    bar,
+                    f"the bar advances one step per {pace:.0f} s, longer than the {window:.0f} s "
+                    "watched: no growth within the window is expected, it proves no stall",
+                )
+            else:
+                add(
+                    "still_starting",
+                    "fact",
+                    F.refutes if blocked else F.weakens,
+                    obs_id,
+                    line,
+                    "the server is alive but its log did not advance between two reads (hung?)",
+                )
     own = [(o, m) for o, m in fatal if not proof.peer_lost(m.line)]
     if fatal:
         o, m = fatal[-1]
@@ -217,3 +232,23 @@ def _warming_after(ready, observations: list[Observation]) -> bool:  # type: ign
         return False
     lines = o["lines"]
     return phase in lines and lines.index(phase) > m.line_no
+
+
+def slow_bar(observations: list[Observation], facts: Facts) -> tuple[str, str, float, float] | None:
+    """(obs id, bar line, seconds per step, seconds watched) when a live server's log ends on
+    a progress bar whose own pace is slower than the window it was watched for: a silent window
+    shorter than one step is what a working loader looks like, so it refutes nothing."""
+    if not facts.server_alive:
+        return None
+    for o in reversed(observations):
+        if o["tool"] != "log_tail" or not o["ok"] or not o["data"].get("watched"):
+            continue
+        if o["data"].get("grew"):
+            return None
+        bar = o["data"].get("last_progress") or {}
+        pace, window = bar.get("s_per_item"), float(o["data"].get("window_s") or 0.0)
+        last = next((ln for ln in reversed(text_lines(o)) if ln.strip()), "")
+        if not pace or not window or float(pace) <= window or bar.get("line") != last:
+            return None
+        return o["id"], last, float(pace), window
+    return None

@@ -37,6 +37,14 @@ class Engine(BaseModel):
     entry_points: list[Pattern] = Field(default_factory=list)
     launchers: list[Pattern] = Field(default_factory=list)
     workers: list[Pattern] = Field(default_factory=list)
+    core_workers: list[Pattern] = Field(
+        default_factory=list,
+        description="the workers that do the engine's work (schedulers, engine cores): with the "
+        "front end alive and none of these, requests are accepted and never served",
+    )
+    core_log: Pattern | None = Field(
+        None, description="a log line only a core worker writes: this launch had one"
+    )
     rank: Pattern | None = None
     log_rank: Pattern | None = None
     launch_markers: list[Pattern] = Field(default_factory=list)
@@ -55,11 +63,22 @@ class Engine(BaseModel):
         return v
 
     @field_validator(
-        "entry_points", "launchers", "workers", "launch_markers", "ready_markers", mode="before"
+        "entry_points",
+        "launchers",
+        "workers",
+        "core_workers",
+        "launch_markers",
+        "ready_markers",
+        mode="before",
     )
     @classmethod
     def _pats(cls, v: list[str] | None) -> list[Pattern]:
         return [re.compile(p) for p in v or []]
+
+    @field_validator("core_log", mode="before")
+    @classmethod
+    def _one(cls, v: str | None) -> Pattern | None:
+        return re.compile(v) if v else None
 
     @field_validator("rank", "log_rank", mode="before")
     @classmethod
@@ -317,6 +336,23 @@ def classify(command: str) -> Match:
 
 def engine_names() -> list[str]:
     return list(registry().engines)
+
+
+def core_log_line(lines: list[str], engine: str) -> str | None:
+    """The first log line that only the engine's core workers write, if any."""
+    e = registry().engines.get(engine)
+    if e is None or e.core_log is None:
+        return None
+    return next((ln for ln in lines if e.core_log.search(ln)), None)
+
+
+def is_core_worker(command: str, engine: str) -> bool:
+    """Whether a ps command line is one of the engine's core workers (its scheduler, engine
+    core): the processes without which a live front end serves nothing."""
+    e = registry().engines.get(engine)
+    if e is None or not e.core_workers:
+        return False
+    return any(p.match(inv.text) for inv in invocations(command) for p in e.core_workers)
 
 
 def log_ranks(lines: list[str], engine: str | None = None) -> set[int]:

@@ -518,3 +518,129 @@ def test_a_single_rank_compiling_with_its_gpu_busy_is_at_work_even_without_ps(tm
         tmp_path / "b",
     )
     assert r2.root_cause != "still_starting"
+
+
+# -- round 12: Gloo on loopback across nodes, a bar slower than the watch, a core gone ---------------
+GLOO_LO = (
+    "[W216 12:58:02.412773291 ProcessGroupGloo.cpp:715] Warning: Unable to resolve hostname to a "
+    "(local) address. Using the loopback address as fallback. Manually set the network interface "
+    "to bind to with GLOO_SOCKET_IFNAME. (function operator())\n"
+)
+
+
+def _sg_launch(nodes: int) -> str:
+    extra = f" --nnodes {nodes} --node-rank 0 --dist-init-addr 10.0.0.1:20000" if nodes > 1 else ""
+    return (
+        PS_HEADER
+        + "root         812  0.6  0.1 13301528 1083452 ?  Sl   12:57   0:09 python3 -m "
+        + f"sglang.launch_server --model-path /m --tp 2{extra}\n"
+        + "root         894  0.3  0.1 16412340 1204716 ?  Sl   12:57   0:04 sglang::scheduler_TP0\n"
+        + "root         895  0.3  0.1 16412340 1204716 ?  Sl   12:57   0:04 sglang::scheduler_TP1\n"
+    )
+
+
+def test_gloo_on_loopback_in_a_two_node_launch_is_the_interface_setting(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    log = "[2025-02-16 12:57:49 TP0] Init torch distributed begin.\n" + GLOO_LO
+    r = _run(
+        _card(
+            "sglang",
+            "both nodes hang at init",
+            ps=_sg_launch(2),
+            nvidia_smi=GPU_CLEAN,
+            files={"/srv/s.log": log},
+        ),
+        tmp_path,
+    )
+    assert r.root_cause in ("bad_launch_argument", "nccl_failure"), r.summary
+    assert any("loopback address as fallback" in line for line in _cited(r))
+    assert "GLOO_SOCKET_IFNAME" in r.next_step
+
+
+def test_gloo_on_loopback_on_one_node_is_no_cause(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """One node: every rank is on this host, so loopback reaches them all (a harmless warning)."""
+    log = "[2025-02-16 12:57:49 TP0] Init torch distributed begin.\n" + GLOO_LO
+    r = _run(
+        _card(
+            "sglang",
+            "it is slow to start",
+            ps=_sg_launch(1),
+            nvidia_smi=GPU_CLEAN,
+            files={"/srv/s.log": log},
+        ),
+        tmp_path,
+    )
+    assert not any("loopback address as fallback" in line for line in _cited(r)), r.summary
+
+
+def _hf_loader(pace: float) -> dict[str, Any]:
+    ps = PS_HEADER + (
+        "ec2-user    7731  4.1  1.2 61427812 9633412 ?     Dl   10:02   0:16 python serve_hf.py "
+        "--model /mnt/models/llama --port 8080\n"
+    )
+    bar = "".join(
+        f"\rLoading checkpoint shards:  {i * 100 // 30:2d}%|#         | {i}/30 "
+        f"[{int(i * pace) // 60:02d}:{int(i * pace) % 60:02d}<10:00, {pace:.2f}s/it]"
+        for i in range(1, 4)
+    )
+    log = "2025-02-03 10:02:11,417 INFO serve_hf.py:41 starting server\n" + bar.lstrip("\r") + "\n"
+    return {"ps": ps, "nvidia_smi": GPU_CLEAN, "files": {"/srv/hf.log": log}}
+
+
+def test_a_bar_slower_than_the_watch_is_still_starting_said_inferred(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    r = _run(_card("torch", "stuck at 3/30 for minutes, hung?", **_hf_loader(124.0)), tmp_path)
+    assert r.root_cause == "still_starting", r.summary
+    assert r.confidence <= 0.6 and "inferred" in r.summary
+    assert "PIVOT_LIVENESS_MAX_S=" in r.next_step
+
+
+def test_a_bar_faster_than_the_watch_that_did_not_move_is_not_still_starting(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """At 2 s a step a 30 s silent watch is a stall: the slow-bar inference must not apply."""
+    r = _run(_card("torch", "stuck at 3/30 for minutes, hung?", **_hf_loader(2.0)), tmp_path)
+    assert r.root_cause != "still_starting", r.summary
+
+
+SG_DECODE = (
+    "[2025-05-26 09:39:58 TP0] Decode batch. #running-req: 14, #token: 21873, token usage: 0.09, "
+    "gen throughput (token/s): 611.42, #queue-req: 0\n"
+)
+SG_HEALTH = '[2025-05-26 09:51:59] INFO:     10.1.1.14:60008 - "GET /health HTTP/1.1" 200 OK\n'
+SG_FRONT = PS_HEADER + (
+    "root           7  2.1  0.9 14420164 2381204 ?    Sl   08:02   2:41 python3 -m "
+    "sglang.launch_server --model-path /m --port 8888\n"
+    "root         186  0.1  0.4 9262048 1108436 ?     Sl   08:02   0:09 sglang::detokenizer\n"
+)
+
+
+def test_a_scheduler_gone_under_a_live_front_end_is_named(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    r = _run(
+        _card(
+            "sglang",
+            "requests hang, /health is 200",
+            ps=SG_FRONT,
+            nvidia_smi=GPU_CLEAN,
+            files={"/srv/s.log": SG_DECODE + SG_HEALTH * 3},
+        ),
+        tmp_path,
+    )
+    assert r.root_cause == "killed_externally", r.summary
+    assert "kill 7" in r.next_step
+
+
+def test_a_scheduler_that_died_of_its_own_error_is_that_error(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Control: a traceback of the core's own is the cause; its absence from ps is the effect."""
+    crash = (
+        "[2025-05-26 09:40:02 TP0] Scheduler hit an exception: Traceback (most recent call last):\n"
+        '  File "/x/sglang/srt/managers/scheduler.py", line 2880, in run_scheduler_process\n'
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.\n"
+    )
+    r = _run(
+        _card(
+            "sglang",
+            "requests hang, /health is 200",
+            ps=SG_FRONT,
+            nvidia_smi=GPU_CLEAN,
+            files={"/srv/s.log": SG_DECODE + crash + SG_HEALTH * 3},
+        ),
+        tmp_path,
+    )
+    assert r.root_cause != "killed_externally", r.summary

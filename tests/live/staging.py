@@ -42,6 +42,7 @@ PIVOT_PY = str(ROOT / ".venv" / "bin" / "python") if (ROOT / ".venv").exists() e
 #:   ["bind", port] really bind 0.0.0.0:port; on EADDRINUSE print uvicorn's error and exit 1
 #:   ["exit", rc]   exit with rc
 #:   ["ranks", n]   start n scheduler children titled sglang::scheduler_TP<r>, dying with us
+#:   ["titled", t] start one child titled t (sglang::detokenizer), dying with us
 #:   ["workers", n] start n untitled children, as a custom launcher's spawned ranks look in ps
 #:                  (`python -c from multiprocessing.spawn import spawn_main ...`)
 #:   ["resolve", host, port, every_s, n]  resolve host for real n times, every every_s seconds,
@@ -63,6 +64,8 @@ for step in script:
     elif op == "ranks":
         kids += [subprocess.Popen(["sglang::scheduler_TP%d" % r, "-c", child],
                                   executable=sys.executable) for r in range(step[1])]
+    elif op == "titled":
+        kids.append(subprocess.Popen([step[1], "-c", child], executable=sys.executable))
     elif op == "workers":
         spawn = "from multiprocessing.spawn import spawn_main; " + child
         kids += [subprocess.Popen([sys.executable, "-c", spawn, "--multiprocessing-fork"])

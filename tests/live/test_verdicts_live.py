@@ -445,3 +445,39 @@ def test_health_200_after_the_schedulers_fatal_is_not_progress(scene: Scene) -> 
     assert_cites(v, log, S.OOM_FATAL)
     assert "still_starting" not in (v.report["root_cause"] or "")
     scene.assert_bystanders_untouched(v)
+
+
+# -- 10. the engine's core gone, its front end alive ------------------------------------------------
+def test_scheduler_gone_front_end_alive_is_named(scene: Scene) -> None:
+    """The scheduler is SIGKILLed; the main process and the detokenizer live on and the log keeps
+    logging health probes. Nothing serves the requests: the core is gone, ended from outside."""
+    log = scene.stage.logs / "server.log"
+    decode = (
+        "[2025-06-01 11:40:0{i} TP0] Decode batch. #running-req: 3, #token: 900, "
+        "token usage: 0.01, gen throughput (token/s): 400.00, #queue-req: 0\n"
+    )
+    health = '[2025-06-01 11:42:{el}] INFO:     127.0.0.1:51234 - "GET /health HTTP/1.1" 200 OK\n'
+    script = [
+        ["out", S.startup()],
+        ["ranks", 1],
+        ["titled", "sglang::detokenizer"],
+        ["loop", decode, 0.05, 5],
+        ["loop", health, 0.4, 2000],
+    ]
+    proc = scene.stage.start_server(script, log, S.SERVER_ARGS)
+    S.wait_for(lambda: log.read_bytes().count(b"/health") >= 1, 10, "the front end's probes")
+    S.wait_for(lambda: len(scene.stage.tree(proc)) == 3, 10, "scheduler and detokenizer")
+    sched = next(
+        p
+        for p in scene.stage.tree(proc)[1:]
+        if Path(f"/proc/{p}/cmdline").read_bytes().startswith(b"sglang::scheduler")
+    )
+    os.kill(sched, signal.SIGKILL)
+    S.wait_for(lambda: S.gone(sched), 10, "the scheduler's end")
+
+    v = scene.investigate([log], "requests hang but /health says 200, why?")
+
+    assert proc.poll() is None
+    assert_concluded(v, "killed_externally")
+    assert re.search(rf"kill {proc.pid}\b", v.report["next_step"]), v.report["next_step"]
+    scene.assert_bystanders_untouched(v)
