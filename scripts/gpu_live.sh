@@ -11,6 +11,11 @@
 #                                                                            cuda_oom, never "kill it"
 #   s5 noise      inductor "OutOfMemoryError: out of resource: triton_mm"
 #                 ERROR lines while a real GPU job keeps running           -> not cuda_oom_runtime
+#   s6 core gone  an SGLang-shaped launch (main, scheduler_TP0 holding GPU 0, detokenizer); the
+#                 scheduler is SIGKILLed, the front end keeps logging /health 200 -> killed_externally
+#                                                                            (the core gone, named)
+#   s7 slow bar   a loader at 45 s per shard, watched for 20 s (PIVOT_LIVENESS_MAX_S) -> still_starting,
+#                                                                            said to be inferred
 # GL_ONE_GPU=1 (one H200 lent): every rank on GPU 0 with gloo between them; for s3 only.
 # Everything goes to $OUT/gpu-live.tar.gz (+ $OUT/summary.txt). Needs wheels in .whl/ (no network
 # there). GL_DRY=1 runs the orchestration without torch/GPUs (to test the script anywhere).
@@ -18,7 +23,7 @@ set -u
 OUT=${OUT:-/tmp/gpu-live-out}
 W=/tmp/gl
 DRY=${GL_DRY:-0}
-GL_ONLY=${GL_ONLY:-"s1 s2 s3 s4 s5"}
+GL_ONLY=${GL_ONLY:-"s1 s2 s3 s4 s5 s6 s7"}
 rm -rf "$W"; mkdir -p "$OUT" "$W/logs" "$W/res" "$W/srv" "$W/bin" "$W/stage"
 chmod 1777 "$W/stage"; chmod 755 "$W" "$W/srv"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -225,6 +230,59 @@ while True:
         print(f"[{datetime.datetime.now():%Y-%m-%d %H:%M:%S}] Capturing batches (bs={min(step, 160)} avail_mem=77.41 GB): {min(100, step)}%", flush=True)
 PY
 
+
+mkdir -p "$W/srv/pkg/sglang"; : > "$W/srv/pkg/sglang/__init__.py"
+cat > "$W/srv/pkg/sglang/launch_server.py" <<'PY'
+"""An SGLang-shaped launch (staged): the main process serves HTTP-like /health lines, a child
+titled sglang::scheduler_TP0 holds GPU memory and logs decode batches, a sglang::detokenizer
+child idles. Children inherit stdout (the log), as SGLang's do."""
+import datetime, os, subprocess, sys, time
+STAGE = os.environ.get("GL_STAGE", "/tmp/gl/stage")
+DRY = os.environ.get("GL_DRY") == "1"
+def now(): return datetime.datetime.now().strftime("%Y-%m-%d %H:%M:%S")
+print(f"[{now()}] server_args=ServerArgs(model_path='/models/Qwen2.5-32B-Instruct', tp_size=1, port=30000)", flush=True)
+sched = (
+    "import datetime, time, os\n"
+    "DRY = os.environ.get('GL_DRY') == '1'\n"
+    "if not DRY:\n"
+    "    import torch; w = torch.empty(10 * 2**30, dtype=torch.uint8, device='cuda')\n"
+    "n = 0\n"
+    "while True:\n"
+    "    n += 1\n"
+    "    ts = datetime.datetime.now().strftime('%Y-%m-%d %H:%M:%S')\n"
+    "    print(f'[{ts} TP0] Decode batch. #running-req: 4, #token: {900 + n}, token usage: 0.01, gen throughput (token/s): 412.00, #queue-req: 0', flush=True)\n"
+    "    time.sleep(0.5)\n"
+)
+kids = [subprocess.Popen(["sglang::scheduler_TP0", "-c", sched], executable=sys.executable),
+        subprocess.Popen(["sglang::detokenizer", "-c", "import time\nwhile True: time.sleep(1)"], executable=sys.executable)]
+open(f"{STAGE}/scheduler.pid", "w").write(str(kids[0].pid))
+with open(f"{STAGE}/allpids", "a") as f:
+    f.write("".join(f"{k.pid}\n" for k in kids))
+while True:
+    print(f'[{now()}] INFO:     127.0.0.1:51234 - "GET /health HTTP/1.1" 200 OK', flush=True)
+    time.sleep(1)
+PY
+
+cat > "$W/srv/serve_hf.py" <<'PY'
+"""A transformers-style loader reading shards from slow storage: one shard per 45 s, each
+shard's weights really put on the GPU."""
+import os, sys, time
+DRY = os.environ.get("GL_DRY") == "1"
+if not DRY:
+    import torch
+print("2026-12-01 10:02:11,417 INFO serve_hf.py:41 starting transformers server model=/mnt/models/Llama-3.1-70B-Instruct dtype=bfloat16", flush=True)
+n, pace, held, start = 30, 45.0, [], time.time()
+sys.stdout.write(f"Loading checkpoint shards:   0%|          | 0/{n} [00:00<?, ?it/s]"); sys.stdout.flush()
+for k in range(1, n + 1):
+    time.sleep(pace)
+    if not DRY:
+        held.append(torch.empty(2 * 2**30, dtype=torch.uint8, device="cuda"))
+    el, eta = int(time.time() - start), int((n - k) * pace)
+    sys.stdout.write(f"\rLoading checkpoint shards: {100 * k // n:3d}%|#         | {k}/{n} "
+                     f"[{el // 60:02d}:{el % 60:02d}<{eta // 60:02d}:{eta % 60:02d}, {pace:.2f}s/it]")
+    sys.stdout.flush()
+PY
+
 # -- helpers ---------------------------------------------------------------------------------------
 start_group() {   # start_group LOGFILE CMD... : own session + process group, stdout/err -> LOGFILE
     local logf=$1; shift
@@ -372,6 +430,31 @@ if [[ " $GL_ONLY " == *" s5 "* ]]; then
     wait_for 90 grep -q "Capturing batches" "$L" || say "s5: never reached capture"
     sleep 3
     investigate s5_compile_noise "$L" "The log is full of OutOfMemoryError during torch.compile warmup. Did the server crash with OOM?"
+    stop_group "$G"; wait_for 30 gpu_idle; pack
+fi
+
+# -- s6: the engine's core gone, its front end alive -------------------------------------------------
+if [[ " $GL_ONLY " == *" s6 "* ]]; then
+    say "s6 start"
+    L=$W/logs/s6_server.log
+    G=$(start_group "$L" env CUDA_VISIBLE_DEVICES=0 PYTHONPATH="$W/srv/pkg" "$SYSPY" -m sglang.launch_server --model-path /models/Qwen2.5-32B-Instruct --port 30000)
+    wait_for 90 grep -q "Decode batch" "$L" || say "s6: the scheduler never logged"
+    sleep 3
+    S6=$(cat "$W/stage/scheduler.pid" 2>/dev/null)
+    say "s6: kill -9 scheduler pid $S6 (main $G stays)"; kill -9 "$S6"
+    sleep 5
+    investigate s6_core_gone "$L" "Every chat request hangs but /health keeps answering 200. Is the server overloaded?"
+    stop_group "$G"; wait_for 30 gpu_idle; pack
+fi
+
+# -- s7: a loader slower than the watch window --------------------------------------------------------
+if [[ " $GL_ONLY " == *" s7 "* ]]; then
+    say "s7 start"
+    L=$W/logs/s7_server.log
+    G=$(start_group "$L" env CUDA_VISIBLE_DEVICES=0 "$SYSPY" "$W/srv/serve_hf.py")
+    wait_for 90 grep -q "1/30" "$L" || say "s7: the first shard never came"
+    sleep 3
+    investigate s7_slow_bar "$L" "Our transformers server has sat on Loading checkpoint shards 1/30 for ages. Is it hung?"
     stop_group "$G"; wait_for 30 gpu_idle; pack
 fi
 
