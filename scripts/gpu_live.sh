@@ -253,8 +253,10 @@ sched = (
     "    print(f'[{ts} TP0] Decode batch. #running-req: 4, #token: {900 + n}, token usage: 0.01, gen throughput (token/s): 412.00, #queue-req: 0', flush=True)\n"
     "    time.sleep(0.5)\n"
 )
-kids = [subprocess.Popen(["sglang::scheduler_TP0", "-c", sched], executable=sys.executable),
-        subprocess.Popen(["sglang::detokenizer", "-c", "import time\nwhile True: time.sleep(1)"], executable=sys.executable)]
+# a retitled interpreter (argv[0] is the title) cannot find its venv from argv[0]: hand it our path
+env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+kids = [subprocess.Popen(["sglang::scheduler_TP0", "-c", sched], executable=sys.executable, env=env),
+        subprocess.Popen(["sglang::detokenizer", "-c", "import time\nwhile True: time.sleep(1)"], executable=sys.executable, env=env)]
 open(f"{STAGE}/scheduler.pid", "w").write(str(kids[0].pid))
 with open(f"{STAGE}/allpids", "a") as f:
     f.write("".join(f"{k.pid}\n" for k in kids))
