@@ -18,7 +18,8 @@ class Budget(BaseSettings):
     max_rounds: int = 12
     max_tool_calls: int = 40
     max_seconds: float = 180.0
-    max_tokens: int = 60_000
+    #: a whole investigation's model tokens: about ten decisions of `llm_decision_tokens`
+    max_tokens: int = 200_000
 
 
 class Settings(BaseSettings):
@@ -35,6 +36,10 @@ class Settings(BaseSettings):
     llm_api_key: str | None = None
     llm_timeout_s: float = 60.0
     llm_max_retries: int = 2
+    #: one decision's request (system prompt, tools' schemas, board, observations) stays within
+    #: this many tokens; the observations get what the rest leaves. A small local model with an
+    #: 8k context needs PIVOT_LLM_DECISION_TOKENS=7000; a capable model reads better with more.
+    llm_decision_tokens: int = 16_000
     #: keep every model turn here (`pivot eval --record DIR`)
     llm_record_dir: Path | None = None
     #: answer model turns from a recording, offline (`pivot eval --replay-model DIR`)

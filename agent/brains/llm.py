@@ -49,6 +49,16 @@ class Insufficient(BaseModel):
     why: str = ""
 
 
+def _lean(schema: Any) -> Any:
+    """A JSON schema without pydantic's `title` keys: sent with every decision, they cost a
+    third of the tools' share of the budget and tell the model nothing the names do not."""
+    if isinstance(schema, dict):
+        return {k: _lean(v) for k, v in schema.items() if not (k == "title" and isinstance(v, str))}
+    if isinstance(schema, list):
+        return [_lean(v) for v in schema]
+    return schema
+
+
 def _tool_schemas(changing_ok: bool) -> list[dict[str, Any]]:
     out = []
     for spec in TOOLS.values():
@@ -63,7 +73,7 @@ def _tool_schemas(changing_ok: bool) -> list[dict[str, Any]]:
                         spec.description
                         + (" (changing: pauses for approval)" if spec.changing else "")
                     )[:1000],
-                    "parameters": spec.json_schema(),
+                    "parameters": _lean(spec.json_schema()),
                 },
             }
         )
@@ -229,7 +239,8 @@ class LLMBrain:
         # decision's token budget (tools' schemas count: they are sent every turn).
         fixed = len(system) + len(render("decide.j2", **view, observations=[]))
         fixed += len(json.dumps(tools))
-        budget = max(MIN_OBS_CHARS, DECISION_TOKENS * CHARS_PER_TOKEN - fixed - RESERVE_CHARS)
+        tokens = self.settings.llm_decision_tokens or DECISION_TOKENS
+        budget = max(MIN_OBS_CHARS, tokens * CHARS_PER_TOKEN - fixed - RESERVE_CHARS)
         messages = [
             {"role": "system", "content": system},
             {
@@ -531,8 +542,9 @@ def _as_call(obj: Any) -> tuple[str, dict[str, Any]] | None:
 
 
 # -- bounded observations: a token budget per decision ------------------------------------------------
-#: One decision (system prompt, tools' schemas, board, observations) stays within this budget.
-DECISION_TOKENS = 8000
+#: One decision (system prompt, tools' schemas, board, observations) stays within this budget
+#: when the settings give none (Settings.llm_decision_tokens).
+DECISION_TOKENS = 16_000
 CHARS_PER_TOKEN = 4  # ~4 characters per token for English and log text
 #: kept free for the refused call and the refusal a retry appends
 RESERVE_CHARS = 2000

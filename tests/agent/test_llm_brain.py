@@ -6,6 +6,8 @@ import dataclasses
 import json
 from typing import Any
 
+import pytest
+
 from agent import observe
 from agent.brains.base import BrainContext
 from agent.brains.llm import LLMBrain, compact
@@ -230,13 +232,22 @@ def test_short_observations_are_shown_whole() -> None:
     assert out[0]["lines"] == _noise(20) and out[1]["lines"] == ["# one"]
 
 
-def test_a_whole_decision_on_a_huge_log_stays_under_8k_tokens(settings: Settings) -> None:
+@pytest.mark.parametrize("decision_tokens", [16_000, 8_000])
+def test_a_whole_decision_on_a_huge_log_stays_within_its_token_budget(
+    settings: Settings, decision_tokens: int
+) -> None:
     """Over real HTTP: the request the model gets (messages and tools' schemas) stays within
-    8k tokens (~4 chars each) with a 20k-line log, and its fatal line is in it."""
+    the configured decision budget (~4 chars a token; 8k for a small local model) with a
+    20k-line log, and its fatal line is in it."""
     big = _noise(20_000)
     big[9_999] = "RuntimeError: CUDA error: an illegal memory access was encountered"
     brain_settings = settings.model_copy(
-        update={"llm_base_url": "", "llm_model": "scripted", "llm_api_key": "test"}
+        update={
+            "llm_base_url": "",
+            "llm_model": "scripted",
+            "llm_api_key": "test",
+            "llm_decision_tokens": decision_tokens,
+        }
     )
     sizes: list[int] = []
     seen: list[bool] = []
@@ -259,7 +270,8 @@ def test_a_whole_decision_on_a_huge_log_stays_under_8k_tokens(settings: Settings
         brain = LLMBrain(brain_settings.model_copy(update={"llm_base_url": url}))
         action = brain.decide(state, BrainContext(options=[], facts=Facts()))
     assert action["kind"] == "insufficient"
-    assert seen == [True] and sizes[0] / 4 <= 8000
+    assert seen == [True] and sizes[0] / 4 <= decision_tokens
+    assert sizes[0] / 4 > decision_tokens * 0.6  # the budget is used, not left idle
 
 
 # -- the operator's words are a hint -------------------------------------------------------------
