@@ -75,6 +75,12 @@ class Facts(BaseModel):
         default_factory=list, description="server processes that are zombies (<defunct>)"
     )
     server_user: str | None = Field(None, description="the user the server runs as")
+    host_mem_pct: float | None = Field(
+        None, description="host RAM all processes hold (sum of ps %MEM), from the latest ps"
+    )
+    mem_hogs: list[int] = Field(
+        default_factory=list, description="pids holding the most host RAM, biggest first"
+    )
     ranks: list[RankFact] = Field(
         default_factory=list,
         description="each rank the worker titles or the log name, with its liveness",
@@ -396,6 +402,12 @@ def _ps(f: Facts, o: Observation, _logs: LogReads) -> None:
         next((ln for ln in o["lines"] if "PID" in ln), ""),
     )
     f.procs, f.server_pids, f.server_main_pids, f.server_worker_pids = {}, [], [], []
+    f.host_mem_pct = res.mem_pct_total
+    f.mem_hogs = [
+        p.pid
+        for p in sorted(res.processes, key=lambda p: -(p.mem_pct or 0))
+        if (p.mem_pct or 0) >= processes.MEM_HOG_PCT
+    ]
     f.server_defunct_pids, f.other_launch_pids = [], []
     f.building_pids, f.busy_unknown_pids = {}, {}
     f.log_writers = {k: list(v) for k, v in res.log_writers.items()}

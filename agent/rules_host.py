@@ -78,14 +78,20 @@ def host_rules(facts: Facts, hits, add, observations: list[Observation] | None =
             m.label == "host_oom_killed" and (m.strength == "fatal" or o["tool"] == "dmesg")
             for o, m in hits
         )
+        from tools.processes import MEM_PRESSURE_PCT
+
+        # a live launch on a host whose RAM is nearly all held: no kill *yet*
+        pressed = bool(facts.server_alive) and (facts.host_mem_pct or 0) >= MEM_PRESSURE_PCT
         if not oom_proven and first:
             add(
                 "host_oom_killed",
                 "fact",
-                F.refutes_firmly,  # the kernel log is the authority on OOM kills
+                F.weakens if pressed else F.refutes_firmly,  # the kernel log is the authority
                 facts.dmesg_obs,
                 first,
-                "the kernel log shows no OOM-killer line",
+                "no OOM-killer line yet, with host RAM nearly exhausted"
+                if pressed
+                else "the kernel log shows no OOM-killer line",
             )
         hw_like = facts.gpu_error is not None and HW_ERROR.search(facts.gpu_error)
         if "gpu_hardware_fault" not in labels_hit and first and not hw_like:

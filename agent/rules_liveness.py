@@ -69,7 +69,12 @@ def liveness_rules(facts: Facts, observations: list[Observation], hits, add) -> 
                 f"server pid {pid} is alive",
             )
         killed_sig = any(m.label == "killed_externally" for _, m in hits)
-        if not any(m.label == "host_oom_killed" for _, m in hits) and not facts.ranks_gone:
+        pressure = _memory_pressure(facts, add)
+        if (
+            not any(m.label == "host_oom_killed" for _, m in hits)
+            and not facts.ranks_gone
+            and not pressure
+        ):
             add(
                 "host_oom_killed",
                 "fact",
@@ -252,3 +257,24 @@ def slow_bar(observations: list[Observation], facts: Facts) -> tuple[str, str, f
             return None
         return o["id"], last, float(pace), window
     return None
+
+
+def _memory_pressure(facts: Facts, add) -> bool:  # type: ignore[no-untyped-def]
+    """A live launch on a host whose RAM is nearly all held (ps %MEM): being alive now does not
+    clear the OOM killer, it is about to act; the biggest holder is named."""
+    from tools.processes import MEM_PRESSURE_PCT
+
+    if facts.host_mem_pct is None or facts.host_mem_pct < MEM_PRESSURE_PCT or not facts.ps_obs:
+        return False
+    line = facts.procs.get(facts.mem_hogs[0], "") if facts.mem_hogs else ""
+    if line:
+        add(
+            "host_oom_killed",
+            "fact",
+            F.supports_clearly,
+            facts.ps_obs,
+            line,
+            f"host RAM nearly exhausted: processes hold {facts.host_mem_pct:.0f}% of it (ps "
+            "%MEM); the kernel's OOM killer ends the biggest holder next",
+        )
+    return True

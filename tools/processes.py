@@ -25,7 +25,7 @@ from tools import engines, gpu_status
 from tools.base import ToolResult, ToolSpec, bound_lines
 from tools.host import Host
 
-PS_COMMAND = "ps -ww -eo pid,ppid,user,stat,etimes,pcpu,rss,args"  # -ww: never cut at $COLUMNS
+PS_COMMAND = "ps -ww -eo pid,ppid,user,stat,etimes,pcpu,pmem,rss,args"  # -ww: never cut at $COLUMNS
 PS_FALLBACK = "ps auxww"
 #: Which process writes which file on its stdout/stderr (the log under investigation).
 #: stdin/stdout/stderr of every process (a `| tee LOG` pipeline is tied through its pipe) and its
@@ -82,6 +82,7 @@ class Proc(BaseModel):
     stat: str = ""
     elapsed_s: int | None = None
     cpu_pct: float | None = None
+    mem_pct: float | None = Field(None, description="share of host RAM it holds (ps %MEM)")
     rss_kb: int | None = None
     command: str = ""
     server: str | None = Field(
@@ -132,6 +133,9 @@ class Result(ToolResult):
         description="servers, zombies, D-state, GPU holders and pattern matches",
     )
     total: int = 0
+    mem_pct_total: float | None = Field(
+        None, description="host RAM all processes hold together (sum of ps %MEM), when shown"
+    )
     servers: list[int] = Field(default_factory=list)
     mains: list[int] = Field(
         default_factory=list, description="servers' main processes (entry points, launchers)"
@@ -188,6 +192,16 @@ class Result(ToolResult):
                 "# no inference-server process of this launch is running "
                 f"(other launches: {others})"
             )
+        if self.mem_pct_total is not None and self.mem_pct_total >= MEM_PRESSURE_PCT:
+            big = sorted(
+                (p for p in self.processes if (p.mem_pct or 0) >= MEM_HOG_PCT),
+                key=lambda p: -(p.mem_pct or 0),
+            )
+            hogs = ", ".join(f"pid {p.pid} {p.mem_pct:.0f}%" for p in big[:6])
+            out.append(
+                f"# host RAM nearly exhausted: processes hold {self.mem_pct_total:.0f}% of it "
+                f"(ps %MEM); the biggest: {hogs}"
+            )
         if self.gpu_pids_missing:
             out.append(f"# GPU pids not in this ps (container/namespace?): {self.gpu_pids_missing}")
         return bound_lines(out + super().lines())
@@ -240,6 +254,7 @@ def parse_ps(text: str) -> PsParse:
                 stat=stat,
                 elapsed_s=_int(row.get("etimes")),
                 cpu_pct=_float(row.get("cpu")),
+                mem_pct=_float(row.get("mem")),
                 rss_kb=_int(row.get("rss")),
                 command=cmd,
                 server=m.engine,
@@ -423,6 +438,11 @@ def _matcher(pattern: str | None) -> re.Pattern[str] | None:
         return re.compile(re.escape(pattern), re.I)
 
 
+#: Host RAM held by all processes together (sum of ps %MEM) at which the kernel's OOM killer is
+#: near: the processes holding at least MEM_HOG_PCT each are shown and named.
+MEM_PRESSURE_PCT = 85.0
+MEM_HOG_PCT = 5.0
+
 #: In `identify`'s writers map, a pid whose stdout goes to another file than the logs asked about.
 OTHER_LOG_PREFIX = "other:"
 
@@ -534,6 +554,9 @@ def run(host: Host, args: Args) -> Result:
     identify(procs, pid_log, _pid_files(host, args.pid_files), _port_pids(host, args.ports))
     _mark_builders(procs)
     _mark_busy_unknown(procs)
+    mems = [p.mem_pct for p in procs if p.mem_pct is not None]
+    mem_total = round(sum(mems), 1) if mems else None
+    pressure = mem_total is not None and mem_total >= MEM_PRESSURE_PCT
     shown: list[Proc] = []
     for p in procs:
         if p.pid in gpu_mib:
@@ -547,6 +570,7 @@ def run(host: Host, args: Args) -> Result:
             or p.zombie
             or p.d_state
             or p.pid in gpu_mib
+            or (pressure and (p.mem_pct or 0) >= MEM_HOG_PCT)
         ):
             shown.append(p)
     present = {p.pid for p in parsed.procs}
@@ -555,6 +579,7 @@ def run(host: Host, args: Args) -> Result:
         header=parsed.header,
         processes=shown,
         total=len(procs),
+        mem_pct_total=mem_total,
         servers=[p.pid for p in shown if p.server],
         mains=[p.pid for p in shown if p.server and p.role in ("main", "launcher")],
         zombies=[p.pid for p in shown if p.zombie],

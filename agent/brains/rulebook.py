@@ -119,12 +119,25 @@ class RulebookBrain:
                     "small generate) and read the log from the first failing request on."
                 ),
             )
+        generic = (
+            "Read the full server log from the launch on (pivot tools log_search), and check the "
+            "launch command and environment; then investigate again."
+        )
+        lead = order[0] if order and order[0]["score"] > 0 and order[0]["evidence"] else None
+        if lead is None:
+            return Action(
+                kind="insufficient",
+                why="no hypothesis leads with verbatim evidence",
+                next_step=generic,
+            )
+        note = lead["evidence"][0].get("note", "")
+        check = f" What would settle it: {lead['check']}" if lead.get("check") else ""
         return Action(
             kind="insufficient",
-            why="no hypothesis leads with verbatim evidence",
+            why=f"{lead['label']} leads but is not proven: {note}",
             next_step=(
-                "Read the full server log from the launch on (pivot tools log_search), and check the "
-                "launch command and environment; then investigate again."
+                f"Not proven yet; the leading explanation is {lead['label']} ({note}).{check} "
+                "Investigate again once it can be read (or sooner if it changes)."
             ),
         )
 

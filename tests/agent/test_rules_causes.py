@@ -644,3 +644,39 @@ def test_a_scheduler_that_died_of_its_own_error_is_that_error(tmp_path) -> None:
         tmp_path,
     )
     assert r.root_cause != "killed_externally", r.summary
+
+
+def _ds_host(mem_each: float) -> dict[str, Any]:
+    ps = (
+        PS_HEADER
+        + (
+            "abhay      18719  0.1  0.0 1120348 93412 pts/2   Sl+  14:02   0:00 /usr/bin/python3 -u -m "
+            "deepspeed.launcher.launch --world_info=e30= --master_addr=127.0.0.1 infer.py\n"
+        )
+        + "".join(
+            f"abhay      1873{r} 98.2 {mem_each:.1f} 29803716 14318204 pts/2 Rl+ 14:02   1:09 "
+            f"/usr/bin/python3 -u infer.py --local_rank={r}\n"
+            for r in range(4)
+        )
+    )
+    log = "[2023-05-05 14:02:13,317] [INFO] [launch.py:247:main] dist_world_size=4\n"
+    return {
+        "ps": ps,
+        "nvidia_smi": GPU_CLEAN,
+        "dmesg": "[Fri May  5 13:58:02 2023] nvidia-uvm: Loaded the UVM driver.\n",
+        "files": {"/home/abhay/ds_run.log": log},
+    }
+
+
+def test_ranks_filling_host_ram_make_the_oom_killer_the_lead_not_a_refuted_cause(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Alive now, 88% of RAM held: a clean kernel log means no kill yet, not never; the report
+    names the OOM killer as the lead (not proven: nothing was killed yet)."""
+    r = _run(_card("torch", "it dies with -9 after a minute", **_ds_host(22.0)), tmp_path)
+    assert r.status == "insufficient_evidence"
+    assert "host_oom_killed" in r.next_step and "88%" in r.next_step
+    assert "host_oom_killed" not in r.ruled_out
+
+
+def test_ranks_with_ram_to_spare_leave_the_oom_killer_refuted(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    r = _run(_card("torch", "it dies with -9 after a minute", **_ds_host(5.0)), tmp_path)
+    assert "host_oom_killed" in r.ruled_out
