@@ -34,6 +34,7 @@ def now() -> str:
 class Evidence(BaseModel):
     observation: str = Field(description="id of the observation the line occurs in, verbatim")
     line: str
+    tool: str = Field("", description="the read that produced it (log_tail, py_stacks, ...)")
 
 
 class HypothesisView(BaseModel):

@@ -495,7 +495,8 @@ def _fix_obs_ids(evidence: list[dict[str, str]], obs: list[Observation]) -> list
             (o["id"] for o in obs if any(line in ln for ln in o["lines"])),
             ev.get("observation", ""),
         )
-        out.append({"observation": where, "line": line})
+        tool = next((o["tool"] for o in obs if o["id"] == where), "")
+        out.append({"observation": where, "line": line, "tool": tool})
     return out
 
 

@@ -173,6 +173,13 @@ def _traceback(frames: list[tuple[str, int, str, str]], error: str) -> None:
 SG = "/usr/local/lib/python3.12/dist-packages/sglang/srt"
 
 
+def init_distributed_environment() -> None:
+    """The emulated init hang, where a real one waits: a rank at the rendezvous whose peer never
+    comes (named as the engines name it, so a stack dump of the hung emulator reads as one)."""
+    while True:
+        time.sleep(3600)
+
+
 def _fail_not_enough_memory(mf: float) -> None:
     _traceback(
         [
@@ -383,6 +390,8 @@ def serve(args: argparse.Namespace) -> int:
     nccl = " ".join(f"{k}={v}" for k, v in sorted(env.items()) if k.startswith("NCCL_"))
     _say(f"{_ts()} Init torch distributed begin. {nccl}".rstrip())
     time.sleep(L * 0.05)
+    if args.emulate_hang or env.get("EMULATOR_HANG") == "1":
+        init_distributed_environment()  # alive, silent, never ready: the loop must call it "hung"
     _say(f"{_ts()} Init torch distributed ends. mem usage=0.61 GB")
 
     gpu = _GpuLoad(args.mem_fraction_static) if args.gpu else None
@@ -407,9 +416,6 @@ def serve(args: argparse.Namespace) -> int:
         time.sleep(L * 0.05)
         _fail_not_enough_memory(args.mem_fraction_static)
         return 1
-    if args.emulate_hang or env.get("EMULATOR_HANG") == "1":
-        while True:  # alive, silent, never ready: the loop must call it "hung"
-            time.sleep(3600)
     kv_gb = max(0.1, args.mem_fraction_static * total_gb - weights_gb)
     _say(
         f"{_ts()} KV Cache is allocated. #tokens: {int(kv_gb * 60000)}, K size: {kv_gb / 2:.2f} GB, V size: {kv_gb / 2:.2f} GB"

@@ -314,24 +314,36 @@ def _finish(
     t0: float,
     marker: str,
 ) -> ExperimentRow:
-    """Record the result, then stop, revert and (on failure) diagnose; always in this order."""
+    """Record the result, then stop, revert and (on failure) diagnose; always in this order,
+    except for a hang: a hung server is diagnosed while it still hangs (its stacks and GPUs are
+    the proof, and they are gone once it is stopped); the stop and the revert follow whatever
+    the diagnosis does."""
     led = ctx.ledger
     leave = ctx.leave_running and result.get("status") == "ok"
-    led.update(row.id, **result, phase="stop")
+    live = result.get("status") == "hung" and ctx.diagnoser is not None and pid is not None
+    led.update(row.id, **result, phase="diagnose" if live else "stop")
     try:
-        if not leave:
-            cleanup(ctx, pid, marker, row)
+        if live:
+            _phase(ctx, row, "diagnose")
+            diagnose_row(ctx, led.get(row.id) or row, live=True)
     finally:
-        if not leave:
-            _phase(ctx, row, "revert")
-            bad = configs.revert(ctx.host, ctx.baseline_files, store_root=ctx.store_root)
-            if bad:
-                led.update(
-                    row.id, diagnosis=(result.get("diagnosis") or "") + f"; REVERT FAILED: {bad}"
-                )
-                raise configs.ConfigError(f"config not back to baseline on {ctx.host.name}: {bad}")
+        try:
+            if not leave:
+                cleanup(ctx, pid, marker, row)
+        finally:
+            if not leave:
+                _phase(ctx, row, "revert")
+                bad = configs.revert(ctx.host, ctx.baseline_files, store_root=ctx.store_root)
+                if bad:
+                    led.update(
+                        row.id,
+                        diagnosis=(result.get("diagnosis") or "") + f"; REVERT FAILED: {bad}",
+                    )
+                    raise configs.ConfigError(
+                        f"config not back to baseline on {ctx.host.name}: {bad}"
+                    )
     stored = led.get(row.id) or row
-    if stored.status in FAILED and ctx.diagnoser is not None:
+    if stored.status in FAILED and ctx.diagnoser is not None and not live:
         _phase(ctx, stored, "diagnose")
         diagnose_row(ctx, stored)
     led.update(row.id, ended=time.time(), duration_s=round(time.time() - t0, 3))
@@ -346,11 +358,12 @@ def cleanup(ctx: Context, pid: int | None, marker: str | None, row: ExperimentRo
         ctx.ledger.update(row.id, diagnosis=f"processes survived stop: {left}")
 
 
-def diagnose_row(ctx: Context, row: ExperimentRow) -> None:
+def diagnose_row(ctx: Context, row: ExperimentRow, live: bool = False) -> None:
     assert ctx.diagnoser is not None
+    what = "hangs (still running, pid " + str(row.pid) + ")" if live else "failed"
     symptom = (
         f"experiment {row.name} ({row.diff.strip().splitlines()[-1] if row.diff else 'baseline'}) "
-        f"failed: {row.diagnosis}. Server log: {row.log_path}"
+        f"{what}: {row.diagnosis}. Server log: {row.log_path}"
     )
     try:
         d = ctx.diagnoser(ctx.host, row, symptom)

@@ -88,6 +88,10 @@ def signature_diagnosis(host: Host, row: ExperimentRow) -> Diagnosis | None:
     return None
 
 
+#: reads of the live process and its GPUs: never another experiment's log
+LIVE_READS = ("py_stacks", "gpu_status", "processes")
+
+
 def _in_log(host: Host, row: ExperimentRow, line: str) -> bool:
     """Evidence counts only when it occurs in this experiment's own log."""
     if not row.log_path:
@@ -111,6 +115,14 @@ def agent_diagnoser(home: Path | None = None, brain: str = "rulebook") -> Diagno
         logs = [row.log_path] if row.log_path else None
         report = Runner(settings).start(host, symptom=symptom, brain=brain, logs=logs)
         line = report.evidence[0].line if report.evidence else None
+        # a live read of the hung server itself (its stacks, its GPUs, its processes) is this
+        # experiment's evidence; a log line must be in this experiment's own log
+        live = next((e.line for e in report.evidence if e.tool in LIVE_READS), None)
+        if row.status == "hung" and report.root_cause and live:
+            inlog = next((e.line for e in report.evidence if _in_log(host, row, e.line)), None)
+            return Diagnosis(
+                report.root_cause, inlog or live, report.summary or report.status, "agent"
+            )
         if report.root_cause == "killed_externally" and row.status in ("hung", "timeout"):
             # the loop stopped this server itself (it hung, or ran past its limit): the "kill"
             # the agent found after the fact is the loop's own, not a cause

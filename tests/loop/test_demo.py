@@ -41,6 +41,10 @@ def test_demo_night_end_to_end(tmp_path: Path) -> None:
     # another experiment's error line (the arch failure's log beside it) is not this one's
     assert hang.label not in ("killed_externally", "unsupported_gpu_arch"), hang.diagnosis
     assert "No supported CUDA architectures" not in (hang.diagnosis or "")
+    # diagnosed while it still hung: its own stacks show where it waits (stopped first, it
+    # would leave nothing to read)
+    assert hang.label == "nccl_failure", hang.diagnosis
+    assert "init_distributed_environment" in (hang.evidence or ""), hang.evidence
     assert sum(1 for n in rows if n.startswith("trial-")) == 3
     assert rows["final"].status == "ok"
     for needle in ("| baseline |", "## Failures", "Not enough memory", "## What to try next"):
