@@ -456,7 +456,8 @@ def _ranks(f: Facts, log_lines: list[str]) -> None:
         rank = recs.get(pid, {}).get("rank")
         if isinstance(rank, int):
             (defunct if pid in f.server_defunct_pids else alive).setdefault(rank, pid)
-    if not alive and not defunct and _core_gone(f, engine, log_lines):
+    core_gone = _core_gone(f, engine, log_lines)  # sets f.core_gone_line
+    if not alive and not defunct and core_gone:
         gone = f.log_ranks or [0]
         f.ranks = [RankFact(rank=r, state="gone") for r in gone]
         f.ranks_gone = list(gone)
@@ -480,13 +481,19 @@ def _ranks(f: Facts, log_lines: list[str]) -> None:
 
 def _core_gone(f: Facts, engine: str | None, log_lines: list[str]) -> bool:
     """The engine's core workers (its schedulers, its engine core) are all gone while its front
-    end lives: the log shows the core worked (a line only it writes), the live ps shows the
-    server's processes and none of them is a core worker (tools/engines.yaml `core_workers`).
+    end lives: the log shows the core worked (a line only it writes) and the front end answering
+    after the core's last line, the live ps shows the server's processes and none of them is a
+    core worker (tools/engines.yaml `core_workers`).
     Such a server answers /health and accepts requests that nothing will ever serve."""
     if engine is None or not f.server_pids:
         return False
     line = engines.core_log_line(log_lines, engine)
     if line is None:
+        return False
+    # ... and the front end demonstrably outlived it: it answered probes after the core's last
+    # line (a ps that merely lacks the core, beside a silent log, proves nothing)
+    last = max(i for i, ln in enumerate(log_lines) if engines.core_log_line([ln], engine))
+    if not any(proof.frontend_access(ln) for ln in log_lines[last + 1 :]):
         return False
     # a core that died of an error of its own is explained by that error, not by its absence
     if any(

@@ -92,7 +92,7 @@ def _noise(o: Observation, m: Match, hits: list[tuple[Observation, Match]]) -> b
         and not proof.frontend_only(mm.line)  # a /health 200 is the front-end, not the engine
         for oo, mm in hits
     )
-    if not later:
+    if not later or proof.component_failed(m.line):
         return False
     return proof.kind_in_context(text_lines(o), m.line_no) != "traceback"
 

@@ -343,10 +343,11 @@ def positive_external_sign(
 
 def _killed(action: Action, by_id: dict[str, Observation], facts: Facts, hits: Hits) -> list[str]:
     out = []
-    gone = facts.server_alive is not True or getattr(facts, "ranks_gone", None)
+    # the server gone, one of its ranks gone, or its core (scheduler, engine core) gone
+    gone = facts.server_alive is not True or facts.ranks_gone or facts.core_gone_line
     if not gone and positive_external_sign(list(by_id.values()), hits) is None:
         out.append(
-            "[killed_externally] needs the server process (or one of its ranks) gone, "
+            "[killed_externally] needs the server process (or one of its ranks, or its core) gone, "
             "or a line showing it was stopped from outside"
         )
     own = own_fatal_since_launch(list(by_id.values()))

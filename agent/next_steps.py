@@ -185,14 +185,19 @@ def killed_externally(facts: Facts, observations: list[Observation], evidence) -
     and still hold their GPUs, so they must be stopped before a relaunch can have the GPUs."""
     gone = [r for r in facts.ranks if r.state != "alive" and r.rank in facts.ranks_gone]
     alive = [r for r in facts.ranks if r.state == "alive" and r.pid is not None]
-    if gone and not alive and facts.core_gone_line and facts.server_main_pids:
+    if facts.core_gone_line and facts.server_main_pids:
         entry = [
             p for p in facts.server_main_pids if facts._ps_recs.get(p, {}).get("role") == "main"
         ]
         mains = " ".join(map(str, (entry or facts.server_main_pids)[:2]))
+        # workers left behind hold their GPUs: they go too
+        left = " ".join(map(str, facts.server_worker_pids[:8]))
+        kill = f"{mains} {left}".strip()
         return (
             f"The engine's core is gone and its front end (pid {mains}) still accepts requests "
-            f"that nothing serves: restart the server (`kill {mains}`, then relaunch) and find what "
+            f"that nothing serves: restart the server (`kill {kill}`"
+            + (": the front end and the workers left behind, which hold the GPUs" if left else "")
+            + "), then relaunch, and find what "
             "ended the core (`sudo dmesg -T`, the supervisor's or Kubernetes events). Probe "
             "liveness with a real generation under a timeout, not /health, so a dead core is "
             "restarted by the orchestrator."

@@ -47,6 +47,8 @@ class _Structure(BaseModel):
     wait_message: list[str] = []
     peer_lost: list[str] = []
     frontend_only: list[str] = []
+    component_failed: list[str] = []
+    frontend_access: list[str] = []
 
 
 def _any(patterns: list[str]) -> re.Pattern[str]:
@@ -77,6 +79,8 @@ def _rx() -> dict[str, re.Pattern[str]]:
         "wait_message": _any(s.wait_message or ["(?!x)x"]),
         "peer_lost": _any(s.peer_lost or ["(?!x)x"]),
         "frontend_only": _any(s.frontend_only or ["(?!x)x"]),
+        "component_failed": _any(s.component_failed or ["(?!x)x"]),
+        "frontend_access": _any(s.frontend_access or ["(?!x)x"]),
     }
 
 
@@ -154,6 +158,17 @@ def quiet_phase(line: str) -> bool:
 def frontend_only(line: str) -> bool:
     """A probe or scrape the HTTP front-end answered: not proof the engine behind it works."""
     return bool(_rx()["frontend_only"].search(line))
+
+
+def frontend_access(line: str) -> bool:
+    """An HTTP access-log line: the front end handled a request (any path, any status)."""
+    return bool(_rx()["frontend_access"].search(line))
+
+
+def component_failed(line: str) -> bool:
+    """One unit of a multi-model server failed to load while the server runs on: that unit's
+    death, not an error the server worked past."""
+    return bool(_rx()["component_failed"].search(line))
 
 
 def peer_lost(line: str) -> bool:

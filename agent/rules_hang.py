@@ -323,6 +323,21 @@ def hang_rules(facts: Facts, observations: list[Observation], hits, add) -> None
 def _rank_gone(facts: Facts, add) -> None:  # type: ignore[no-untyped-def]
     """A TP/PP launch with one rank gone and the others alive: the survivors wait for it in a
     collective; the question is what ended that rank (its own error is weighed elsewhere)."""
+    if facts.core_gone_line and facts.server_alive and facts.ps_obs:
+        # every core worker gone, the front end alive: it accepts requests nothing serves
+        fronts = [*facts.server_main_pids, *facts.server_worker_pids]
+        line = facts.procs.get(fronts[0], "") if fronts else ""
+        if line:
+            add(
+                "killed_externally",
+                "fact",
+                _H.rank_gone,
+                facts.ps_obs,
+                line,
+                "the engine's core (its scheduler / engine core) is gone while its front end "
+                "still runs: requests are accepted and never served, and /health may still answer",
+            )
+        return
     if not facts.ranks_gone or not facts.server_alive:
         return
     alive = [r for r in facts.ranks if r.state == "alive"]

@@ -73,6 +73,7 @@ def liveness_rules(facts: Facts, observations: list[Observation], hits, add) -> 
         if (
             not any(m.label == "host_oom_killed" for _, m in hits)
             and not facts.ranks_gone
+            and not facts.core_gone_line
             and not pressure
         ):
             add(
@@ -83,7 +84,7 @@ def liveness_rules(facts: Facts, observations: list[Observation], hits, add) -> 
                 facts.procs.get(pid, ""),
                 f"server pid {pid} is alive: the OOM killer did not end it",
             )
-        if not fatal and not killed_sig and not facts.ranks_gone:
+        if not fatal and not killed_sig and not facts.ranks_gone and not facts.core_gone_line:
             add(
                 "killed_externally",
                 "fact",

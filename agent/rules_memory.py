@@ -111,7 +111,9 @@ def oom_phase(
         and mm.signature.startswith(PHASE_PREFIX)
         and mm.label in MEMORY_PHASES  # an NCCL-init phase line says nothing about an OOM
     ]
-    before = [p for p in phases if p.line_no < m.line_no]
+    # a phase on the OOM's own line counts as before it (a progress bar the error was printed
+    # onto, after a carriage return)
+    before = [p for p in phases if p.line_no <= m.line_no]
     after = [p for p in phases if p.line_no > m.line_no]
     phase = before[-1] if before else (after[0] if after else None)
     if phase is not None and phase.label:

@@ -223,9 +223,12 @@ def _default_args(tool: str, state: State) -> dict | None:
 def _ready_line(state: State) -> str | None:
     """The last 'server is up' line of the newest log reads, if any."""
     from agent.evidence import signature_hits
+    from agent.proof import frontend_only
 
     hits = [m for _, m in signature_hits(state.get("observations", [])) if m.strength == "ready"]
-    return hits[-1].line if hits else None
+    # a /health 200 is the front end answering, not the engine saying it is up
+    own = [m for m in hits if not frontend_only(m.line)]
+    return own[-1].line if own else None
 
 
 def _diverse(evidence: list[dict[str, str]], most: int = 5) -> list[dict[str, str]]:

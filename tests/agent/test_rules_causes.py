@@ -680,3 +680,74 @@ def test_ranks_filling_host_ram_make_the_oom_killer_the_lead_not_a_refuted_cause
 def test_ranks_with_ram_to_spare_leave_the_oom_killer_refuted(tmp_path) -> None:  # type: ignore[no-untyped-def]
     r = _run(_card("torch", "it dies with -9 after a minute", **_ds_host(5.0)), tmp_path)
     assert "host_oom_killed" in r.ruled_out
+
+
+# -- round 13 -----------------------------------------------------------------------------------------
+def test_a_core_missing_from_ps_beside_a_silent_log_is_not_called_gone(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Control for the core-gone rule: a ps without the scheduler proves nothing unless the
+    front end is seen answering after the core's last line (a cut ps, a hang)."""
+    r = _run(
+        _card(
+            "sglang",
+            "requests hang",
+            ps=SG_FRONT,
+            nvidia_smi=GPU_CLEAN,
+            files={"/srv/s.log": SG_DECODE},
+        ),
+        tmp_path,
+    )
+    assert r.root_cause != "killed_externally", r.summary
+
+
+TRITON_SHM = (
+    "I0912 10:02:11.901231 1 model_lifecycle.cc:461] loading: preprocess:1\n"
+    "E0912 10:02:12.231557 1 model_lifecycle.cc:597] failed to load 'postprocess' version 1: "
+    "Internal: Unable to initialize shared memory key 'triton_python_backend_shm_region_2' to "
+    "requested size (67108864 bytes).\n"
+    "I0912 10:02:12.301100 1 model_lifecycle.cc:818] successfully loaded 'preprocess'\n"
+    "I0912 10:02:12.344512 1 http_server.cc:184] Started Metrics Service at 0.0.0.0:8002\n"
+)
+
+
+def test_one_model_failing_in_a_live_multi_model_server_is_its_cause(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Triton serves on with one model UNAVAILABLE: that model's load failure is not noise."""
+    ps = PS_HEADER + (
+        "root           1  0.6  1.9 14020112 1302244 ?    Ssl  10:02   0:09 tritonserver "
+        "--model-repository=/models\n"
+    )
+    r = _run(
+        _card(
+            "trtllm",
+            "the second model is UNAVAILABLE",
+            ps=ps,
+            nvidia_smi=GPU_CLEAN,
+            files={"/var/log/triton.log": TRITON_SHM},
+        ),
+        tmp_path,
+    )
+    board = {h.label: h for h in r.hypotheses}
+    assert r.root_cause == "shm_too_small" or (
+        r.hypotheses[0].label == "shm_too_small" and board["shm_too_small"].score >= 3
+    ), (r.summary, [(h.label, h.score) for h in r.hypotheses])
+
+
+def test_an_oom_printed_onto_a_loading_bar_is_a_weights_oom(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    line = (
+        "Loading weights concurrently:  47%|####      | 667/1417 [00:03<00:05, 139.82it/s]"
+        "[07/23/2025-06:37:06] [TRT-LLM] [RANK 1] [E] Error executing load_single_module: "
+        "CUDA out of memory. Tried to allocate 126.00 MiB. GPU 0 has a total capacity of "
+        "23.53 GiB of which 43.00 MiB is free.\n"
+    )
+    r = _run(
+        _card(
+            "trtllm",
+            "OOM while loading",
+            ps=PS_IDLE,
+            nvidia_smi=GPU_CLEAN,
+            files={"/srv/trt.log": line},
+        ),
+        tmp_path,
+    )
+    board = {h.label: h.score for h in r.hypotheses}
+    # the bar the error was printed onto is the phase: weights, not a runtime OOM
+    assert board.get("gpu_oom_weights", 0) > 0 >= board.get("cuda_oom_runtime", 0), board
