@@ -166,7 +166,8 @@ def liveness_rules(facts: Facts, observations: list[Observation], hits, add) -> 
             m.line,
             "this error says a peer vanished: the consequence, not the cause",
         )
-    elif facts.server_alive is False:
+    elif facts.server_alive is False and not facts.building_pids:
+        # (compilers at work beside the log: a build still running may be what writes it)
         logs = [o for o in latest_text_observations(observations) if o["tool"] in LOG_TOOLS]
         if logs:
             o = logs[-1]

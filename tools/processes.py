@@ -331,6 +331,13 @@ def _mark_builders(procs: list[Proc]) -> None:
     by_pid = {p.pid: p for p in procs}
     servers = {p.pid for p in procs if p.server}
     if not servers:
+        # no server known: compilers hard at work are shown (a build, a JIT, a pip wheel may be
+        # what writes the log; dead it is not)
+        for p in procs:
+            cmd = p.command.split()[0] if p.command.split() else ""
+            busy = p.stat.startswith("R") or (p.cpu_pct or 0.0) >= 50.0
+            if busy and _COMPILER.search(cmd):
+                p.building = True
         return
     for p in procs:
         if not _COMPILER.search(p.command.split()[0] if p.command.split() else ""):

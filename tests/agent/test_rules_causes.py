@@ -751,3 +751,55 @@ def test_an_oom_printed_onto_a_loading_bar_is_a_weights_oom(tmp_path) -> None:  
     board = {h.label: h.score for h in r.hypotheses}
     # the bar the error was printed onto is the phase: weights, not a runtime OOM
     assert board.get("gpu_oom_weights", 0) > 0 >= board.get("cuda_oom_runtime", 0), board
+
+
+PIP_LOG = (
+    "Collecting flash-attn\n"
+    "Building wheels for collected packages: flash-attn\n"
+    "  Building wheel for flash-attn (setup.py): started\n"
+    "  Building wheel for flash-attn (setup.py): still running...\n"
+)
+
+
+def _build_ps(compilers: bool) -> str:
+    rows = "root        8812  0.4  0.1 402112 182300 pts/0   S+   01:14   0:02 /usr/bin/python /usr/local/bin/pip install flash-attn\n"
+    if compilers:
+        rows += "".join(
+            f"root        910{i} 99.0  3.4 4902112 4561220 pts/0 R+   01:18   1:51 "
+            f"/usr/local/cuda/nvvm/bin/cicc --c++17 -arch compute_80 flash_fwd_{i}.cu\n"
+            for i in range(3)
+        )
+    return PS_HEADER + rows
+
+
+def test_a_build_whose_compilers_are_at_work_is_never_called_killed(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """No server process, but compilers at 99% CPU beside a log whose last line says the build
+    is still running: who writes the log is at work, not dead."""
+    r = _run(
+        _card(
+            "other",
+            "the flash-attn build dies",
+            ps=_build_ps(True),
+            nvidia_smi=GPU_CLEAN,
+            files={"/workspace/pip.log": PIP_LOG},
+        ),
+        tmp_path,
+    )
+    assert r.root_cause != "killed_externally", r.summary
+
+
+def test_a_log_whose_writer_is_gone_and_no_build_runs_may_be_called_killed(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Control: nothing at work beside it; the rule above must not block the inference."""
+    log = SG_START + "[2026-03-02 10:00:45] Load weight begin. avail mem=78.83 GB\n"
+    r = _run(
+        _card(
+            "sglang",
+            "the server vanished",
+            ps=PS_IDLE,
+            nvidia_smi=GPU_CLEAN,
+            dmesg="[Mon Mar  2 09:00:00 2026] nvidia-uvm: Loaded the UVM driver.\n",
+            files={"/srv/sglang.log": log},
+        ),
+        tmp_path,
+    )
+    assert r.root_cause == "killed_externally", r.summary
