@@ -373,6 +373,8 @@ def _bad_launch(
         return []  # NCCL on lo across hosts: the ranks never meet, and nothing is printed
     if rules_causes.unresolvable_rendezvous(obs) is not None:
         return []  # the resolver's own error names the rendezvous host: the ranks retry forever
+    if rules_causes.hidden_gpus(facts, obs) is not None:
+        return []  # the engine's own count against nvidia-smi's: it runs, on too few GPUs
     return _crash_rule(action, by_id, facts, hits)
 
 

@@ -248,6 +248,7 @@ def bad_launch_argument(facts: Facts, observations: list[Observation], evidence)
     from agent.evidence import signature_hits
     from agent.rules_causes import (
         draftless,
+        hidden_gpus,
         interfaces,
         loopback_across_nodes,
         proxied_own_request,
@@ -260,6 +261,15 @@ def bad_launch_argument(facts: Facts, observations: list[Observation], evidence)
             "with a draft head trained for this target model (an EAGLE/EAGLE3 checkpoint), or drop "
             "--speculative-algorithm (models with their own MTP layers use NEXTN and need none), "
             "then relaunch."
+        )
+    hid = hidden_gpus(facts, observations)
+    if hid is not None:
+        _, _, found, on_host, var, value = hid
+        return (
+            f"{var}={value} shows the server {found} of the {on_host} GPUs: remove it from the "
+            f"launch environment (unit file `Environment=`, container env, shell profile) or list "
+            f"every GPU it should use (e.g. {var}={','.join(map(str, range(on_host)))}), restart the "
+            "service, and check the engine's log reports all of them."
         )
     lo = loopback_across_nodes(observations)
     if lo is not None:

@@ -85,6 +85,7 @@ def cause_rules(facts, observations: list[Observation], hits, add) -> None:  # t
     proxy_rules(facts, observations, hits, add)
     unresolvable_rules(observations, add)
     draftless_rules(observations, hits, add)
+    hidden_gpus_rules(facts, observations, add)
     if not any(m.label == "nccl_failure" and m.strength in ("fatal", "strong") for _, m in hits):
         return
     miss = missing_interface(observations)
@@ -579,4 +580,65 @@ def draftless_rules(observations: list[Observation], hits, add) -> None:  # type
         fatal[0],
         fatal[1],
         "the failure that follows",
+    )
+
+
+# -- the launch shown fewer GPUs than the host has -------------------------------------------------
+#: how many GPUs the engine itself says it found (llama.cpp/ggml, Ollama, torch/vLLM wording)
+_FOUND_GPUS = re.compile(
+    r"found (\d+) CUDA devices?|detected GPUs\b.*?\bcount=(\d+)|"
+    r"(?:Found|Detected) (\d+) (?:CUDA )?(?:GPUs?|devices?)\b|device_count\(\)\s*[=:]\s*(\d+)"
+)
+_VISIBLE = re.compile(r"\b(CUDA_VISIBLE_DEVICES|NVIDIA_VISIBLE_DEVICES)=\"?([0-9][0-9,\s]*)")
+
+
+def hidden_gpus(
+    facts,
+    observations: list[Observation],  # type: ignore[no-untyped-def]
+) -> tuple[tuple[str, str], tuple[str, str], int, int, str, str] | None:
+    """((obs, setting line), (obs, found line), found, on host, variable, value) when the engine
+    found fewer GPUs than nvidia-smi lists and the launch's visible-devices setting lists just
+    as few: the setting hides the rest (a leftover pin in a unit file, a copied env)."""
+    on_host = len(facts.gpus)
+    if on_host < 2:
+        return None
+    setting = found = None
+    for o in observations:
+        if not o["ok"]:
+            continue
+        for ln in text_lines(o):
+            if setting is None and (m := _VISIBLE.search(ln)):
+                value = m.group(2).strip().rstrip(",")
+                setting = (o["id"], ln, m.group(1), value)
+            if found is None and (f := _FOUND_GPUS.search(ln)):
+                n = int(next(g for g in f.groups() if g is not None))
+                found = (o["id"], ln, n)
+    if setting is None or found is None:
+        return None
+    listed = [x for x in re.split(r"[,\s]+", setting[3]) if x]
+    if not (found[2] < on_host and len(listed) == found[2]):
+        return None
+    return (setting[0], setting[1]), (found[0], found[1]), found[2], on_host, setting[2], setting[3]
+
+
+def hidden_gpus_rules(facts, observations: list[Observation], add) -> None:  # type: ignore[no-untyped-def]
+    hit = hidden_gpus(facts, observations)
+    if hit is None:
+        return
+    (soid, sline), (foid, fline), found, on_host, var, value = hit
+    add(
+        "bad_launch_argument",
+        "cause",
+        _C.names_the_cause,
+        soid,
+        sline,
+        f"{var}={value} shows the server {found} of this host's {on_host} GPUs",
+    )
+    add(
+        "bad_launch_argument",
+        "cause",
+        _C.effect_cited,
+        foid,
+        fline,
+        f"the engine found only {found} GPU(s) while nvidia-smi lists {on_host}",
     )

@@ -803,3 +803,37 @@ def test_a_log_whose_writer_is_gone_and_no_build_runs_may_be_called_killed(tmp_p
         tmp_path,
     )
     assert r.root_cause == "killed_externally", r.summary
+
+
+GPU_FOUR = "".join(
+    f"{i}, NVIDIA GeForce RTX 3060, 1 MiB, 12042 MiB, 12288 MiB, 0 %\n" for i in range(4)
+)
+OLLAMA_PS = PS_HEADER + (
+    "ollama     1422  0.9  0.8 6112004 540112 ?       Ssl  09:10   0:21 /usr/local/bin/ollama serve\n"
+)
+
+
+def _ollama(visible: str, found: int) -> dict[str, Any]:
+    log = (
+        "May 02 09:41:11 rig ollama[1422]: ggml_cuda_init: found "
+        f"{found} CUDA devices:\n"
+        "May 02 09:41:14 rig ollama[1422]: llm_load_tensors: offloaded 21/81 layers to GPU\n"
+    )
+    return {
+        "ps": OLLAMA_PS,
+        "nvidia_smi": GPU_FOUR,
+        "env": f"CUDA_VISIBLE_DEVICES={visible}\n",
+        "files": {"/var/log/ollama.log": log},
+    }
+
+
+def test_a_visible_devices_pin_hiding_gpus_is_the_launch_setting(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    r = _run(_card("other", "it uses one GPU of four", **_ollama("3", 1)), tmp_path)
+    assert r.root_cause == "bad_launch_argument", r.summary
+    assert "CUDA_VISIBLE_DEVICES=0,1,2,3" in r.next_step
+
+
+def test_a_visible_devices_setting_that_lists_what_was_found_hides_nothing_more(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Control: every GPU listed and found; the setting is not a cause."""
+    r = _run(_card("other", "it is slow", **_ollama("0,1,2,3", 4)), tmp_path)
+    assert r.root_cause != "bad_launch_argument", r.summary
