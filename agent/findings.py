@@ -6,6 +6,8 @@ Both brains read the same findings; neither may invent evidence outside them.
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from agent import proof
 from agent.evidence import signature_hits
 from agent.facts import Facts, derive
@@ -79,6 +81,27 @@ def _sig_engines() -> dict[str, list[str]]:
 _ENGINES_CACHE: dict[str, list[str]] | None = None
 
 
+@lru_cache(maxsize=1)
+def _latent_ids() -> frozenset[str]:
+    from agent.signatures import load_signatures
+
+    return frozenset(s.id for s in load_signatures() if s.latent)
+
+
+def _fails_later(o: Observation, m: Match, hits: list[tuple[Observation, Match]]) -> str | None:
+    """The first fatal line after m in the same read that no labelled signature explains."""
+    from agent.evidence import text_lines
+
+    labelled = {
+        mm.line_no for oo, mm in hits if oo["id"] == o["id"] and mm.label and mm.strength == "fatal"
+    }
+    lines = text_lines(o)
+    return next(
+        (lines[i] for i, _ in proof.fatal_lines(lines) if i > m.line_no and i not in labelled),
+        None,
+    )
+
+
 def _noise(o: Observation, m: Match, hits: list[tuple[Observation, Match]]) -> bool:
     """A live server printed this error line and then more progress (torch.compile's autotune
     rejecting a kernel config, a retried download): not a crash. A traceback's final line is
@@ -94,6 +117,8 @@ def _noise(o: Observation, m: Match, hits: list[tuple[Observation, Match]]) -> b
     )
     if not later or proof.component_failed(m.line):
         return False
+    if m.signature in _latent_ids() and _fails_later(o, m, hits) is not None:
+        return False  # worked past it for a while, then failed: of it
     return proof.kind_in_context(text_lines(o), m.line_no) != "traceback"
 
 
@@ -146,6 +171,12 @@ def compute(observations: list[Observation]) -> tuple[list[Finding], Facts]:
                     )
         if facts.server_alive and m.strength in ("fatal", "strong") and _noise(o, m, hits):
             continue  # an error line a live server logged and then worked on past: noise
+        effect = _fails_later(o, m, hits) if m.signature in _latent_ids() else None
+        if effect:
+            # a latent condition, then an error no signature explains: the condition is the
+            # best-supported cause of that error, which is cited beside it
+            w = max(w, WEIGHT["fatal"])
+            add(label, "effect", 0.25, o["id"], effect, "the failure that followed it")
         if not _for_engine(m, engine):
             w *= OTHER_ENGINE  # a line made for another engine's code path is weaker evidence
         if proof.is_wrapper(m.line):

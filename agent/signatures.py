@@ -34,6 +34,11 @@ class Signature(BaseModel):
     next_step: str = ""
     source: str = ""
     examples: list[str] = Field(min_length=1, description="real lines that must match")
+    latent: bool = Field(
+        False,
+        description="a condition that does not stop the server at once (a library version "
+        "mismatch): a server that worked past it and failed later failed of it",
+    )
     _rx: tuple[re.Pattern[str], ...] = PrivateAttr(default=())
     _unless: tuple[re.Pattern[str], ...] = PrivateAttr(default=())
     #: lower-cased text each pattern needs; a line without any of them cannot match (fast path)

@@ -837,3 +837,50 @@ def test_a_visible_devices_setting_that_lists_what_was_found_hides_nothing_more(
     """Control: every GPU listed and found; the setting is not a cause."""
     r = _run(_card("other", "it is slow", **_ollama("0,1,2,3", 4)), tmp_path)
     assert r.root_cause != "bad_launch_argument", r.summary
+
+
+UCX_WARN = (
+    "[1745994234.385141] [node:711260:0]     ucp_context.c:1774 UCX  WARN  UCP version is "
+    "incompatible, required: 1.18, actual: 1.12 (release 1)\n"
+)
+SG_READY = "[2025-04-30 14:23:59] The server is fired up and ready to roll!\n"
+NIXL_FAIL = (
+    "[2025-04-30 14:25:07 TP0] Scheduler hit an exception: Traceback (most recent call last):\n"
+    '  File "/usr/local/lib/python3.10/dist-packages/nixl/_api.py", line 311, in initialize_xfer\n'
+    "    handle = self.agent.createXferReq(op, local, remote, agent, notif, self.backends['UCX'])\n"
+    "nixl._bindings.nixlBackendError: NIXL_ERR_BACKEND\n"
+)
+SG_PROC = PS_HEADER + (
+    "root      711077  1.2  0.9 27104332 4812204 pts/1  Sl+  14:23   0:09 python3 -m "
+    "sglang.launch_server --model-path /m --port 30000\n"
+)
+
+
+def test_a_library_mismatch_the_server_worked_past_until_it_failed_is_the_cause(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    r = _run(
+        _card(
+            "sglang",
+            "the first request kills prefill",
+            ps=SG_PROC,
+            nvidia_smi=GPU_CLEAN,
+            files={"/root/prefill.log": SG_START + UCX_WARN + SG_READY + NIXL_FAIL},
+        ),
+        tmp_path,
+    )
+    assert r.root_cause == "dependency_error", r.summary
+    assert any("NIXL_ERR_BACKEND" in line for line in _cited(r)), _cited(r)
+
+
+def test_a_library_mismatch_warning_on_a_server_that_serves_on_is_not_a_cause(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Control: the same warning, then nothing fails: it stays a remark."""
+    r = _run(
+        _card(
+            "sglang",
+            "is it healthy?",
+            ps=SG_PROC,
+            nvidia_smi=GPU_CLEAN,
+            files={"/root/prefill.log": SG_START + UCX_WARN + SG_READY},
+        ),
+        tmp_path,
+    )
+    assert r.root_cause != "dependency_error", r.summary
