@@ -378,7 +378,16 @@ def _bad_launch(
     return _crash_rule(action, by_id, facts, hits)
 
 
+def _arch(action: Action, by_id: dict[str, Observation], facts: Facts, hits: Hits) -> list[str]:
+    """A live, silent server on a GPU newer than its build's toolkit: the capability and the
+    toolkit prove it without a crash line (the driver JIT-compiles, nothing is printed)."""
+    if rules_causes.arch_beyond_build(facts, list(by_id.values())) is not None:
+        return []
+    return _crash_rule(action, by_id, facts, hits)
+
+
 RULES: dict[str, Rule] = {
+    "unsupported_gpu_arch": _arch,
     "bad_launch_argument": _bad_launch,
     "nccl_failure": _nccl,
     "still_starting": _still_starting,

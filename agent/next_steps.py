@@ -91,6 +91,21 @@ def stale_gpu_process(facts: Facts, observations: list[Observation], evidence) -
 
 
 def unsupported_gpu_arch(facts: Facts, observations: list[Observation], evidence) -> str | None:  # type: ignore[no-untyped-def]
+    from agent.rules_causes import arch_beyond_build, min_cuda_for
+
+    beyond = arch_beyond_build(facts, observations)
+    if beyond is not None:
+        _, _, cc, cuda, top = beyond
+        need = min_cuda_for(cc)
+        toolkit = f"CUDA {need:.1f} or newer" if need else "a newer CUDA toolkit"
+        return (
+            f"The binary was built with CUDA {cuda:.1f}, which builds for compute capability "
+            f"{top:.1f} at most; this GPU is {cc:.1f}, so the driver JIT-compiles every kernel "
+            f"from PTX at first use (CPU-bound, the GPU idle) or has no kernel for it. Use a build "
+            f"made with {toolkit} (a cu{str(need).replace('.', '') if need else ''} wheel or "
+            "release, or rebuild with the new arch in CMAKE_CUDA_ARCHITECTURES / "
+            "TORCH_CUDA_ARCH_LIST), then relaunch."
+        )
     if not any(ARCH_LINE.search(e.get("line", "")) for e in evidence):
         return None
     env = _env(observations)

@@ -8,11 +8,14 @@ cause's line joins the evidence, and the next step fixes the cause, not the symp
 from __future__ import annotations
 
 import re
+from functools import lru_cache
+from pathlib import Path
 
 from agent import proof
 from agent.evidence import text_lines
 from agent.state import Observation
 from agent.thresholds import THRESHOLDS
+from tools import yamlio
 
 _C = THRESHOLDS.cause  # agent/knowledge/thresholds.yaml
 
@@ -86,6 +89,7 @@ def cause_rules(facts, observations: list[Observation], hits, add) -> None:  # t
     unresolvable_rules(observations, add)
     draftless_rules(observations, hits, add)
     hidden_gpus_rules(facts, observations, add)
+    arch_beyond_build_rules(facts, observations, add)
     if not any(m.label == "nccl_failure" and m.strength in ("fatal", "strong") for _, m in hits):
         return
     miss = missing_interface(observations)
@@ -641,4 +645,79 @@ def hidden_gpus_rules(facts, observations: list[Observation], add) -> None:  # t
         foid,
         fline,
         f"the engine found only {found} GPU(s) while nvidia-smi lists {on_host}",
+    )
+
+
+# -- a GPU newer than the toolkit the binary was built with -----------------------------------------
+_CC = re.compile(r"compute capability:?\s*(\d+)\.(\d)\b")
+#: the toolkit a binary was built with, as its install path or its wheel tag says (never the
+#: driver's "CUDA Version:" from nvidia-smi, which is what the driver supports)
+_BUILD_CUDA = re.compile(r"(?:/cuda-|[/_-]cuda_?v?|\+cu)(\d{2})\.?(\d)\b(?!\.\d)")
+
+
+@lru_cache(maxsize=1)
+def _max_cc() -> list[tuple[float, float]]:
+    raw = yamlio.safe_load(
+        (Path(__file__).parent / "knowledge" / "cuda_arch.yaml").read_text(encoding="utf-8")
+    )
+    return sorted((float(k), float(v)) for k, v in raw["max_compute_capability"].items())
+
+
+def min_cuda_for(cc: float) -> float | None:
+    """The oldest toolkit in the table that builds for this compute capability."""
+    return next((ver for ver, top in _max_cc() if top >= cc - 1e-9), None)
+
+
+def max_cc_for(cuda: float) -> float | None:
+    table = [cc for ver, cc in _max_cc() if ver <= cuda + 1e-9]
+    return table[-1] if table else None
+
+
+def arch_beyond_build(
+    facts,
+    observations: list[Observation],  # type: ignore[no-untyped-def]
+) -> tuple[tuple[str, str], tuple[str, str], float, float, float] | None:
+    """((obs, the GPU's capability line), (obs, the build's toolkit line), capability, toolkit,
+    the toolkit's newest capability) when a live, silent server runs on a GPU newer than its
+    binary's toolkit can build for: the driver JIT-compiles every kernel from PTX (or cannot)."""
+    if not facts.server_alive or any(facts.log_growth.values()):
+        return None
+    cc_hit = build = None
+    for o in observations:
+        if not o["ok"]:
+            continue
+        for ln in text_lines(o):
+            if cc_hit is None and (m := _CC.search(ln)):
+                cc_hit = (o["id"], ln, float(f"{m.group(1)}.{m.group(2)}"))
+            if build is None and "CUDA Version:" not in ln and (b := _BUILD_CUDA.search(ln)):
+                build = (o["id"], ln, float(f"{b.group(1)}.{b.group(2)}"))
+    if cc_hit is None or build is None:
+        return None
+    top = max_cc_for(build[2])
+    if top is None or cc_hit[2] <= top:
+        return None
+    return (cc_hit[0], cc_hit[1]), (build[0], build[1]), cc_hit[2], build[2], top
+
+
+def arch_beyond_build_rules(facts, observations: list[Observation], add) -> None:  # type: ignore[no-untyped-def]
+    hit = arch_beyond_build(facts, observations)
+    if hit is None:
+        return
+    (coid, cline), (boid, bline), cc, cuda, top = hit
+    add(
+        "unsupported_gpu_arch",
+        "cause",
+        _C.names_the_cause,
+        coid,
+        cline,
+        f"the GPU is compute capability {cc:.1f}; the binary's CUDA {cuda:.1f} builds for at "
+        f"most {top:.1f}: every kernel is JIT-compiled from PTX at first use (or has no image)",
+    )
+    add(
+        "unsupported_gpu_arch",
+        "cause",
+        _C.setting_line,
+        boid,
+        bline,
+        f"built with CUDA {cuda:.1f}",
     )

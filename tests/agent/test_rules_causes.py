@@ -884,3 +884,31 @@ def test_a_library_mismatch_warning_on_a_server_that_serves_on_is_not_a_cause(tm
         tmp_path,
     )
     assert r.root_cause != "dependency_error", r.summary
+
+
+def _llama(build: str, cc: str) -> dict[str, Any]:
+    ps = PS_HEADER + (
+        f"ai        418822  100  3.1 42611284 8203316 pts/2  Rl+  15:20  10:04 /opt/llama/{build}/"
+        "llama-server -m /data/q.gguf -ngl 99 --port 8080\n"
+    )
+    log = (
+        f"  Device 0: NVIDIA RTX PRO 6000 Blackwell, compute capability {cc}, VMM: yes\n"
+        f"load_backend: loaded CUDA backend from /opt/llama/{build}/libggml-cuda.so\n"
+        "main: HTTP server is listening, hostname: 0.0.0.0, port: 8080, http threads: 63\n"
+        "load_tensors: offloaded 65/65 layers to GPU\n"
+        "common_init_from_params: warming up the model with an empty run - please wait ...\n"
+    )
+    gpu = "0, NVIDIA RTX PRO 6000 Blackwell Workstation Edition, 19342 MiB, 77884 MiB, 97887 MiB, 0 %\n"
+    return {"ps": ps, "nvidia_smi": gpu, "files": {"/home/ai/llama-server.log": log}}
+
+
+def test_a_gpu_newer_than_the_builds_toolkit_is_the_arch(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    r = _run(_card("other", "stuck warming up", **_llama("cuda-12.4", "12.0")), tmp_path)
+    assert r.root_cause == "unsupported_gpu_arch", r.summary
+    assert "CUDA 12.8" in r.next_step
+
+
+def test_a_build_that_covers_the_gpu_is_not_blamed(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Control: a CUDA 12.8 build knows compute capability 12.0."""
+    r = _run(_card("other", "stuck warming up", **_llama("cuda-12.8", "12.0")), tmp_path)
+    assert r.root_cause != "unsupported_gpu_arch", r.summary
