@@ -487,13 +487,24 @@ def _core_gone(f: Facts, engine: str | None, log_lines: list[str]) -> bool:
     Such a server answers /health and accepts requests that nothing will ever serve."""
     if engine is None or not f.server_pids:
         return False
+    recs = f._ps_recs
+    # workers orphaned under init while the entry point lives: their parent, the engine core
+    # between them and the front end, is gone (vLLM V1's workers are the EngineCore's children)
+    orphans = [
+        p
+        for p in f.server_worker_pids
+        if recs.get(p, {}).get("ppid") == 1 and f.server_main_pids and 1 not in f.server_main_pids
+    ]
     line = engines.core_log_line(log_lines, engine)
-    if line is None:
+    if line is None and not orphans:
         return False
-    # ... and the front end demonstrably outlived it: it answered probes after the core's last
-    # line (a ps that merely lacks the core, beside a silent log, proves nothing)
-    last = max(i for i, ln in enumerate(log_lines) if engines.core_log_line([ln], engine))
-    if not any(proof.frontend_access(ln) for ln in log_lines[last + 1 :]):
+    if line is not None:
+        # ... and the front end demonstrably outlived it: it answered requests after the core's
+        # last line (a ps that merely lacks the core, beside a silent log, proves nothing)
+        last = max(i for i, ln in enumerate(log_lines) if engines.core_log_line([ln], engine))
+        if not any(proof.frontend_access(ln) for ln in log_lines[last + 1 :]):
+            return False
+    elif not any(proof.frontend_access(ln) for ln in log_lines):
         return False
     # a core that died of an error of its own is explained by that error, not by its absence
     if any(
@@ -503,13 +514,12 @@ def _core_gone(f: Facts, engine: str | None, log_lines: list[str]) -> bool:
         for i, kind in proof.fatal_lines(log_lines)
     ):
         return False
-    recs = f._ps_recs
     if any(
         engines.is_core_worker(str(recs.get(p, {}).get("command", "")), engine)
         for p in f.server_pids
     ):
         return False
-    f.core_gone_line = line
+    f.core_gone_line = line or f.procs.get(orphans[0], "")
     return True
 
 

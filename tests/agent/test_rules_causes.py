@@ -912,3 +912,40 @@ def test_a_build_that_covers_the_gpu_is_not_blamed(tmp_path) -> None:  # type: i
     """Control: a CUDA 12.8 build knows compute capability 12.0."""
     r = _run(_card("other", "stuck warming up", **_llama("cuda-12.8", "12.0")), tmp_path)
     assert r.root_cause != "unsupported_gpu_arch", r.summary
+
+
+VLLM_PS_HEADER = (
+    "USER         PID    PPID %CPU %MEM    VSZ   RSS TTY      STAT START   TIME COMMAND\n"
+)
+
+
+def _vllm_orphans(ppid: int, access: bool) -> dict[str, Any]:
+    ps = VLLM_PS_HEADER + (
+        "svc      2120144       1  0.4  1.1 17731204 2931044 ?   Ssl  08:02   1:12 /opt/venv/bin/python3 "
+        "/opt/venv/bin/vllm serve Qwen/Qwen2.5-7B-Instruct --tensor-parallel-size 2\n"
+        f"svc      2120280 {ppid:7d}  0.0  2.9 48211476 7700312 ?   Sl   08:02   4:51 VLLM::Worker_TP0\n"
+        f"svc      2120281 {ppid:7d}  0.0  2.9 48211476 7694228 ?   Sl   08:02   4:49 VLLM::Worker_TP1\n"
+    )
+    log = (
+        "INFO 07-29 08:02:11 [api_server.py:1805] vLLM API server version 0.10.0\n"
+        "INFO:     Application startup complete.\n"
+        "INFO 07-29 11:58:20 [loggers.py:118] Engine 000: Avg prompt throughput: 388.9 tokens/s\n"
+    ) + ('INFO:     10.0.4.2:40172 - "GET /health HTTP/1.1" 200 OK\n' * 3 if access else "")
+    gpu = "".join(f"{i}, NVIDIA L40S, 41862 MiB, 3730 MiB, 46068 MiB, 0 %\n" for i in range(2))
+    return {"ps": ps, "nvidia_smi": gpu, "files": {"/var/log/vllm/server.log": log}}
+
+
+def test_workers_orphaned_under_init_beside_a_live_front_end_mean_the_core_is_gone(
+    tmp_path,
+) -> None:  # type: ignore[no-untyped-def]
+    r = _run(_card("vllm", "completions hang, /health is 200", **_vllm_orphans(1, True)), tmp_path)
+    assert r.root_cause == "killed_externally", r.summary
+    assert "2120280" in r.next_step  # the orphans hold the GPUs: they are to be stopped too
+
+
+def test_workers_under_their_parent_are_no_sign_of_a_gone_core(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Control: the same workers with a live parent (the EngineCore, not listed here)."""
+    r = _run(
+        _card("vllm", "completions hang, /health is 200", **_vllm_orphans(2120201, True)), tmp_path
+    )
+    assert r.root_cause != "killed_externally", r.summary
