@@ -549,6 +549,16 @@ def test_still_starting_and_shm_from_facts_are_accepted() -> None:
         ("INFO 05-12 Loading weights took 3.2 s", None),
         ("Traceback (most recent call last):", None),
         ('  File "x.py", line 3, in main', None),
+        (
+            "llama_model_load: error loading model: tensor 'b' data is not within the file bounds",
+            "error_level",
+        ),
+        (
+            "/bin/executorWorker: error while loading shared libraries: libnvinfer.so.10: x",
+            "error_level",
+        ),
+        ("[2025] Ignore import error when loading sglang.srt.x: Exception: y", None),
+        ("foo: no error: all good", None),
     ],
 )
 def test_fatal_kind(line: str, kind: str | None) -> None:
