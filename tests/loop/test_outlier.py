@@ -7,6 +7,7 @@ a +5.2% change. `--mem-fraction-static 0.9` is a real +5.3% in the emulator.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from loop.night import Night
@@ -35,7 +36,11 @@ def test_injected_outlier_is_named_and_the_real_gain_is_kept(state: Path) -> Non
     base, change = rows["baseline"], rows["mem-0.9"]
     assert (state / "outlier-served").exists()
     # the outlier is there, named, and left out of the center
-    assert base.stats and "outlier runs left out: #3" in base.stats, base.metric_values
+    # (on a loaded machine a second, milder run may be left out beside it: the injected one must be)
+    assert base.stats and re.search(r"outlier runs left out: [^;]*#3 \(", base.stats), (
+        base.stats,
+        base.metric_values,
+    )
     assert min(base.metric_values) < 0.95 * sorted(base.metric_values)[2]
     # the old rule (2 x stdev of the baseline) would have thrown the change away
     old_noise = 2 * (base.metric_spread or 0)
