@@ -322,7 +322,8 @@ def hang_rules(facts: Facts, observations: list[Observation], hits, add) -> None
 
 def _rank_gone(facts: Facts, add) -> None:  # type: ignore[no-untyped-def]
     """A TP/PP launch with one rank gone and the others alive: the survivors wait for it in a
-    collective; the question is what ended that rank (its own error is weighed elsewhere)."""
+    collective; the question is what ended that rank (its own error is weighed elsewhere). The
+    engine's core gone under a live front end (facts.core_gone_line) is the same question."""
     if facts.core_gone_line and facts.server_alive and facts.ps_obs:
         # every core worker gone, the front end alive: it accepts requests nothing serves
         fronts = [*facts.server_main_pids, *facts.server_worker_pids]
@@ -342,22 +343,6 @@ def _rank_gone(facts: Facts, add) -> None:  # type: ignore[no-untyped-def]
         return
     alive = [r for r in facts.ranks if r.state == "alive"]
     gone = ", ".join(str(r) for r in facts.ranks_gone)
-    if not alive and facts.core_gone_line and facts.ps_obs:
-        # every core worker gone, the front end alive: it accepts requests nothing serves
-        fronts = [*facts.server_worker_pids, *facts.server_main_pids]
-        line = facts.procs.get(fronts[0], "") if fronts else ""
-        if line:
-            add(
-                "killed_externally",
-                "fact",
-                _H.rank_gone,
-                facts.ps_obs,
-                line,
-                "the engine's core (its scheduler / engine core, rank "
-                f"{gone}) is gone while its front end still runs: requests are accepted and "
-                "never served, and /health may still answer",
-            )
-        return
     line = alive[0].line if alive and alive[0].line else ""
     if line and facts.ps_obs:
         add(
