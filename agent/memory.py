@@ -216,6 +216,20 @@ MIGRATIONS: list[tuple[str, Callable[[sqlite_utils.Database], None]]] = [
 ]
 
 
+def open_database(path: Path) -> sqlite_utils.Database:
+    """One connection shared by the threads of a process, its upsert support settled up front.
+
+    sqlite-utils decides whether SQLite has `ON CONFLICT` the first time an upsert runs, by
+    creating and dropping a scratch table on the connection; on a connection another thread is
+    reading through, that drop fails with "database table is locked" (seen with fifty sessions
+    at once). Asking once here, before any thread uses the connection, keeps the probe out of
+    the race."""
+    conn = sqlite3.connect(str(path), check_same_thread=False, timeout=30.0)
+    db = sqlite_utils.Database(conn)
+    _ = db.supports_on_conflict
+    return db
+
+
 @contextlib.contextmanager
 def migration_lock(path: Path) -> Iterator[None]:
     """One process at a time sets WAL and migrates: two processes creating the same tables at
@@ -237,9 +251,8 @@ class Memory(MemoryReads):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.RLock()
-        conn = sqlite3.connect(str(self.path), check_same_thread=False, timeout=30.0)
-        self.db = sqlite_utils.Database(conn)
         with migration_lock(self.path):
+            self.db = open_database(self.path)
             self.db.execute("PRAGMA journal_mode=WAL")
             self.db.execute("PRAGMA synchronous=NORMAL")
             self.db.execute("PRAGMA busy_timeout=30000")

@@ -189,13 +189,10 @@ class Ledger:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.RLock()
-        import sqlite3
-
-        conn = sqlite3.connect(str(self.path), check_same_thread=False, timeout=30)
-        self.db = sqlite_utils.Database(conn)
-        from agent.memory import migration_lock
+        from agent.memory import migration_lock, open_database
 
         with migration_lock(self.path):  # the service may open the ledger while the loop starts
+            self.db = open_database(self.path)
             self.db.execute("PRAGMA journal_mode=WAL")
             self.db.execute("PRAGMA synchronous=NORMAL")
             self._migrate()

@@ -174,3 +174,17 @@ def test_ledger_answers_alike(tmp_path: Path) -> None:
         assert [e.id for e in ledger.experiments(night.id)] == ["e1"]
     finally:
         ledger.close()
+
+
+def test_an_upsert_while_another_thread_reads_does_not_lock_the_table(tmp_path: Path) -> None:
+    """The first upsert on a connection used to probe SQLite by dropping a scratch table; with a
+    read open on the same connection (another session's thread) that failed with "database
+    table is locked" and killed the run (seen once in fifty concurrent sessions)."""
+    mem = Memory(tmp_path / "m.db")
+    for i in range(3):
+        mem.create_session("h", "s", "rules", session_id=f"s{i}")
+    reading = mem.db["sessions"].rows_where(order_by="created")
+    next(reading)  # a statement stays open on the shared connection, as in a streaming read
+    mem.record_observation("s0", {"id": "o1", "tool": "log_tail", "ok": True, "data": {}})
+    assert [o["id"] for o in mem.observations("s0")] == ["o1"]
+    assert len(list(reading)) == 2
