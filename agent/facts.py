@@ -18,7 +18,7 @@ from agent import proof
 from agent.proof import frontend_only, log_pids
 from agent.state import Observation
 from agent.typed_results import typed
-from tools import disk, dmesg, engines, gpu_status, log_tail, ports, processes
+from tools import disk, dmesg, engines, gpu_status, host_facts, log_tail, ports, processes
 
 #: A process that is running now, not a leftover: R, or S/D using the CPU.
 _RUNNING_CPU = 1.0
@@ -78,6 +78,11 @@ class Facts(BaseModel):
     host_mem_pct: float | None = Field(
         None, description="host RAM all processes hold (sum of ps %MEM), from the latest ps"
     )
+    free_held_pct: float | None = Field(
+        None, description="host RAM held (total minus available) by `free`, from host_facts"
+    )
+    free_obs: str | None = None
+    free_line: str = Field("", description="free's Mem: row, to cite")
     mem_hogs: list[int] = Field(
         default_factory=list, description="pids holding the most host RAM, biggest first"
     )
@@ -303,6 +308,12 @@ def _dmesg(f: Facts, o: Observation, _logs: LogReads) -> None:
     f.dmesg_lines = [ln for ln in o["lines"] if not ln.startswith("# ")]
     # the tool's tally ("0 OOM kills, 0 Xid, ...") is what a refutation should quote
     f.dmesg_summary = next((ln for ln in o["lines"] if "OOM kills" in ln), "")
+
+
+def _host_facts(f: Facts, o: Observation, _logs: LogReads) -> None:
+    mem = typed(o, host_facts.Result).memory
+    if mem is not None and mem.line in o["lines"]:  # only a line the tool printed is cited
+        f.free_held_pct, f.free_obs, f.free_line = mem.held_pct, o["id"], mem.line
 
 
 def _ports(f: Facts, o: Observation, _logs: LogReads) -> None:
@@ -613,4 +624,5 @@ READERS: dict[str, Callable[[Facts, Observation, LogReads], None]] = {
     "disk": _disk,
     "ports": _ports,
     "log_tail": _log_tail,
+    "host_facts": _host_facts,
 }

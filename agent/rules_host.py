@@ -81,7 +81,8 @@ def host_rules(facts: Facts, hits, add, observations: list[Observation] | None =
         from tools.processes import MEM_PRESSURE_PCT
 
         # a live launch on a host whose RAM is nearly all held: no kill *yet*
-        pressed = bool(facts.server_alive) and (facts.host_mem_pct or 0) >= MEM_PRESSURE_PCT
+        held = max(facts.host_mem_pct or 0, facts.free_held_pct or 0)
+        pressed = bool(facts.server_alive) and held >= MEM_PRESSURE_PCT
         if not oom_proven and first:
             add(
                 "host_oom_killed",

@@ -262,21 +262,33 @@ def slow_bar(observations: list[Observation], facts: Facts) -> tuple[str, str, f
 
 
 def _memory_pressure(facts: Facts, add) -> bool:  # type: ignore[no-untyped-def]
-    """A live launch on a host whose RAM is nearly all held (ps %MEM): being alive now does not
-    clear the OOM killer, it is about to act; the biggest holder is named."""
+    """A live launch on a host whose RAM is nearly all held (ps %MEM, or free's total minus
+    available): being alive now does not clear the OOM killer, it is about to act; the biggest
+    holder is named where ps shows one."""
     from tools.processes import MEM_PRESSURE_PCT
 
-    if facts.host_mem_pct is None or facts.host_mem_pct < MEM_PRESSURE_PCT or not facts.ps_obs:
-        return False
-    line = facts.procs.get(facts.mem_hogs[0], "") if facts.mem_hogs else ""
-    if line:
+    if (facts.host_mem_pct or 0) >= MEM_PRESSURE_PCT and facts.ps_obs:
+        line = facts.procs.get(facts.mem_hogs[0], "") if facts.mem_hogs else ""
+        if line:
+            add(
+                "host_oom_killed",
+                "fact",
+                F.supports_clearly,
+                facts.ps_obs,
+                line,
+                f"host RAM nearly exhausted: processes hold {facts.host_mem_pct:.0f}% of it (ps "
+                "%MEM); the kernel's OOM killer ends the biggest holder next",
+            )
+        return True
+    if (facts.free_held_pct or 0) >= MEM_PRESSURE_PCT and facts.free_obs:
         add(
             "host_oom_killed",
             "fact",
             F.supports_clearly,
-            facts.ps_obs,
-            line,
-            f"host RAM nearly exhausted: processes hold {facts.host_mem_pct:.0f}% of it (ps "
-            "%MEM); the kernel's OOM killer ends the biggest holder next",
+            facts.free_obs,
+            facts.free_line,
+            f"host RAM nearly exhausted: free shows {facts.free_held_pct:.0f}% held (total minus "
+            "available); the kernel's OOM killer acts next",
         )
-    return True
+        return True
+    return False

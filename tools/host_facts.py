@@ -17,6 +17,7 @@ from pydantic import BaseModel, Field
 
 from tools.base import ToolResult, ToolSpec, bound_lines
 from tools.host import Host
+from tools.processes import MEM_PRESSURE_PCT
 
 SectionName = Literal[
     "driver", "ecc", "memory", "ulimit", "kernel", "network", "env", "docker", "kubectl", "pods"
@@ -85,10 +86,24 @@ class EccCounts(BaseModel):
     found: bool = False
 
 
+class HostMemory(BaseModel):
+    """`free`'s Mem: row in MiB. Held is total minus available: page cache the kernel gives
+    back on demand is not pressure, so `used` alone would overstate it."""
+
+    total_mib: float
+    available_mib: float
+    line: str = Field(description="the Mem: row as printed, to cite")
+
+    @property
+    def held_pct(self) -> float:
+        return 100.0 * (self.total_mib - self.available_mib) / self.total_mib
+
+
 class Result(ToolResult):
     sections: list[Section] = Field(default_factory=list)
     driver_version: str | None = None
     ecc: EccCounts | None = None
+    memory: HostMemory | None = None
 
     def lines(self) -> list[str]:
         out: list[str] = []
@@ -115,7 +130,53 @@ class Result(ToolResult):
                     else ""
                 )
             )
+        if self.memory is not None and self.memory.held_pct >= MEM_PRESSURE_PCT:
+            out.append(
+                f"# host RAM nearly exhausted: {self.memory.held_pct:.0f}% held (total minus "
+                "available); the kernel's OOM killer acts next"
+            )
         return bound_lines(out + super().lines())
+
+
+_UNIT_MIB = {"": 1 / 1024, "b": 1 / 1048576, "k": 1 / 1024, "m": 1.0, "g": 1024.0, "t": 1048576.0}
+
+
+def _mib(value: str, default_unit: str) -> float | None:
+    m = re.fullmatch(r"([\d.]+)([KMGTkmgt]i?)?[Bb]?", value)
+    if not m:
+        return None
+    unit = (m.group(2) or default_unit)[:1].lower()
+    return float(m.group(1)) * _UNIT_MIB.get(unit, 1.0)
+
+
+def parse_free(text: str, default_unit: str = "m") -> HostMemory | None:
+    """The Mem: row of `free` (-m by default; -g, -h and the old layout with a -/+ buffers row
+    too). Without an available column (procps before 3.3.10) free + buff/cache stands in."""
+    header: list[str] = []
+    for line in text.splitlines():
+        cols = line.split()
+        if not cols:
+            continue
+        if cols[0] in ("total", "used") or "total" in cols[:2]:
+            header = [c.lower() for c in cols]
+            continue
+        if cols[0] != "Mem:" or not header:
+            continue
+        values = dict(zip(header, cols[1:], strict=False))
+        total = _mib(values.get("total", ""), default_unit)
+        avail = _mib(values.get("available", ""), default_unit)
+        if avail is None:
+            parts = [
+                _mib(values.get(k, ""), default_unit)
+                for k in ("free", "buff/cache", "buffers", "cached")
+            ]
+            if parts[0] is None:
+                return None
+            avail = sum(p or 0.0 for p in parts)
+        if not total:
+            return None
+        return HostMemory(total_mib=total, available_mib=avail, line=line)
+    return None
 
 
 def parse_ecc(text: str) -> EccCounts:
@@ -149,6 +210,7 @@ def run(host: Host, args: Args) -> Result:
     sections: list[Section] = []
     driver = None
     ecc = None
+    memory = None
     names = list(dict.fromkeys(args.sections))
     # independent one-line reads: run at once over the one connection (each its own channel),
     # so the sweep waits for the slowest command, not for the sum of nine
@@ -173,6 +235,8 @@ def run(host: Host, args: Args) -> Result:
             lines = [f"{k}={v}" for k, v in variables.items() if _ENV_KEEP.match(k)]
         if name == "driver" and res.ok:
             driver = parse_driver_version(res.stdout)
+        if name == "memory" and res.ok:
+            memory = parse_free(res.stdout)
         if len(lines) > keep:
             note = (note + "; " if note else "") + f"{len(lines) - keep} more lines cut"
             lines = lines[:keep]
@@ -187,7 +251,7 @@ def run(host: Host, args: Args) -> Result:
                 note=note or (res.error if res.timed_out or res.rc is None else None),
             )
         )
-    return Result(host=host.name, sections=sections, driver_version=driver, ecc=ecc)
+    return Result(host=host.name, sections=sections, driver_version=driver, ecc=ecc, memory=memory)
 
 
 SPEC = ToolSpec(
@@ -203,4 +267,5 @@ SPEC = ToolSpec(
     fn=run,
     first_sweep=6,
     scanned=True,
+    facts=("free_held_pct", "free_line"),
 )

@@ -18,9 +18,7 @@ import yaml
 
 
 def main(cards_dir: str, results: str) -> None:
-    cards = {
-        p.stem: yaml.safe_load(p.read_text()) for p in sorted(Path(cards_dir).glob("*.yaml"))
-    }
+    cards = {p.stem: yaml.safe_load(p.read_text()) for p in sorted(Path(cards_dir).glob("*.yaml"))}
     rows = json.loads(Path(results).read_text())["results"]
     tally = {"right": 0, "pass": 0, "unproven": 0, "wrong": 0, "insufficient": 0}
     for r in rows:

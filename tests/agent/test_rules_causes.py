@@ -949,3 +949,27 @@ def test_workers_under_their_parent_are_no_sign_of_a_gone_core(tmp_path) -> None
         _card("vllm", "completions hang, /health is 200", **_vllm_orphans(2120201, True)), tmp_path
     )
     assert r.root_cause != "killed_externally", r.summary
+
+
+# -- host memory from free ------------------------------------------------------------------------
+FREE_G = (
+    "               total        used        free      shared  buff/cache   available\n"
+    "Mem:             503         {used}           3           0          20          {avail}\n"
+    "Swap:              0           0           0\n"
+)
+
+
+def test_free_showing_ram_nearly_all_held_keeps_the_oom_killer_the_lead(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """ps %MEM says little here (5% each), but free says 97% is held: a clean kernel log means
+    no kill yet; the free row is what the report cites."""
+    host = {**_ds_host(5.0), "commands": {"free -g": FREE_G.format(used=480, avail=15)}}
+    r = _run(_card("torch", "it dies with -9 after a minute", **host), tmp_path)
+    assert "host_oom_killed" not in r.ruled_out, r.summary
+    assert "host_oom_killed" in r.next_step and "97%" in r.next_step, r.next_step
+
+
+def test_free_with_ram_available_leaves_the_oom_killer_refuted(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Control: page cache is not pressure (used is high, available too)."""
+    host = {**_ds_host(5.0), "commands": {"free -g": FREE_G.format(used=60, avail=420)}}
+    r = _run(_card("torch", "it dies with -9 after a minute", **host), tmp_path)
+    assert "host_oom_killed" in r.ruled_out, r.summary

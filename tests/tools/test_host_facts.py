@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from tests.cardkit import minimal_card as _card
-from tools.host_facts import COMMANDS, SPEC, Args, parse_ecc
+from tools.host_facts import COMMANDS, SPEC, Args, parse_ecc, parse_free
 
 FIX = Path(__file__).resolve().parent.parent / "fixtures"
 ECC_BAD = """
@@ -99,3 +99,38 @@ def test_local_with_fake_h200(fake_gpu_path: Path, local_host) -> None:  # type:
     assert r.ok and by["memory"].ok and any(ln.startswith("Mem:") for ln in by["memory"].lines)
     assert by["ulimit"].ok and by["kernel"].ok
     assert r.ecc is not None and r.ecc.found and r.ecc.aggregate_uncorrectable == 0
+    # this machine's own free -m, parsed: something is held, never all of it
+    assert r.memory is not None and 0 < r.memory.held_pct < 100
+    assert r.memory.line in by["memory"].lines
+
+
+@pytest.mark.parametrize(
+    ("text", "held"),
+    [
+        (  # procps 3.3+, -m: page cache is not held
+            "               total        used        free      shared  buff/cache   available\n"
+            "Mem:          515702       98312        4211          52      413178      412980\n",
+            19.9,
+        ),
+        (  # -h: units per value
+            "              total        used        free      shared  buff/cache   available\n"
+            "Mem:           2.0Ti       1.9Ti        12Gi       1.0Gi        80Gi        41Gi\n",
+            98.0,
+        ),
+        (  # procps before 3.3.10: no available column; free + buffers + cached stand in
+            "             total       used       free     shared    buffers     cached\n"
+            "Mem:        257846     255120       2726          0        123       1024\n"
+            "-/+ buffers/cache:     253973       3873\n",
+            98.5,
+        ),
+    ],
+)
+def test_free_reads_what_is_held(text: str, held: float) -> None:
+    mem = parse_free(text)
+    assert mem is not None and abs(mem.held_pct - held) < 0.1
+    assert mem.line.startswith("Mem:")
+
+
+def test_free_without_a_mem_row_is_no_reading() -> None:
+    assert parse_free("free: command not found\n") is None
+    assert parse_free("Mem: 1 2 3\n") is None  # no header: columns unknown

@@ -90,6 +90,7 @@ PARSERS: dict[str, tuple[Callable[[str], Any], Callable[[Any], bool]]] = {
     "packages.parse_driver_version": (packages.parse_driver_version, _is((str, type(None)))),
     "packages.parse_nvcc": (packages.parse_nvcc, _is((str, type(None)))),
     "host_facts.parse_ecc": (host_facts.parse_ecc, _is(host_facts.EccCounts)),
+    "host_facts.parse_free": (host_facts.parse_free, _is((host_facts.HostMemory, type(None)))),
 }
 
 
