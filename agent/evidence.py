@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
+from agent import logtime
 from agent.signatures import Match, scan
 from agent.state import Observation
 from tools import engines
@@ -45,6 +46,22 @@ def last_launch(lines: list[str]) -> int:
     return marks[-1] if len(marks) >= 2 else 0
 
 
+def earlier_run_logs(observations: list[Observation]) -> set[str]:
+    """Paths of logs read that ended before another log read began (by their own timestamps)."""
+    spans = {}
+    for o in latest_text_observations(observations):
+        if o["tool"] in LOG_TOOLS and o["args"].get("path"):
+            lines = text_lines(o)
+            sp = logtime.span(lines[last_launch(lines) :])
+            if sp is not None:
+                spans[str(o["args"]["path"])] = sp
+    return logtime.earlier_logs(spans) if len(spans) > 1 else set()
+
+
+#: what an earlier run's log cannot say about this one: that it is ready, or still going
+_NOW_STRENGTHS = ("ready", "progress")
+
+
 def signature_hits(observations: list[Observation]) -> list[tuple[Observation, Match]]:
     out: list[tuple[Observation, Match]] = []
     latest = latest_text_observations(observations)
@@ -54,10 +71,14 @@ def signature_hits(observations: list[Observation]) -> list[tuple[Observation, M
             lines = text_lines(o)
             cut = last_launch(lines)
             earlier_runs |= set(lines[:cut]) - set(lines[cut:])
+    old_logs = earlier_run_logs(observations)
     for o in latest:
         lines = text_lines(o)
         start = last_launch(lines) if o["tool"] in LOG_TOOLS else 0
+        old = str(o["args"].get("path", "")) in old_logs
         for m in scan(lines):
             if m.line_no >= start and m.line not in earlier_runs:
+                if old and m.strength in _NOW_STRENGTHS:
+                    continue
                 out.append((o, m))
     return out

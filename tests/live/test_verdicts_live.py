@@ -201,6 +201,27 @@ def test_slow_loader_at_4s_per_shard_is_still_starting_with_an_eta(scene: Scene)
     scene.assert_bystanders_untouched(v)
 
 
+def test_yesterdays_log_beside_a_slow_loader_does_not_say_it_is_ready(scene: Scene) -> None:
+    """The log of yesterday's run sits beside today's: its ready line is not this server's."""
+    log = scene.stage.logs / "server.log"
+    old = scene.stage.logs / "server-yesterday.log"
+    ready = "[2025-05-31 18:20:31] The server is fired up and ready to roll!"
+    old.write_text(S.startup().replace("2025-06-01 10:", "2025-05-31 18:") + ready + "\n")
+    proc = scene.stage.start_server(
+        [["out", S.startup()], ["loop", S.SHARD_BAR, 4.0, 200]], log, S.SERVER_ARGS
+    )
+    S.wait_for(lambda: b"| 1/200" in log.read_bytes(), 10, "the first shard")
+
+    v = scene.investigate(
+        [log, old], "sglang has been starting for ages, is it stuck?", window_s=LIVENESS_MAX_S
+    )
+
+    assert proc.poll() is None
+    assert_concluded(v, "still_starting")
+    assert ready not in [e["line"] for e in v.report["evidence"]]
+    scene.assert_bystanders_untouched(v)
+
+
 # -- 3. SIGKILL mid-load -------------------------------------------------------------------------------
 def test_sigkill_mid_load_is_killed_externally_beside_unrelated_jobs(scene: Scene) -> None:
     log = scene.stage.logs / "server.log"

@@ -1,0 +1,61 @@
+"""When a log's lines were written, from the engines' own timestamps (knowledge/timestamps.yaml).
+
+A host often keeps an earlier run's log beside the current one (`server.log` and
+`server-old.log`, yesterday's run under another name). Cards carry no mtimes, and a live host's
+mtimes say when a file was last touched, not which run wrote it; the stamps inside do. A log that
+ended before another log began speaks for an earlier run: its "ready" line is not this server's.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+from pathlib import Path
+
+import yaml
+
+#: (year or None, month, day, hour, minute, second)
+Stamp = tuple[int | None, int, int, int, int, int]
+
+
+@lru_cache(maxsize=1)
+def _patterns() -> tuple[re.Pattern[str], ...]:
+    data = yaml.safe_load(
+        (Path(__file__).parent / "knowledge" / "timestamps.yaml").read_text(encoding="utf-8")
+    )
+    return tuple(re.compile(p) for p in data["patterns"])
+
+
+def stamp(line: str) -> Stamp | None:
+    for pat in _patterns():
+        m = pat.search(line)
+        if m:
+            g = m.groupdict()
+            mo, d = int(g["mo"]), int(g["d"])
+            if not (1 <= mo <= 12 and 1 <= d <= 31):
+                continue
+            year = int(g["Y"]) if g.get("Y") else None
+            return (year, mo, d, int(g["H"]), int(g["M"]), int(g["S"]))
+    return None
+
+
+def span(lines: list[str]) -> tuple[Stamp, Stamp] | None:
+    """The first and last stamp in the lines, or None when none carries one."""
+    stamps = [s for s in map(stamp, lines) if s is not None]
+    return (stamps[0], stamps[-1]) if stamps else None
+
+
+def before(a: Stamp, b: Stamp) -> bool:
+    """a is strictly earlier than b; the year counts only when both lines carry one."""
+    if a[0] is not None and b[0] is not None:
+        return a < b
+    return a[1:] < b[1:]
+
+
+def earlier_logs(spans: dict[str, tuple[Stamp, Stamp]]) -> set[str]:
+    """Logs whose last line is older than another log's first line: an earlier run's."""
+    return {
+        path
+        for path, (_, last) in spans.items()
+        if any(before(last, first) for other, (first, _) in spans.items() if other != path)
+    }
