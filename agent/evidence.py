@@ -8,10 +8,9 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
-from agent import logtime
 from agent.signatures import Match, scan
 from agent.state import Observation
-from tools import engines
+from tools import engines, logtime
 from tools import registry as tool_registry
 
 #: Tools whose lines are scanned for signatures, and those that are a launch's own log: each

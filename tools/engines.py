@@ -120,8 +120,9 @@ class Common(BaseModel):
     config_prefixes: list[str]
     worker_words: str
     workload_programs: str
+    timestamps: list[str]
 
-    @field_validator("server_words", "launch_words", "launch_markers")
+    @field_validator("server_words", "launch_words", "launch_markers", "timestamps")
     @classmethod
     def _compiles(cls, v: list[str]) -> list[str]:
         for p in v:

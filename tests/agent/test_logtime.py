@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from agent import logtime
 from tests.agent.test_rules_causes import _card, _run
+from tools import logtime
 
 
 @pytest.mark.parametrize(

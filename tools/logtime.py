@@ -1,4 +1,4 @@
-"""When a log's lines were written, from the engines' own timestamps (knowledge/timestamps.yaml).
+"""When a log's lines were written, from the engines' own timestamps (engines.yaml, `common:`).
 
 A host often keeps an earlier run's log beside the current one (`server.log` and
 `server-old.log`, yesterday's run under another name). Cards carry no mtimes, and a live host's
@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import re
 from functools import lru_cache
-from pathlib import Path
 
-import yaml
+from tools import engines
 
 #: (year or None, month, day, hour, minute, second)
 Stamp = tuple[int | None, int, int, int, int, int]
@@ -20,10 +19,7 @@ Stamp = tuple[int | None, int, int, int, int, int]
 
 @lru_cache(maxsize=1)
 def _patterns() -> tuple[re.Pattern[str], ...]:
-    data = yaml.safe_load(
-        (Path(__file__).parent / "knowledge" / "timestamps.yaml").read_text(encoding="utf-8")
-    )
-    return tuple(re.compile(p) for p in data["patterns"])
+    return tuple(re.compile(p) for p in engines.registry().common.timestamps)
 
 
 def stamp(line: str) -> Stamp | None:
