@@ -21,6 +21,7 @@ from pydantic import BaseModel, Field
 from tools.base import ToolResult, ToolSpec, bound_lines
 from tools.host import Host
 from tools.log_window import (
+    DEFAULT_BASE_S,
     Progress,
     last_progress,
     max_window_s,
@@ -28,6 +29,7 @@ from tools.log_window import (
     window_for,
 )
 from tools.logfile import binary_reason, diagnose
+from tools.logtime import longest_silence
 from tools.textclean import CleanText, clean_bytes
 
 FIRST_WINDOW = 64 * 1024
@@ -68,6 +70,9 @@ class Result(ToolResult):
     grew_bytes: int = Field(0, description="size change during the window")
     waited_s: float = Field(0.0, description="seconds waited on the host's clock")
     window_s: float = Field(0.0, description="the window it was willing to wait")
+    silence_s: float | None = Field(
+        None, description="the longest gap between the log's own stamped lines (its pace)"
+    )
     last_progress: Progress | None = Field(
         None, description="the newest progress bar or slow phase in the last lines, with ETA"
     )
@@ -103,6 +108,9 @@ class Result(ToolResult):
                     " (longer than the base window: the last line is a progress bar or a slow "
                     "phase; PIVOT_LIVENESS_MAX_S caps it)"
                     if self.last_progress is not None
+                    else f" (as long as this log has already gone quiet between its lines, "
+                    f"{self.silence_s:.0f} s; PIVOT_LIVENESS_MAX_S caps it)"
+                    if self.silence_s is not None and self.silence_s + 1.0 > DEFAULT_BASE_S
                     else ""
                 )
                 notes.append(f"# watched it for {self.waited_s:.1f} s{why}: it did NOT grow")
@@ -200,7 +208,8 @@ def watch(host: Host, args: Args) -> Result:
     window = 0.0
     while True:
         grew = res.size != baseline
-        window = window_for(base_s, res.last_progress, limit)
+        silence = longest_silence(res.tail)
+        window = window_for(base_s, res.last_progress, limit, silence)
         elapsed = host.clock() - t0
         if grew or elapsed >= window:
             break
@@ -216,6 +225,7 @@ def watch(host: Host, args: Args) -> Result:
     res.grew_bytes = res.size - baseline
     res.waited_s = round(host.clock() - t0, 3)
     res.window_s = round(window, 3)
+    res.silence_s = silence
     return res
 
 

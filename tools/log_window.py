@@ -155,10 +155,16 @@ def max_window_s() -> float:
     return min(max(v, 0.0), 3600.0)
 
 
-def window_for(base_s: float, progress: Progress | None, limit_s: float) -> float:
+def window_for(
+    base_s: float, progress: Progress | None, limit_s: float, silence_s: float | None = None
+) -> float:
     """How long to wait for growth: the base, longer for a bar or slow phase, never past the
-    limit. A bar with a known rate gets 1.5 items and a second; one without, the limit."""
+    limit. A bar with a known rate gets 1.5 items and a second; one without, the limit. A log
+    that has already been silent for `silence_s` between two of its own lines (a long prefill,
+    a slow step) and went on is not stalled after less than that: it gets that and a second."""
     base = min(base_s, limit_s)
+    if silence_s is not None and base_s > 0:
+        base = max(base, min(limit_s, silence_s + 1.0))
     if progress is None:
         return base
     if progress.s_per_item is not None and progress.done is not None:

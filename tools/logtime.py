@@ -55,3 +55,17 @@ def earlier_logs(spans: dict[str, tuple[Stamp, Stamp]]) -> set[str]:
         for path, (_, last) in spans.items()
         if any(before(last, first) for other, (first, _) in spans.items() if other != path)
     }
+
+
+def _seconds(s: Stamp) -> int:
+    """Seconds within the year, near enough to measure gaps between lines of one log."""
+    return (((s[1] * 31 + s[2]) * 24 + s[3]) * 60 + s[4]) * 60 + s[5]
+
+
+def longest_silence(lines: list[str], last: int = 30, cap_s: float = 3600.0) -> float | None:
+    """The longest gap between consecutive stamped lines among the last `last` stamped ones:
+    how long this log has already gone quiet and then gone on. A jump past `cap_s` (a restart
+    the next day, a month boundary) is not a pace and is left out."""
+    secs = [_seconds(s) for s in map(stamp, lines) if s is not None][-last:]
+    gaps = [b - a for a, b in zip(secs, secs[1:], strict=False) if 0 <= b - a <= cap_s]
+    return float(max(gaps)) if gaps else None

@@ -89,6 +89,40 @@ def test_slow_loader_grows_within_the_window_with_an_eta(host: SSHHost, scratch:
     assert any("shard 2/200 at 4.0 s each: about 13 minutes left" in ln for ln in res.lines())
 
 
+BURSTS = r"""
+import sys, time
+path, gap = sys.argv[1], float(sys.argv[2])
+def line(msg):
+    with open(path, "a") as f:
+        f.write(time.strftime("[%Y-%m-%d %H:%M:%S TP0] ") + msg + "\n")
+line("Prefill batch, #new-seq: 1, #new-token: 8192, #queue-req: 27")
+time.sleep(gap)  # a long prefill: the log has gone quiet before and went on
+line("Prefill batch, #new-seq: 0, #new-token: 8192, #queue-req: 27")
+time.sleep(gap)
+line("Decode batch, #running-req: 4, #token: 201345, gen throughput (token/s): 88.12")
+"""
+
+
+def test_a_log_that_went_quiet_before_is_watched_past_that_silence(
+    host: SSHHost, scratch: Path
+) -> None:
+    """Its own lines say the log goes quiet for about 4 s at a time and then goes on: a 2 s
+    window would call it stalled; the watch waits for its pace and sees it go on."""
+    log = scratch / "bursts.log"
+    proc = subprocess.Popen([sys.executable, "-c", BURSTS, str(log), "4"])
+    try:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and (not log.exists() or log.read_text().count("\n") < 2):
+            time.sleep(0.1)  # the second line is out: the 4 s silence is in the log itself
+        res = TAIL.call(host, {"path": str(log), "watch_s": 2})
+    finally:
+        proc.kill()
+        proc.wait()
+    assert res.ok and res.grew is True, res.lines()
+    assert res.silence_s is not None and res.silence_s >= 3
+    assert 2.0 < res.waited_s < 6.0, res.waited_s
+
+
 def test_silent_log_did_not_grow_after_the_window(host: SSHHost, scratch: Path) -> None:
     log = scratch / "silent.log"
     log.write_text("INFO server started\nINFO waiting for requests\n")
