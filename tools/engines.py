@@ -121,8 +121,9 @@ class Common(BaseModel):
     worker_words: str
     workload_programs: str
     timestamps: list[str]
+    builders: list[str]
 
-    @field_validator("server_words", "launch_words", "launch_markers", "timestamps")
+    @field_validator("server_words", "launch_words", "launch_markers", "timestamps", "builders")
     @classmethod
     def _compiles(cls, v: list[str]) -> list[str]:
         for p in v:
@@ -401,6 +402,12 @@ def launch_patterns() -> tuple[str, ...]:
     reg = registry()
     own = [p.pattern for e in reg.engines.values() for p in e.launch_markers]
     return tuple(dict.fromkeys([*own, *reg.common.launch_markers]))
+
+
+@cache
+def builder_pattern() -> Pattern:
+    """A process that builds kernels for a launch (compilers, torch.compile's workers)."""
+    return re.compile("|".join(f"(?:{p})" for p in registry().common.builders))
 
 
 @cache

@@ -323,7 +323,8 @@ def parse_listeners(text: str) -> dict[int, set[int]]:
     return out
 
 
-_COMPILER = re.compile(r"(?:^|/)(?:nvcc|cicc|ptxas|cc1plus|cc1|ninja|g\+\+|gcc|c\+\+|ld)(?:\s|$)")
+def _builds(p: Proc) -> bool:
+    return bool(engines.builder_pattern().search(p.command))
 
 
 def _mark_builders(procs: list[Proc]) -> None:
@@ -334,13 +335,12 @@ def _mark_builders(procs: list[Proc]) -> None:
         # no server known: compilers hard at work are shown (a build, a JIT, a pip wheel may be
         # what writes the log; dead it is not)
         for p in procs:
-            cmd = p.command.split()[0] if p.command.split() else ""
             busy = p.stat.startswith("R") or (p.cpu_pct or 0.0) >= 50.0
-            if busy and _COMPILER.search(cmd):
+            if busy and _builds(p):
                 p.building = True
         return
     for p in procs:
-        if not _COMPILER.search(p.command.split()[0] if p.command.split() else ""):
+        if not _builds(p):
             continue
         if p.ppid is None:
             p.building = True

@@ -973,3 +973,70 @@ def test_free_with_ram_available_leaves_the_oom_killer_refuted(tmp_path) -> None
     host = {**_ds_host(5.0), "commands": {"free -g": FREE_G.format(used=60, avail=420)}}
     r = _run(_card("torch", "it dies with -9 after a minute", **host), tmp_path)
     assert "host_oom_killed" in r.ruled_out, r.summary
+
+
+# -- round 15 -----------------------------------------------------------------------------------
+def _compiling(worker: bool) -> dict[str, Any]:
+    ps = PS_HEADER + (
+        "svc         6448 99.6  6.8 61021584 8974212 ?     Rl   14:16  23:51 VLLM::EngineCore\n"
+        "svc         4120  1.0  0.6 13455512 812304 ?      Sl   14:15   0:13 /opt/venv/bin/python3 "
+        "/opt/venv/bin/vllm serve m --port 8000\n"
+    )
+    if worker:
+        ps += (
+            "svc         6610 96.1  0.9 4821156 1180440 ?     R    14:23  15:52 /usr/bin/python3 "
+            "/opt/venv/lib/python3.12/site-packages/torch/_inductor/compile_worker/__main__.py "
+            "--pickler=torch._inductor.compile_worker.subproc_pool.SubprocPickler --kind=fork "
+            "--workers=32 --parent=6448\n"
+        )
+    log = (
+        "(EngineCore_DP0 pid=6448) INFO 02-12 14:22:52 [gpu_model_runner.py:3659] Model loading "
+        "took 31.72 GiB memory and 402.118374 seconds\n"
+        "(EngineCore_DP0 pid=6448) INFO 02-12 14:23:06 [backends.py:703] Dynamo bytecode "
+        "transform time: 13.91 s\n"
+    )
+    gpu = "0, NVIDIA H100 80GB HBM3, 33164 MiB, 48065 MiB, 81559 MiB, 0 %\n"
+    return {"ps": ps, "nvidia_smi": gpu, "files": {"/var/log/vllm/serve.log": log}}
+
+
+def test_torch_compiles_worker_pool_busy_under_a_silent_core_is_still_starting(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    r = _run(_card("vllm", "no log line for 15 minutes, hung?", **_compiling(True)), tmp_path)
+    assert r.root_cause == "still_starting", r.summary
+    assert any("compile_worker" in line for line in _cited(r)), _cited(r)
+
+
+def test_a_silent_core_with_no_compiler_at_work_is_not_called_compiling(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Control: the same silence and the same last line, nothing building: not proven."""
+    r = _run(_card("vllm", "no log line for 15 minutes, hung?", **_compiling(False)), tmp_path)
+    assert not any("compile_worker" in line for line in _cited(r))
+    assert r.status != "concluded" or r.root_cause != "still_starting", r.summary
+
+
+def _ray_left(actor: bool) -> dict[str, Any]:
+    ps = PS_HEADER + (
+        "ray         3377  0.3  0.0 2291044 398804 ?      Sl   21:02   0:06 /opt/venv/lib/python3.12/"
+        "site-packages/ray/core/src/ray/raylet/raylet --node_ip_address=10.0.0.11\n"
+        "ray         3390  0.2  0.0 2291044 298804 ?      Sl   21:02   0:04 /opt/venv/lib/python3.12/"
+        "site-packages/ray/core/src/ray/gcs/gcs_server --log_dir=/tmp/ray/session_latest/logs\n"
+    )
+    if actor:
+        ps += "ray         4410 97.2 13.0 301882112 102934420 ? Rl  21:06   3:58 ray::RayWorkerWrapper.execute_method\n"
+    log = (
+        "INFO 06-05 21:06:19 [core.py:93] Initializing a V1 LLM engine (v0.22.1) with config: "
+        "model='m', tensor_parallel_size=1, distributed_executor_backend=ray\n"
+        "(RayWorkerWrapper pid=4410) INFO 06-05 21:07:02 [gpu_model_runner.py:2418] Starting to "
+        "load model m...\n"
+    )
+    return {"ps": ps, "nvidia_smi": GPU_CLEAN, "files": {"/var/log/vllm/serve.log": log}}
+
+
+def test_a_ray_clusters_daemons_do_not_keep_a_dead_launch_alive(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    r = _run(_card("vllm", "the server vanished", **_ray_left(False)), tmp_path)
+    assert "killed_externally" not in r.ruled_out, r.summary
+    assert not any("raylet" in line or "gcs_server" in line for line in _cited(r)), _cited(r)
+
+
+def test_a_ray_actor_of_the_launch_still_counts_as_alive(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Control: the vLLM worker actor is alive, so the launch is."""
+    r = _run(_card("vllm", "the server vanished", **_ray_left(True)), tmp_path)
+    assert "killed_externally" in r.ruled_out, r.summary

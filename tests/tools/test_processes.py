@@ -175,6 +175,15 @@ def test_local_python_module_is_not_a_server_but_its_log_writer_is(
         ("/usr/bin/python3 -m pytest -q tests/vllm", None, None),
         ("pip install vllm", None, None),
         ("sshd: root@pts/0", None, None),
+        # a Ray cluster's daemons outlive any job on it; its actors are the job's workers
+        (
+            "/opt/venv/lib/python3.12/site-packages/ray/core/src/ray/raylet/raylet --port=0",
+            None,
+            None,
+        ),
+        ("/usr/lib/python3/dist-packages/ray/core/src/ray/gcs/gcs_server --log_dir=/t", None, None),
+        ("ray::RayWorkerWrapper.execute_method", "vllm", "worker"),
+        ("ray::ServeReplica:app:LLMServer", "ray", "worker"),
     ],
 )
 def test_registry_classifies_command_lines(
