@@ -216,8 +216,16 @@ def _still_starting(action: Action, by_id, facts: Facts, hits: Hits) -> list[str
     # GPU memory that moved over a watched window is a live process at work, even unseen by ps
     moving = rules_hang.gpu_memory_moved(list(by_id.values())) is not None
     at_work = rules_hang.quiet_phase_at_work(facts, list(by_id.values())) is not None
-    if facts.server_alive is not True and not ((moving or at_work) and facts.server_alive is None):
-        out.append("[still_starting] needs the server process alive (ps shows none)")
+    building = rules_liveness.build_running(facts, list(by_id.values())) is not None
+    if (
+        facts.server_alive is not True
+        and not ((moving or at_work) and facts.server_alive is None)
+        and not building
+    ):
+        out.append(
+            "[still_starting] needs the server process alive (ps shows none), or its build "
+            "running (a compiler at work while the log stops on a build step)"
+        )
     stacks = [o for o in by_id.values() if o["tool"] == "py_stacks" and o["ok"]]
     downloads = [o for o in by_id.values() if o["tool"] == "download_progress" and o["ok"]]
     working = (

@@ -28,7 +28,21 @@ def liveness_rules(facts: Facts, observations: list[Observation], hits, add) -> 
             m.line,
             "the server reported ready: it is not starting any more",
         )
-    if facts.server_alive is False:
+    build = build_running(facts, observations) if facts.server_alive is False else None
+    if build is not None and not fatal:
+        from agent.rules_hang import COMPILING
+
+        pid, line = build
+        add(
+            "still_starting",
+            "fact",
+            COMPILING,
+            facts.ps_obs,
+            line,
+            f"no server process yet, and the log's last step is a build: pid {pid} is a compiler "
+            "at work on it, so the launch is still being built, not dead",
+        )
+    elif facts.server_alive is False:
         add(
             "still_starting",
             "fact",
@@ -259,6 +273,17 @@ def slow_bar(observations: list[Observation], facts: Facts) -> tuple[str, str, f
             return None
         return o["id"], last, float(pace), window
     return None
+
+
+def build_running(facts: Facts, observations: list[Observation]) -> tuple[int, str] | None:
+    """A compiler hard at work while the log under investigation stops on a build step: the
+    launch is its build (an image, a wheel, an engine), not yet a server. Both are needed: a
+    busy compiler alone may be anyone's job on a shared box."""
+    from agent.rules_hang import quiet_phase_line
+
+    if not facts.building_pids or not facts.ps_obs or quiet_phase_line(observations) is None:
+        return None
+    return next(iter(facts.building_pids.items()))
 
 
 def _memory_pressure(facts: Facts, add) -> bool:  # type: ignore[no-untyped-def]

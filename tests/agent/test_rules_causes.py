@@ -1040,3 +1040,33 @@ def test_a_ray_actor_of_the_launch_still_counts_as_alive(tmp_path) -> None:  # t
     """Control: the vLLM worker actor is alive, so the launch is."""
     r = _run(_card("vllm", "the server vanished", **_ray_left(True)), tmp_path)
     assert "killed_externally" in r.ruled_out, r.summary
+
+
+CICC = (
+    "root       51228 99.3  0.4 1480312 1211000 ?       R    09:19   3:12 /usr/local/cuda/nvvm/bin/"
+    "cicc --c++17 --orig_src_file_name /src/cpp/kernels/moe_gemm/moe_gemm_kernels_bf16_bf16.cu\n"
+)
+BUILD_LOG = (
+    "#14 [wheel 4/5] RUN python3 scripts/build_wheel.py --clean --trt_root /usr/local/tensorrt\n"
+    "#14 11.03 -- Build files have been written to: /src/tensorrt_llm/cpp/build\n"
+    "#14 1079.3 [ 17%] Building CUDA object tensorrt_llm/kernels/CMakeFiles/kernels_src.dir/"
+    "moe_gemm_kernels_bf16_bf16.cu.o\n"
+)
+
+
+def test_a_build_whose_compiler_is_at_work_is_still_starting_without_a_server(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    host = {"ps": PS_HEADER + CICC, "nvidia_smi": GPU_CLEAN, "files": {"/b/build.log": BUILD_LOG}}
+    r = _run(_card("trtllm", "the build sits at 17% for 20 minutes, hung?", **host), tmp_path)
+    assert r.root_cause == "still_starting", r.summary
+    assert any("cicc" in line for line in _cited(r)), _cited(r)
+
+
+def test_a_busy_compiler_beside_a_dead_servers_log_is_someone_elses_job(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Control: the log is a server's that stopped (no build step), a compiler runs elsewhere."""
+    log = (
+        "INFO 06-05 21:06:12 [__init__.py:245] vLLM version 0.22.1\n"
+        "INFO 06-05 21:07:02 [gpu_model_runner.py:2418] Starting to load model m...\n"
+    )
+    host = {"ps": PS_HEADER + CICC, "nvidia_smi": GPU_CLEAN, "files": {"/v/serve.log": log}}
+    r = _run(_card("vllm", "the server is gone, why?", **host), tmp_path)
+    assert r.root_cause != "still_starting", r.summary
