@@ -24,17 +24,41 @@ def _port_owner_rule(facts: Facts, hits, add) -> None:  # type: ignore[no-untype
             continue
         for port in {int(p) for p in PORT_IN_LINE.findall(m.line)}:
             if port in facts.listeners and facts.ports_obs:
+                line = facts.listeners[port]
+                holder = next((int(x) for x in LISTENER_PID.findall(line)), None)
+                why = facts.leftover_pids.get(holder) if holder is not None else None
+                if why:
+                    # the port is taken by what an earlier launch left behind: that leftover is
+                    # the cause, the bind error its consequence (a live co-tenant stays port_in_use)
+                    add(
+                        "stale_gpu_process",
+                        "fact",
+                        F.supports_clearly,
+                        facts.ports_obs,
+                        line,
+                        f"port {port} is held by pid {holder}, {why}",
+                    )
+                    add(
+                        "port_in_use",
+                        "fact",
+                        F.weakens,
+                        facts.ports_obs,
+                        line,
+                        f"the port is taken by a leftover (pid {holder}): the consequence, not the cause",
+                    )
+                    return
                 add(
                     "port_in_use",
                     "fact",
                     F.supports,
                     facts.ports_obs,
-                    facts.listeners[port],
+                    line,
                     f"port {port} is held right now by this listener",
                 )
                 return
 
 
+LISTENER_PID = re.compile(r"\bpid=(\d+)")
 K8S_REASON = re.compile(r"^\s*Reason:\s+(\w+)")
 
 

@@ -422,10 +422,26 @@ def identify(
     for p in procs:
         if p.server:
             p.launch = top(p)
+    # a worker re-parented to init, with no server process above it and no main process of its
+    # engine alive anywhere, outlived a launch that is gone: a leftover, never "the server"
+    # (its GPU memory and ports are what the next launch trips on). Only where ps gave the
+    # parent: a card's `ps aux` without PPID says nothing of it.
+    mains = {p.server for p in procs if p.server and p.role in ("main", "launcher")}
+    for p in procs:
+        if (
+            p.server
+            and p.role == "worker"
+            and p.ppid == 1
+            and p.launch == p.pid
+            and p.server not in mains
+            and p.pid not in anchors
+        ):
+            p.ours = False
+            p.why = "orphan: re-parented to init, no launch of its engine alive"
     if anchors:
         ours = {by_pid[a].launch for a in anchors}
         for p in procs:
-            if p.server:
+            if p.server and p.ours is not False:
                 p.ours = p.launch in ours if p.ppid is not None else p.pid in anchors
     elif other_writers:
         # nobody writes our log any more (its server is gone); a launch whose output goes to

@@ -1070,3 +1070,62 @@ def test_a_busy_compiler_beside_a_dead_servers_log_is_someone_elses_job(tmp_path
     host = {"ps": PS_HEADER + CICC, "nvidia_smi": GPU_CLEAN, "files": {"/v/serve.log": log}}
     r = _run(_card("vllm", "the server is gone, why?", **host), tmp_path)
     assert r.root_cause != "still_starting", r.summary
+
+
+def _orphan_scheduler(ppid: int) -> dict[str, Any]:
+    """A new launch died binding its port; a scheduler of an earlier launch holds GPU 0."""
+    ps = VLLM_PS_HEADER + (
+        f"runner    418822 {ppid:7d}  0.9  2.1 93817216 18211040 ?   Sl   02:05   0:41 "
+        "sglang::scheduler_TP0\n"
+        "runner    431207       1  0.3  0.0  24812 14420 ?        S    03:12   0:00 python3 "
+        "/ci/run_suite.py --suite per-commit-1-gpu\n"
+    )
+    log = SG_START.replace(
+        "10:00:40] INFO:     Uvicorn running",
+        "10:00:40] ERROR:    [Errno 98] "
+        "error while attempting to bind on address ('0.0.0.0', 30000): "
+        "address already in use\n[2026-03-02 10:00:40] INFO:     Uvicorn x",
+    )
+    apps = "pid, process_name, used_gpu_memory [MiB]\n418822, sglang::scheduler_TP0, 201338 MiB\n"
+    return {
+        "ps": ps,
+        "nvidia_smi": "0, NVIDIA H100 80GB HBM3, 79000 MiB, 2559 MiB, 81559 MiB, 0 %\n",
+        "files": {"/ci/logs/server.log": log},
+        "commands": {
+            "nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv": apps
+        },
+    }
+
+
+def test_a_scheduler_orphaned_under_init_is_a_leftover_not_the_server(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    r = _run(
+        _card("sglang", "the next launch cannot start, why?", **_orphan_scheduler(1)), tmp_path
+    )
+    assert r.root_cause == "stale_gpu_process", r.summary
+    assert "418822" in r.next_step and "orphan" in r.next_step, r.next_step
+
+
+def test_a_scheduler_whose_parent_lives_is_not_called_a_leftover(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Control: the same scheduler under another parent is part of some launch."""
+    r = _run(
+        _card("sglang", "the next launch cannot start, why?", **_orphan_scheduler(5)), tmp_path
+    )
+    assert r.root_cause != "stale_gpu_process", r.summary
+
+
+def test_a_scheduler_under_a_live_parent_is_still_part_of_a_launch(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Control: the same scheduler under a parent (not init) is not called an orphan."""
+    from tools.processes import Proc, identify
+
+    procs = [
+        Proc(pid=418822, ppid=7, user="r", stat="Sl", command="sglang::scheduler_TP0",
+             server="sglang", role="worker"),
+        Proc(pid=7, ppid=1, user="r", stat="Sl", command="python3 -m sglang.launch_server",
+             server="sglang", role="main"),
+    ]  # fmt: skip
+    identify(procs)
+    assert procs[0].ours is not False
+    orphan = [Proc(pid=418822, ppid=1, user="r", stat="Sl", command="sglang::scheduler_TP0",
+                   server="sglang", role="worker")]  # fmt: skip
+    identify(orphan)
+    assert orphan[0].ours is False

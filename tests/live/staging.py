@@ -110,6 +110,39 @@ while True:
 """
 
 #: Holds a TCP port as a plain Python socket server would (accepts and closes).
+#: Forks a grandchild that execs itself under argv[1] as its title, binds argv[2] and prints
+#: its pid once listening; the child exits, so the grandchild is re-parented to init.
+ORPHAN = r"""
+import os, socket, sys, time
+r, w = os.pipe()
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        os.close(r)
+        os.dup2(w, 3)
+        null = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(null, fd)  # the starter's pipes must close when the starter exits
+        hold = ("import os,socket,sys;s=socket.socket();"
+                "s.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1);"
+                "s.bind(('0.0.0.0',int(sys.argv[1])));s.listen();"
+                "os.write(3,b'%d ' % os.getpid());os.close(3)\n"
+                "while True: s.accept()[0].close()")
+        os.execv(sys.executable, [sys.argv[1], "-c", hold, sys.argv[2]])
+    os._exit(0)
+os.close(w)
+os.wait()
+print(os.read(r, 64).decode().strip(), flush=True)
+"""
+
+
+def _ppid(pid: int) -> int | None:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 PORT_HOLDER = r"""
 import socket, sys
 s = socket.socket()
@@ -158,6 +191,8 @@ class Stage:
     sshd: Sshd
     root: Path
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    #: processes re-parented to init (no Popen of ours to wait on): killed at cleanup
+    orphans: list[int] = field(default_factory=list)
 
     @property
     def user(self) -> str:
@@ -240,6 +275,24 @@ class Stage:
         assert b"listening" in line, f"port {port} could not be held: {line!r}"
         return proc
 
+    def start_orphan(self, title: str, port: int) -> int:
+        """A process titled `title` (sglang::scheduler_TP0) holding 0.0.0.0:port, whose parent
+        has exited: re-parented to init, as a scheduler that outlived its launch. Its pid."""
+        uid, gid = self._ids()
+        starter = subprocess.run(
+            [PY, "-c", ORPHAN, title, str(port)],
+            cwd="/tmp",
+            env=self.env(),
+            capture_output=True,
+            timeout=20,
+            user=uid,
+            group=gid,
+        )
+        pid = int(starter.stdout.split()[0])
+        self.orphans.append(pid)
+        wait_for(lambda: _ppid(pid) == 1, 10, "the orphan re-parented to init")
+        return pid
+
     def start_bystanders(self) -> None:
         """Unrelated jobs that must never count as the server: an http.server, a sleep whose
         command line says vllm, and a C++ compile whose arguments mention sglang (the test's own
@@ -297,6 +350,10 @@ class Stage:
             if proc.stdout is not None:
                 proc.stdout.close()
         self.procs.clear()
+        for pid in self.orphans:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        self.orphans.clear()
         shutil.rmtree(self.root, ignore_errors=True)
 
 
@@ -595,6 +652,33 @@ case "$*" in
     echo "Invalid combination of input arguments. Please run 'nvidia-smi -h' for help." ; exit 2 ;;
 esac
 """
+
+
+LEFTOVER_FIXTURE = r"""#!/bin/sh
+# FIXTURE: fake nvidia-smi with a leftover scheduler holding 70880 MiB of GPU 0, GPU 1 free.
+case "$*" in
+  *--query-gpu=*noheader,nounits*)
+    printf '%s\n' \
+      '0, NVIDIA H200, 71234, 72537, 143771, 0, 580.159.04, 9.0, 00000000:00:06.0' \
+      '1, NVIDIA H200, 0, 143771, 143771, 0, 580.159.04, 9.0, 00000000:00:07.0' ;;
+  *--query-gpu=*)
+    printf '%s\n' \
+      '0, NVIDIA H200, 71234 MiB, 72537 MiB, 143771 MiB, 0 %' \
+      '1, NVIDIA H200, 0 MiB, 143771 MiB, 143771 MiB, 0 %' ;;
+  *--query-compute-apps=*gpu_bus_id*)
+    printf '%s\n' 'pid, process_name, used_gpu_memory [MiB], gpu_bus_id' \
+      '@PID0@, sglang::scheduler_TP0, 70880 MiB, 00000000:00:06.0' ;;
+  *--query-compute-apps=*)
+    printf '%s\n' 'pid, process_name, used_gpu_memory [MiB]' \
+      '@PID0@, sglang::scheduler_TP0, 70880 MiB' ;;
+  *)
+    echo "Invalid combination of input arguments. Please run 'nvidia-smi -h' for help." ; exit 2 ;;
+esac
+"""
+
+
+def leftover_fixture(pid0: int) -> str:
+    return LEFTOVER_FIXTURE.replace("@PID0@", str(pid0))
 
 
 def one_rank_gone_fixture(pid0: int) -> str:

@@ -268,6 +268,27 @@ def test_port_taken_names_port_30000_and_its_holder(scene: Scene) -> None:
     scene.assert_bystanders_untouched(v)
 
 
+def test_a_scheduler_left_over_from_an_earlier_launch_is_named_and_not_the_server(
+    scene: Scene,
+) -> None:
+    """An earlier launch's scheduler outlived it (re-parented to init), still holding the port
+    and GPU 0; the next launch dies binding the port. The leftover is never "the server alive"."""
+    S.wait_port_free(S.PORT)
+    orphan = scene.stage.start_orphan("sglang::scheduler_TP0", S.PORT)
+    log = scene.stage.logs / "server.log"
+    script = [["out", S.startup()], ["out", S.LOADED.lstrip("\n")], ["bind", S.PORT]]
+    proc = scene.stage.start_server(script, log, S.SERVER_ARGS)
+    assert proc.wait(timeout=20) == 1
+
+    with scene.sshd.nvidia_smi_fixture(S.leftover_fixture(orphan)):
+        v = scene.investigate([log], "the relaunch exits right after loading, why?")
+    assert_concluded(v, "stale_gpu_process", "port_in_use")
+    assert f"{orphan}" in v.report["next_step"], v.report["next_step"]
+    assert "still_starting" in v.report["ruled_out"], v.report
+    assert not S.gone(orphan)  # named, never killed by the investigation
+    scene.assert_bystanders_untouched(v)
+
+
 def test_port_taken_needs_no_liveness_wait(user_scene: Scene) -> None:
     """The server is gone and its bind error is proven: nothing is worth waiting for, so the
     log is never watched (the time it takes is measured in bench/live_investigate.py, not here)."""
