@@ -232,6 +232,7 @@ def _still_starting(action: Action, by_id, facts: Facts, hits: Hits) -> list[str
         bool(facts.building_pids)
         or (bool(stacks) and stacks[-1]["data"].get("waiting_in") in ("compile", "load"))
         or (bool(downloads) and bool(downloads[-1]["data"].get("downloading")))
+        or rules_liveness.reading_storage(list(by_id.values())) is not None
         or moving
         or at_work
         # a bar slower than the watched window: no growth in it is expected (qualify says so)
@@ -240,7 +241,8 @@ def _still_starting(action: Action, by_id, facts: Facts, hits: Hits) -> list[str
     if not any(facts.log_growth.values()) and not working:
         out.append(
             "[still_starting] needs the log to advance over the watched window, a compiler the "
-            "server runs, stacks in loading/compiling, or a model download that grows"
+            "server runs, stacks in loading/compiling, a model download that grows, or the "
+            "server reading from storage (process_io)"
         )
     return out
 

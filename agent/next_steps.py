@@ -149,6 +149,17 @@ def still_starting(facts: Facts, observations: list[Observation], evidence) -> s
             "disk or a warm volume, point the server at it, and give the readiness probe a "
             "start-up budget that covers it."
         ).replace("MODEL", str(d.get("model")))
+    io = [o for o in observations if o["tool"] == "process_io" and o["ok"]]
+    if io and io[-1]["data"].get("reading"):
+        d = io[-1]["data"]
+        rate = float(d.get("read_mib") or 0) / max(float(d.get("waited_s") or 0), 1e-3)
+        return (
+            f"Nothing failed: pid {d.get('pid')} is still reading its files (~{rate:.0f} MiB/s "
+            "from storage): do not kill it. If that rate is far below what the disk should give, "
+            "the storage is the problem: check it (`iostat -x 5`, the kernel log for I/O errors, "
+            "`smartctl`), or copy the model to local NVMe; give the readiness probe a start-up "
+            "budget that covers the load."
+        )
     for o in reversed(observations):
         p = o["data"].get("last_progress") if o["tool"] == "log_tail" and o["ok"] else None
         if p and p.get("eta_s"):

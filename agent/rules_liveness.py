@@ -53,6 +53,7 @@ def liveness_rules(facts: Facts, observations: list[Observation], hits, add) -> 
         )
     elif facts.server_alive and not fatal:
         _downloading(observations, add)
+        _reading_storage(facts, observations, add)
     if facts.server_alive:
         pid = facts.server_pids[0]
         growing = [p for p, g in facts.log_growth.items() if g]
@@ -234,6 +235,43 @@ def _downloading(observations: list[Observation], add) -> None:  # type: ignore[
         line,
         "the quiet log waits for the download (ranks that wait for it do so by design), not for "
         "a peer that failed in a collective",
+    )
+
+
+def reading_storage(observations: list[Observation]) -> tuple[str, str, int] | None:
+    """(obs id, read_bytes line, pid) when the latest process_io read saw the process read
+    from storage during its window."""
+    reads = [o for o in observations if o["tool"] == "process_io" and o["ok"]]
+    if not reads or not reads[-1]["data"].get("reading"):
+        return None
+    o = reads[-1]
+    line = str(o["data"].get("line") or "")
+    return (o["id"], line, int(o["data"].get("pid") or 0)) if line in o["lines"] else None
+
+
+def _reading_storage(facts: Facts, observations: list[Observation], add) -> None:  # type: ignore[no-untyped-def]
+    """A live server whose log stopped but which reads from storage is loading (a slow or
+    failing disk, a network mount): the kernel's byte count that grew is the proof."""
+    found = reading_storage(observations)
+    if found is None or found[2] not in facts.server_pids:
+        return
+    oid, line, pid = found
+    add(
+        "still_starting",
+        "fact",
+        F.proves,
+        oid,
+        line,
+        f"server pid {pid} read from storage during the window (/proc/{pid}/io read_bytes "
+        "grew): it is loading, however quiet its log",
+    )
+    add(
+        "nccl_failure",
+        "fact",
+        F.refutes,
+        oid,
+        line,
+        "the silent server is busy reading its files, not waiting for a peer",
     )
 
 

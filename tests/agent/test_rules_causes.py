@@ -1129,3 +1129,39 @@ def test_a_scheduler_under_a_live_parent_is_still_part_of_a_launch(tmp_path) -> 
                    server="sglang", role="worker")]  # fmt: skip
     identify(orphan)
     assert orphan[0].ours is False
+
+
+def _disk_bound(grows: bool) -> dict[str, Any]:
+    """A loader reading its checkpoint off a slow disk: log silent after the engine init, GPU
+    at 0%, the process in D state; /proc/PID/io read twice."""
+    ps = PS_HEADER + (
+        "root       31244  6.1  4.3 37012448 9284412 pts/0    Dl   14:03   0:31 python -m "
+        "vllm.entrypoints.openai.api_server --model /data/models/m --port 8000\n"
+    )
+    log = (
+        "INFO 12-25 14:03:09 api_server.py:727] args: Namespace(host='0.0.0.0', port=8000)\n"
+        "INFO 12-25 14:03:11 llm_engine.py:73] Initializing an LLM engine with config: "
+        "model='/data/models/m', tensor_parallel_size=1\n"
+    )
+    io0 = "rchar: 9108402117\nwchar: 41733\nread_bytes: 9105326080\nwrite_bytes: 16384\n"
+    io1 = io0.replace("9105326080", "9175326080" if grows else "9105326080")
+    return {
+        "ps": ps,
+        "nvidia_smi": "0, NVIDIA A100-SXM4-80GB, 15274 MiB, 66646 MiB, 81920 MiB, 0 %\n",
+        "files": {"/data/logs/vllm.log": log},
+        "commands": {"cat /proc/31244/io": [{"at": 0, "text": io0}, {"at": 20, "text": io1}]},
+    }
+
+
+def test_a_silent_loader_reading_from_storage_is_still_starting(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    r = _run(_card("vllm", "8 minutes and no log line, hung?", **_disk_bound(True)), tmp_path)
+    assert r.root_cause == "still_starting", r.summary
+    assert "read_bytes: 9175326080" in _cited(r), _cited(r)
+    assert "MiB/s" in r.next_step, r.next_step
+
+
+def test_a_silent_loader_that_reads_nothing_is_not_proven_loading(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Control: the same process whose byte count stands still: no proof either way."""
+    r = _run(_card("vllm", "8 minutes and no log line, hung?", **_disk_bound(False)), tmp_path)
+    assert not any(line.startswith("read_bytes") for line in _cited(r)), _cited(r)
+    assert r.root_cause != "still_starting", r.summary

@@ -22,6 +22,7 @@ from tools.dmesg import SPEC as DMESG
 from tools.log_search import SPEC as SEARCH
 from tools.log_tail import SPEC as TAIL
 from tools.ports import SPEC as PORTS
+from tools.process_io import SPEC as PROCESS_IO
 from tools.ssh_host import SSHHost
 
 WRITER = r"""
@@ -121,6 +122,68 @@ def test_a_log_that_went_quiet_before_is_watched_past_that_silence(
     assert res.ok and res.grew is True, res.lines()
     assert res.silence_s is not None and res.silence_s >= 3
     assert 2.0 < res.waited_s < 6.0, res.waited_s
+
+
+READER = r"""
+import os, sys, time
+fd = int(sys.argv[1])  # opened by the test and passed down: no path permissions involved
+print("reading", flush=True)
+while True:  # a loader on a slow disk: drop the file from the page cache, read it again slowly
+    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    os.lseek(fd, 0, 0)
+    while os.read(fd, 1 << 20):
+        time.sleep(0.05)
+"""
+
+
+def _repo_scratch(name: str) -> Path:
+    """A directory on the checkout's own disk (storage reads are counted there; a tmpfs /tmp
+    would serve the file from memory and count nothing)."""
+    d = Path(__file__).resolve().parents[2] / ".live-scratch" / name
+    d.mkdir(parents=True, exist_ok=True)
+    for p in (d, d.parent):
+        p.chmod(0o755)
+    return d
+
+
+def test_a_silent_process_reading_from_disk_is_seen_reading(host: SSHHost, live_sshd: Sshd) -> None:
+    """/proc/PID/io of a real process (run as the SSH user) re-reading a file off the disk."""
+    data = _repo_scratch("io") / "weights.bin"
+    data.write_bytes(os.urandom(32 << 20))
+    data.chmod(0o644)
+    import pwd
+
+    pw = pwd.getpwnam(live_sshd.user)
+    fd = os.open(data, os.O_RDONLY)
+    py = "/usr/bin/python3" if Path("/usr/bin/python3").exists() else sys.executable
+    proc = subprocess.Popen(
+        [py, "-c", READER, str(fd)], pass_fds=(fd,),
+        stdout=subprocess.PIPE, user=pw.pw_uid, group=pw.pw_gid, cwd="/tmp",
+    )  # fmt: skip
+    os.close(fd)
+    try:
+        assert proc.stdout is not None and b"reading" in proc.stdout.readline()
+        res = PROCESS_IO.call(host, {"pid": proc.pid, "watch_s": 10})
+    finally:
+        proc.kill()
+        proc.wait()
+    assert res.ok and res.reading is True, res.lines()
+    assert res.line.startswith("read_bytes:") and res.line in res.lines()
+    assert res.waited_s < 10  # stopped at the growth
+
+
+def test_another_users_process_io_is_unknown_with_the_fix(host: SSHHost, live_sshd: Sshd) -> None:
+    """As an unprivileged SSH user, a root process's /proc/PID/io is not readable: said so."""
+    if live_sshd.user == "root":
+        pytest.fail("this module's sshd must log in as an unprivileged user")
+    proc = subprocess.Popen(["sleep", "30"])
+    try:
+        res = PROCESS_IO.call(host, {"pid": proc.pid, "watch_s": 1})
+    finally:
+        proc.kill()
+        proc.wait()
+    assert not res.ok and res.reading is None
+    assert "root" in (res.fix or ""), res.fix
 
 
 def test_silent_log_did_not_grow_after_the_window(host: SSHHost, scratch: Path) -> None:

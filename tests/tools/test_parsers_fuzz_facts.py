@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from tools import disk, dmesg, gpu_status, host_facts, packages, ports, processes
+from tools import disk, dmesg, gpu_status, host_facts, packages, ports, process_io, processes
 
 FIX = Path(__file__).resolve().parent.parent / "fixtures"
 EXAMPLES = int(os.environ.get("PIVOT_FUZZ_EXAMPLES", "200"))
@@ -91,6 +91,7 @@ PARSERS: dict[str, tuple[Callable[[str], Any], Callable[[Any], bool]]] = {
     "packages.parse_nvcc": (packages.parse_nvcc, _is((str, type(None)))),
     "host_facts.parse_ecc": (host_facts.parse_ecc, _is(host_facts.EccCounts)),
     "host_facts.parse_free": (host_facts.parse_free, _is((host_facts.HostMemory, type(None)))),
+    "process_io.parse_io": (process_io.parse_io, _is((process_io.IoCounters, type(None)))),
 }
 
 
