@@ -16,6 +16,11 @@
 #                                                                            (the core gone, named)
 #   s7 slow bar   a loader at 45 s per shard, watched for 20 s (PIVOT_LIVENESS_MAX_S) -> still_starting,
 #                                                                            said to be inferred
+#   s8 leftover   a scheduler_TP0 that outlived its launch (re-parented to init) holds 40 GiB of
+#                 GPU 0 and :30000; the relaunch dies binding :30000        -> stale_gpu_process, the
+#                                                                            leftover named, never "alive"
+#   s9 slow disk  a loader re-reading its 8 GiB checkpoint off the disk (page cache dropped) at
+#                 ~60 MiB/s, log silent after "Loading weights", GPU held   -> still_starting (process_io)
 # GL_ONE_GPU=1 (one H200 lent): every rank on GPU 0 with gloo between them; for s3 only.
 # Everything goes to $OUT/gpu-live.tar.gz (+ $OUT/summary.txt). Needs wheels in .whl/ (no network
 # there). GL_DRY=1 runs the orchestration without torch/GPUs (to test the script anywhere).
@@ -23,7 +28,7 @@ set -u
 OUT=${OUT:-/tmp/gpu-live-out}
 W=/tmp/gl
 DRY=${GL_DRY:-0}
-GL_ONLY=${GL_ONLY:-"s1 s2 s3 s4 s5 s6 s7"}
+GL_ONLY=${GL_ONLY:-"s1 s2 s3 s4 s5 s6 s7 s8 s9"}
 rm -rf "$W"; mkdir -p "$OUT" "$W/logs" "$W/res" "$W/srv" "$W/bin" "$W/stage"
 chmod 1777 "$W/stage"; chmod 755 "$W" "$W/srv"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -285,6 +290,65 @@ for k in range(1, n + 1):
     sys.stdout.flush()
 PY
 
+cat > "$W/srv/leftover.py" <<'PY'
+"""An earlier launch's scheduler that outlived it: forks a child that re-titles itself
+sglang::scheduler_TP0, holds GPU memory and :30000, and is re-parented to init when we exit."""
+import os, sys
+STAGE = os.environ.get("GL_STAGE", "/tmp/gl/stage")
+code = (
+    "import os, socket, time\n"
+    "if os.environ.get('GL_DRY') != '1':\n"
+    "    import torch; w = torch.empty(40 * 2**30, dtype=torch.uint8, device='cuda')\n"
+    "s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+    "s.bind(('0.0.0.0', 30000)); s.listen()\n"
+    "open(os.environ['GL_STAGE'] + '/leftover.ready', 'w').close()\n"
+    "while True: time.sleep(1)\n"
+)
+env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        null = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(null, fd)
+        os.execve(sys.executable, ["sglang::scheduler_TP0", "-c", code], env)
+    os._exit(0)
+os.wait()
+PY
+
+cat > "$W/srv/relaunch.py" <<'PY'
+"""The relaunch of the same server: loads, then binds its port as uvicorn does, and dies."""
+import datetime, os, socket, sys, time
+def now(): return datetime.datetime.now().strftime("%Y-%m-%d %H:%M:%S")
+print(f"[{now()}] server_args=ServerArgs(model_path='/models/Qwen2.5-32B-Instruct', tp_size=1, port=30000)", flush=True)
+print(f"[{now()}] Load weight end. type=Qwen2ForCausalLM, dtype=torch.bfloat16, avail mem=98.10 GB", flush=True)
+s = socket.socket()
+try:
+    s.bind(("0.0.0.0", 30000))
+except OSError as e:
+    print(f"[{now()}] ERROR:    [Errno {e.errno}] error while attempting to bind on address ('0.0.0.0', 30000): {e.strerror.lower()}", flush=True)
+    sys.exit(1)
+PY
+
+cat > "$W/srv/disk_loader.py" <<'PY'
+"""A loader on slow storage: holds its GPU memory, prints nothing after 'Loading weights', and
+re-reads its checkpoint off the disk (page cache dropped each pass) at about 60 MiB/s."""
+import datetime, os, sys, time
+DRY = os.environ.get("GL_DRY") == "1"
+path = sys.argv[1]
+if not DRY:
+    import torch; w = torch.empty(12 * 2**30, dtype=torch.uint8, device="cuda")
+def now(): return datetime.datetime.now().strftime("%m-%d %H:%M:%S")
+print(f"INFO {now()} llm_engine.py:73] Initializing an LLM engine with config: model='/data/models/Baichuan2-13B-Chat', tensor_parallel_size=1", flush=True)
+print(f"INFO {now()} model_runner.py:88] Loading weights from /data/models/Baichuan2-13B-Chat/pytorch_model.bin", flush=True)
+fd = os.open(path, os.O_RDONLY)
+while True:
+    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    os.lseek(fd, 0, 0)
+    while os.read(fd, 4 << 20):
+        time.sleep(0.06)
+PY
+
 # -- helpers ---------------------------------------------------------------------------------------
 start_group() {   # start_group LOGFILE CMD... : own session + process group, stdout/err -> LOGFILE
     local logf=$1; shift
@@ -458,6 +522,33 @@ if [[ " $GL_ONLY " == *" s7 "* ]]; then
     sleep 3
     investigate s7_slow_bar "$L" "Our transformers server has sat on Loading checkpoint shards 1/30 for ages. Is it hung?"
     stop_group "$G"; wait_for 30 gpu_idle; pack
+fi
+
+# -- s8: a scheduler left over from an earlier launch holds GPU 0 and the port ------------------------
+if [[ " $GL_ONLY " == *" s8 "* ]]; then
+    say "s8 start"
+    rm -f "$W/stage/leftover.ready"
+    env CUDA_VISIBLE_DEVICES=0 "$SYSPY" "$W/srv/leftover.py"
+    wait_for 60 test -f "$W/stage/leftover.ready" || say "s8: the leftover never got its memory"
+    LO=$(pgrep -f '^sglang::scheduler_TP0 -c import os, socket' | head -1)
+    say "s8: leftover pid $LO, parent $(ps -o ppid= -p "$LO" 2>/dev/null | tr -d ' ')"
+    L=$W/logs/s8_server.log
+    "$SYSPY" "$W/srv/relaunch.py" > "$L" 2>&1; say "s8: relaunch exited $?"
+    investigate s8_leftover "$L" "Relaunching our SGLang server after the last one was stopped: it exits right after loading. What is wrong?"
+    kill -9 "$LO" 2>/dev/null; wait_for 30 gpu_idle; pack
+fi
+
+# -- s9: a loader reading its checkpoint off a slow disk ------------------------------------------------
+if [[ " $GL_ONLY " == *" s9 "* ]]; then
+    say "s9 start"
+    CK=$W/stage/pytorch_model.bin
+    dd if=/dev/urandom of="$CK" bs=16M count=$([ "$DRY" = 1 ] && echo 8 || echo 512) status=none
+    L=$W/logs/s9_server.log
+    G=$(start_group "$L" env CUDA_VISIBLE_DEVICES=0 "$SYSPY" "$W/srv/disk_loader.py" "$CK")
+    wait_for 90 grep -q "Loading weights" "$L" || say "s9: the loader never started"
+    sleep 5
+    investigate s9_slow_disk "$L" "vLLM for a 13B model has printed nothing for 10 minutes after Loading weights and the GPU sits at 0%. Is it hung? Should I kill it?"
+    stop_group "$G"; rm -f "$CK"; wait_for 30 gpu_idle; pack
 fi
 
 # -- wrap up ----------------------------------------------------------------------------------------
