@@ -249,7 +249,7 @@ def options(
             args = {"kind": "journalctl", "name": unit} if unit else None
         elif need == "server_pid":
             pid = _silent_server_pid(facts)
-            args = {"pid": pid} if pid else None
+            args = {"pid": pid, **(c.get("args") or {})} if pid else None
         elif need == "hub_model":
             model = hub_model(observations) if facts.server_alive else None
             args = {"model": model, "caches": hub_caches(observations)} if model else None

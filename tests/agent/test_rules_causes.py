@@ -1149,7 +1149,7 @@ def _disk_bound(grows: bool) -> dict[str, Any]:
         "ps": ps,
         "nvidia_smi": "0, NVIDIA A100-SXM4-80GB, 15274 MiB, 66646 MiB, 81920 MiB, 0 %\n",
         "files": {"/data/logs/vllm.log": log},
-        "commands": {"cat /proc/31244/io": [{"at": 0, "text": io0}, {"at": 20, "text": io1}]},
+        "commands": {"cat /proc/31244/io": [{"at": 0, "text": io0}, {"at": 10, "text": io1}]},
     }
 
 
