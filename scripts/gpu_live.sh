@@ -19,7 +19,7 @@
 #   s8 leftover   a scheduler_TP0 that outlived its launch (re-parented to init) holds 40 GiB of
 #                 GPU 0 and :30000; the relaunch dies binding :30000        -> stale_gpu_process, the
 #                                                                            leftover named, never "alive"
-#   s9 slow disk  a loader re-reading its 8 GiB checkpoint off the disk (page cache dropped) at
+#   s9 slow disk  a loader re-reading its 4 GiB checkpoint off the disk (page cache dropped) at
 #                 ~60 MiB/s, log silent after "Loading weights", GPU held   -> still_starting (process_io)
 # GL_ONE_GPU=1 (one H200 lent): every rank on GPU 0 with gloo between them; for s3 only.
 # Everything goes to $OUT/gpu-live.tar.gz (+ $OUT/summary.txt). Needs wheels in .whl/ (no network
@@ -542,7 +542,7 @@ fi
 if [[ " $GL_ONLY " == *" s9 "* ]]; then
     say "s9 start"
     CK=$W/stage/pytorch_model.bin
-    dd if=/dev/urandom of="$CK" bs=16M count=$([ "$DRY" = 1 ] && echo 8 || echo 512) status=none
+    dd if=/dev/urandom of="$CK" bs=16M count=$([ "$DRY" = 1 ] && echo 8 || echo 256) status=none
     L=$W/logs/s9_server.log
     G=$(start_group "$L" env CUDA_VISIBLE_DEVICES=0 "$SYSPY" "$W/srv/disk_loader.py" "$CK")
     wait_for 90 grep -q "Loading weights" "$L" || say "s9: the loader never started"
