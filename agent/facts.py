@@ -135,6 +135,7 @@ class Facts(BaseModel):
     disk_obs: str | None = None
     disk_available: bool = False
     listeners: dict[int, str] = Field(default_factory=dict)  # port -> verbatim line
+    listener_pids: dict[int, int] = Field(default_factory=dict)  # port -> the pid holding it
     ports_obs: str | None = None
     log_growth: dict[str, bool] = Field(default_factory=dict)  # path -> grew between reads
     log_growth_obs: dict[str, str] = Field(default_factory=dict)
@@ -322,6 +323,8 @@ def _ports(f: Facts, o: Observation, _logs: LogReads) -> None:
         line = _find_line(o["lines"], f":{lst.port}")
         if line:  # only a line the tool printed can be cited
             f.listeners[lst.port] = line
+            if lst.pid is not None:
+                f.listener_pids[lst.port] = lst.pid
 
 
 def _log_tail(f: Facts, o: Observation, log_reads: LogReads) -> None:

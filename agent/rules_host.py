@@ -25,7 +25,7 @@ def _port_owner_rule(facts: Facts, hits, add) -> None:  # type: ignore[no-untype
         for port in {int(p) for p in PORT_IN_LINE.findall(m.line)}:
             if port in facts.listeners and facts.ports_obs:
                 line = facts.listeners[port]
-                holder = next((int(x) for x in LISTENER_PID.findall(line)), None)
+                holder = facts.listener_pids.get(port)
                 why = facts.leftover_pids.get(holder) if holder is not None else None
                 if why:
                     # the port is taken by what an earlier launch left behind: that leftover is
@@ -58,7 +58,6 @@ def _port_owner_rule(facts: Facts, hits, add) -> None:  # type: ignore[no-untype
                 return
 
 
-LISTENER_PID = re.compile(r"\bpid=(\d+)")
 K8S_REASON = re.compile(r"^\s*Reason:\s+(\w+)")
 
 

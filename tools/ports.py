@@ -282,5 +282,5 @@ SPEC = ToolSpec(
     fn=run,
     first_sweep=5,
     verdict_needs=True,
-    facts=("listeners",),
+    facts=("listeners", "listener_pids"),
 )
