@@ -247,8 +247,10 @@ def options(
         elif need == "systemd_unit":
             unit = next((p.rsplit("/", 1)[-1] for p in all_paths if p.endswith(".service")), None)
             args = {"kind": "journalctl", "name": unit} if unit else None
-        elif need == "server_pid":
+        elif need in ("server_pid", "idle_server_pid"):
             pid = _silent_server_pid(facts)
+            if need == "idle_server_pid" and any((g.util_pct or 0) >= 50 for g in facts.gpus):
+                pid = None  # GPUs at work: a spin or a compute, not a read from storage
             args = {"pid": pid, **(c.get("args") or {})} if pid else None
         elif need == "hub_model":
             model = hub_model(observations) if facts.server_alive else None
