@@ -124,6 +124,22 @@ class RulebookBrain:
             "launch command and environment; then investigate again."
         )
         lead = order[0] if order and order[0]["score"] > 0 and order[0]["evidence"] else None
+        refused = ""
+        if lead is None:
+            # the leader may be one whose conclusion the proof rules refused: it still leads,
+            # and what it lacks is exactly what would settle it
+            board_order = [h for h in ranked(board) if h["status"] != "refuted"]
+            top_any = board_order[0] if board_order else None
+            if top_any and top_any["score"] > 0 and top_any["evidence"]:
+                lead = top_any
+                refused = next(
+                    (
+                        r.split("] ", 1)[-1]
+                        for r in reversed(state.get("rejections", []))
+                        if r.startswith(f"[{lead['label']}]")
+                    ),
+                    "",
+                )
         if lead is None:
             return Action(
                 kind="insufficient",
@@ -132,6 +148,8 @@ class RulebookBrain:
             )
         note = lead["evidence"][0].get("note", "")
         check = f" What would settle it: {lead['check']}" if lead.get("check") else ""
+        if refused:
+            check = f" Not concluded: it {refused}.{check}"
         return Action(
             kind="insufficient",
             why=f"{lead['label']} leads but is not proven: {note}",

@@ -1165,3 +1165,14 @@ def test_a_silent_loader_that_reads_nothing_is_not_proven_loading(tmp_path) -> N
     r = _run(_card("vllm", "8 minutes and no log line, hung?", **_disk_bound(False)), tmp_path)
     assert not any(line.startswith("read_bytes") for line in _cited(r)), _cited(r)
     assert r.root_cause != "still_starting", r.summary
+
+
+def test_a_leader_whose_conclusion_was_refused_is_still_named_with_what_it_lacks(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """No kernel log recorded: the OOM killer leads on free's 97%, its conclusion is refused for
+    want of a kill line, and the report says so instead of "no hypothesis leads"."""
+    host = {**_ds_host(5.0), "commands": {"free -g": FREE_G.format(used=480, avail=15)}}
+    host.pop("dmesg")
+    r = _run(_card("torch", "it dies with -9 after a minute", **host), tmp_path)
+    assert r.status == "insufficient_evidence"
+    assert r.summary.startswith("host_oom_killed leads"), r.summary
+    assert "Not concluded: it needs an OOM-kill line" in r.next_step, r.next_step
