@@ -90,6 +90,7 @@ def cause_rules(facts, observations: list[Observation], hits, add) -> None:  # t
     draftless_rules(observations, hits, add)
     hidden_gpus_rules(facts, observations, add)
     arch_beyond_build_rules(facts, observations, add)
+    gpus_unused_rules(facts, hits, add)
     if not any(m.label == "nccl_failure" and m.strength in ("fatal", "strong") for _, m in hits):
         return
     miss = missing_interface(observations)
@@ -646,6 +647,40 @@ def hidden_gpus_rules(facts, observations: list[Observation], add) -> None:  # t
         fline,
         f"the engine found only {found} GPU(s) while nvidia-smi lists {on_host}",
     )
+
+
+# -- a live server computing without its GPUs -------------------------------------------------------
+#: why an engine drops every GPU at discovery and falls back to the CPU
+_GPU_DROPPED = ("cuda_driver_mismatch", "unsupported_gpu_arch")
+
+
+def gpus_unused_rules(facts, hits, add) -> None:  # type: ignore[no-untyped-def]
+    """The server is alive and at work, yet none of its processes holds GPU memory while the
+    host's GPUs sit empty: it runs on the CPU. That is the effect of a discovery-time error
+    (a driver too old for the bundled CUDA, a GPU its build cannot target); the error names
+    the cause, the empty GPUs confirm nothing used them."""
+    if not facts.server_alive or not facts.gpus or not facts.gpu_obs:
+        return
+    if any(p in facts.gpu_pids for p in facts.server_pids):
+        return
+    if any((g.used_mib or 0) >= 1024 for g in facts.gpus):
+        return  # memory held by someone: not "no GPU in use"
+    busy = [p for p in facts.server_pids if (facts._ps_recs.get(p, {}).get("cpu_pct") or 0) >= 100]
+    if not busy:
+        return  # an idle server holds no GPU memory yet either
+    labels = {
+        m.label for _, m in hits if m.label in _GPU_DROPPED and m.strength in ("fatal", "strong")
+    }
+    g = facts.gpus[0]
+    for label in sorted(labels):
+        add(
+            label,
+            "cause",
+            _C.effect_cited,
+            facts.gpu_obs,
+            g.line,
+            f"the server (pid {busy[0]}) computes on the CPU: no GPU holds any of its memory",
+        )
 
 
 # -- a GPU newer than the toolkit the binary was built with -----------------------------------------

@@ -1176,3 +1176,47 @@ def test_a_leader_whose_conclusion_was_refused_is_still_named_with_what_it_lacks
     assert r.status == "insufficient_evidence"
     assert r.summary.startswith("host_oom_killed leads"), r.summary
     assert "Not concluded: it needs an OOM-kill line" in r.next_step, r.next_step
+
+
+OLLAMA_LOG = (
+    "Jul 22 09:02:11 n ollama[1688]: time=2026-07-22T09:02:11.419+02:00 level=INFO "
+    'source=runner.go:67 msg="discovering available GPUs..."\n'
+    "Jul 22 09:02:12 n ollama[1688]: time=2026-07-22T09:02:12.605+02:00 level=DEBUG "
+    'source=cuda_compat.go:58 msg="NVIDIA driver too old" driver=12.2 '
+    "driver_version=535.309.01 required=550 library=/usr/local/lib/ollama/cuda_v12\n"
+    "Jul 22 09:11:52 n ollama[1688]: time=2026-07-22T09:11:52.918+02:00 level=INFO "
+    'source=server.go:1289 msg="llama runner started in 12.68 seconds"\n'
+)
+
+
+def _ollama(runner_on_gpu: bool) -> dict[str, Any]:
+    ps = PS_HEADER + (
+        "ollama      1688  0.4  0.6 3382420 201312 ?      Ssl  09:02   0:04 /usr/local/bin/ollama serve\n"
+        "ollama      2417  1493 22.9 38121544 30214008 ?  Sl   09:11  11:56 /usr/local/bin/ollama "
+        "runner --model /usr/share/ollama/.ollama/models/blobs/sha256-6e4c --port 40211\n"
+    )
+    used = "18000 MiB, 6438 MiB" if runner_on_gpu else "0 MiB, 24438 MiB"
+    host: dict[str, Any] = {
+        "ps": ps,
+        "nvidia_smi": f"0, Tesla P40, {used}, 24576 MiB, 0 %\n",
+        "files": {"/var/log/ollama.log": OLLAMA_LOG},
+    }
+    if runner_on_gpu:
+        host["commands"] = {
+            "nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv": (
+                "pid, process_name, used_gpu_memory [MiB]\n2417, ollama, 18000 MiB\n"
+            )
+        }
+    return host
+
+
+def test_a_server_computing_on_the_cpu_after_a_driver_too_old_line_is_the_driver(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    r = _run(_card("other", "every model runs 100% on CPU", **_ollama(False)), tmp_path)
+    assert r.root_cause == "cuda_driver_mismatch", r.summary
+    assert any(line.startswith("0, Tesla P40, 0 MiB") for line in _cited(r)), _cited(r)
+
+
+def test_the_same_line_beside_a_runner_on_the_gpu_is_not_enough(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Control: the runner holds GPU memory, so the GPUs were not dropped."""
+    r = _run(_card("other", "every model runs 100% on CPU", **_ollama(True)), tmp_path)
+    assert r.status != "concluded" or r.root_cause != "cuda_driver_mismatch", r.summary
