@@ -1189,7 +1189,7 @@ OLLAMA_LOG = (
 )
 
 
-def _ollama(runner_on_gpu: bool) -> dict[str, Any]:
+def _ollama_on_cpu(runner_on_gpu: bool) -> dict[str, Any]:
     ps = PS_HEADER + (
         "ollama      1688  0.4  0.6 3382420 201312 ?      Ssl  09:02   0:04 /usr/local/bin/ollama serve\n"
         "ollama      2417  1493 22.9 38121544 30214008 ?  Sl   09:11  11:56 /usr/local/bin/ollama "
@@ -1211,12 +1211,12 @@ def _ollama(runner_on_gpu: bool) -> dict[str, Any]:
 
 
 def test_a_server_computing_on_the_cpu_after_a_driver_too_old_line_is_the_driver(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    r = _run(_card("other", "every model runs 100% on CPU", **_ollama(False)), tmp_path)
+    r = _run(_card("other", "every model runs 100% on CPU", **_ollama_on_cpu(False)), tmp_path)
     assert r.root_cause == "cuda_driver_mismatch", r.summary
     assert any(line.startswith("0, Tesla P40, 0 MiB") for line in _cited(r)), _cited(r)
 
 
 def test_the_same_line_beside_a_runner_on_the_gpu_is_not_enough(tmp_path) -> None:  # type: ignore[no-untyped-def]
     """Control: the runner holds GPU memory, so the GPUs were not dropped."""
-    r = _run(_card("other", "every model runs 100% on CPU", **_ollama(True)), tmp_path)
+    r = _run(_card("other", "every model runs 100% on CPU", **_ollama_on_cpu(True)), tmp_path)
     assert r.status != "concluded" or r.root_cause != "cuda_driver_mismatch", r.summary
