@@ -72,6 +72,7 @@ def build(
             "line": f["line"],
             "note": f["note"],
             "w": abs(f["strength"]),
+            "kind": f["kind"],
         }
         (h["evidence"] if f["strength"] > 0 else h["against"]).append(ev)
     _explain(board)

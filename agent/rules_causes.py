@@ -13,6 +13,7 @@ from pathlib import Path
 
 from agent import proof
 from agent.evidence import text_lines
+from agent.rules_common import F
 from agent.state import Observation
 from agent.thresholds import THRESHOLDS
 from tools import yamlio
@@ -394,9 +395,51 @@ def proxied_own_request(
     return (request[0], request[1]), setting, request[2], no_proxy
 
 
+#: the address a server binds, as its launch flags or SGLang's / vLLM's argument dump say
+_BIND_HOST = re.compile(r"(?:--host[ =]|\bhost=')(\d{1,3}(?:\.\d{1,3}){3}|localhost)\b")
+
+
+def proxy_risk(observations: list[Observation]) -> tuple[str, str, str, str] | None:
+    """(obs, proxy setting line, bind host, no_proxy) when the launch environment sends HTTP
+    through a proxy whose no_proxy does not cover the address the server binds: its own
+    start-up requests (SGLang's warm-up to http://HOST:PORT) and any local client will reach
+    the proxy, not the server. A risk, not yet a failure."""
+    setting: tuple[str, str] | None = None
+    no_proxy, host = "", None
+    for o in observations:
+        if not o["ok"]:
+            continue
+        for ln in text_lines(o):
+            if setting is None and _PROXY_ENV.search(ln):
+                setting = (o["id"], ln)
+            n = _NO_PROXY.search(ln)
+            if n:
+                no_proxy = n.group(1)
+            b = _BIND_HOST.search(ln)
+            if host is None and b and _LOCAL.match(b.group(1)):
+                host = b.group(1)
+    if setting is None or host is None or _bypassed(host, no_proxy):
+        return None
+    return setting[0], setting[1], host, no_proxy
+
+
 def proxy_rules(facts, observations: list[Observation], hits, add) -> None:  # type: ignore[no-untyped-def]
     hit = proxied_own_request(observations)
     if hit is None:
+        risk = proxy_risk(observations) if facts.server_alive else None
+        if risk is not None and not any(m.strength == "fatal" for _, m in hits):
+            oid, line, host, no_proxy = risk
+            # a lead only (no failure yet): named when nothing else explains the symptom
+            add(
+                "bad_launch_argument",
+                "cause",
+                F.hints,
+                oid,
+                line,
+                f"HTTP goes through this proxy and no_proxy ({no_proxy or 'unset'}) does not "
+                f"cover {host}, the address the server binds: its own start-up requests (a "
+                "warm-up) and local clients will reach the proxy, not the server",
+            )
         return
     # a cause only when the launch failed: a proxied 403 beside a healthy server is a remark
     if facts.server_alive is not False and not any(m.strength == "fatal" for _, m in hits):

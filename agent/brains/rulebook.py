@@ -111,6 +111,21 @@ class RulebookBrain:
             return self._conclude(state, top, 0.5)
         ready = _ready_line(state) if ctx.facts.server_alive else None
         if ready:
+            risk = order[0] if order and order[0]["score"] > 0 and order[0]["evidence"] else None
+            if risk is not None and risk["evidence"][0].get("kind") != "cause":
+                risk = None  # only a setting a rule names as a cause is a risk worth saying
+            if risk is not None:  # up now, with a cause already in place for what comes next
+                note = risk["evidence"][0].get("note", "")
+                return Action(
+                    kind="insufficient",
+                    why=f"nothing failed yet: the server is alive and reported ready ({ready!r}); "
+                    f"the leading risk is {risk['label']}: {note}",
+                    next_step=(
+                        f"Not failed yet; the leading risk is {risk['label']} ({note}). Check it "
+                        "before the next request or restart; investigate again if the server "
+                        "fails, with the log from the first failing request on."
+                    ),
+                )
             return Action(
                 kind="insufficient",
                 why=f"nothing failed at launch: the server is alive and reported ready: {ready!r}",

@@ -1220,3 +1220,36 @@ def test_the_same_line_beside_a_runner_on_the_gpu_is_not_enough(tmp_path) -> Non
     """Control: the runner holds GPU memory, so the GPUs were not dropped."""
     r = _run(_card("other", "every model runs 100% on CPU", **_ollama_on_cpu(True)), tmp_path)
     assert r.status != "concluded" or r.root_cause != "cuda_driver_mismatch", r.summary
+
+
+SG_LIVE = PS_HEADER + (
+    "dev      1183021  4.1  1.2 24410812 3290144 pts/3 Sl+ 10:00   0:21 python -m "
+    "sglang.launch_server --model-path /models/qwen --host 0.0.0.0 --port 30000\n"
+    "dev      1183310 99.0  2.4 41201844 6510204 pts/3 Rl+ 10:00   1:02 sglang::scheduler\n"
+)
+
+
+def _proxied_launch(no_proxy: str) -> dict[str, Any]:
+    return {
+        "ps": SG_LIVE,
+        "nvidia_smi": "0, NVIDIA H100 80GB HBM3, 72114 MiB, 9445 MiB, 81559 MiB, 0 %\n",
+        "env": f"http_proxy=http://10.9.8.7:3128\nno_proxy={no_proxy}\n",
+        "files": {"/srv/sglang.log": SG_START},
+    }
+
+
+def test_a_ready_server_whose_own_address_the_proxy_catches_is_named_a_risk(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Up and ready, no failure yet: the warm-up to 0.0.0.0 will reach the proxy. Not
+    concluded (nothing failed), but the report says so instead of "the launch is fine"."""
+    r = _run(_card("sglang", "is it up?", **_proxied_launch("localhost,127.0.0.1")), tmp_path)
+    assert r.status == "insufficient_evidence", r.summary
+    assert "the leading risk is bad_launch_argument" in r.summary, r.summary
+    assert "0.0.0.0" in r.next_step, r.next_step
+
+
+def test_a_ready_server_the_proxy_bypasses_is_just_up(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Control: no_proxy covers 0.0.0.0: nothing to warn about."""
+    r = _run(
+        _card("sglang", "is it up?", **_proxied_launch("localhost,127.0.0.1,0.0.0.0")), tmp_path
+    )
+    assert "risk" not in r.summary, r.summary
