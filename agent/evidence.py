@@ -45,10 +45,11 @@ def last_launch(lines: list[str]) -> int:
     return marks[-1] if len(marks) >= 2 else 0
 
 
-def earlier_run_logs(observations: list[Observation]) -> set[str]:
-    """Paths of logs read that ended before another log read began (by their own timestamps)."""
+def earlier_run_logs(latest: list[Observation]) -> set[str]:
+    """Paths of logs read (the newest read of each) that ended before another log read began,
+    by their own timestamps."""
     spans = {}
-    for o in latest_text_observations(observations):
+    for o in latest:
         if o["tool"] in LOG_TOOLS and o["args"].get("path"):
             lines = text_lines(o)
             sp = logtime.span(lines[last_launch(lines) :])
@@ -70,7 +71,7 @@ def signature_hits(observations: list[Observation]) -> list[tuple[Observation, M
             lines = text_lines(o)
             cut = last_launch(lines)
             earlier_runs |= set(lines[:cut]) - set(lines[cut:])
-    old_logs = earlier_run_logs(observations)
+    old_logs = earlier_run_logs(latest)
     for o in latest:
         lines = text_lines(o)
         start = last_launch(lines) if o["tool"] in LOG_TOOLS else 0

@@ -8,6 +8,7 @@ cause's line joins the evidence, and the next step fixes the cause, not the symp
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
 
@@ -367,17 +368,14 @@ def _bypassed(host: str, no_proxy: str) -> bool:
     return False
 
 
-def proxied_own_request(
-    observations: list[Observation],
-) -> tuple[tuple[str, str], tuple[str, str], str, str] | None:
-    """((obs, request line), (obs, proxy setting line), host, no_proxy) when a request to this
-    host's own address (0.0.0.0, loopback, one of its IPs) went out through the HTTP proxy the
-    launch environment names and came back 4xx/5xx: the server's own warm-up or health check
-    (or a client beside it) talks to a proxy, not to the server."""
-    mine = addresses(observations) | {"0.0.0.0", "localhost"}
+def _proxy_scan(
+    observations: list[Observation], rx: re.Pattern[str], keep: Callable[[str], bool]
+) -> tuple[tuple[str, str] | None, str, tuple[str, str, str] | None]:
+    """One pass over the reads: the proxy setting line, no_proxy, and the first line where `rx`
+    matches with a host (its group 1) that `keep` accepts, as (obs, line, host)."""
     setting: tuple[str, str] | None = None
     no_proxy = ""
-    request: tuple[str, str, str] | None = None
+    found: tuple[str, str, str] | None = None
     for o in observations:
         if not o["ok"]:
             continue
@@ -387,9 +385,23 @@ def proxied_own_request(
             n = _NO_PROXY.search(ln)
             if n:
                 no_proxy = n.group(1)
-            m = _PROXIED.search(ln)
-            if request is None and m and (_LOCAL.match(m.group(1)) or m.group(1) in mine):
-                request = (o["id"], ln, m.group(1))
+            m = rx.search(ln)
+            if found is None and m and keep(m.group(1)):
+                found = (o["id"], ln, m.group(1))
+    return setting, no_proxy, found
+
+
+def proxied_own_request(
+    observations: list[Observation],
+) -> tuple[tuple[str, str], tuple[str, str], str, str] | None:
+    """((obs, request line), (obs, proxy setting line), host, no_proxy) when a request to this
+    host's own address (0.0.0.0, loopback, one of its IPs) went out through the HTTP proxy the
+    launch environment names and came back 4xx/5xx: the server's own warm-up or health check
+    (or a client beside it) talks to a proxy, not to the server."""
+    mine = addresses(observations) | {"0.0.0.0", "localhost"}
+    setting, no_proxy, request = _proxy_scan(
+        observations, _PROXIED, lambda h: bool(_LOCAL.match(h)) or h in mine
+    )
     if setting is None or request is None or _bypassed(request[2], no_proxy):
         return None
     return (request[0], request[1]), setting, request[2], no_proxy
@@ -404,23 +416,10 @@ def proxy_risk(observations: list[Observation]) -> tuple[str, str, str, str] | N
     through a proxy whose no_proxy does not cover the address the server binds: its own
     start-up requests (SGLang's warm-up to http://HOST:PORT) and any local client will reach
     the proxy, not the server. A risk, not yet a failure."""
-    setting: tuple[str, str] | None = None
-    no_proxy, host = "", None
-    for o in observations:
-        if not o["ok"]:
-            continue
-        for ln in text_lines(o):
-            if setting is None and _PROXY_ENV.search(ln):
-                setting = (o["id"], ln)
-            n = _NO_PROXY.search(ln)
-            if n:
-                no_proxy = n.group(1)
-            b = _BIND_HOST.search(ln)
-            if host is None and b and _LOCAL.match(b.group(1)):
-                host = b.group(1)
-    if setting is None or host is None or _bypassed(host, no_proxy):
+    setting, no_proxy, bind = _proxy_scan(observations, _BIND_HOST, lambda h: bool(_LOCAL.match(h)))
+    if setting is None or bind is None or _bypassed(bind[2], no_proxy):
         return None
-    return setting[0], setting[1], host, no_proxy
+    return setting[0], setting[1], bind[2], no_proxy
 
 
 def proxy_rules(facts, observations: list[Observation], hits, add) -> None:  # type: ignore[no-untyped-def]
