@@ -355,8 +355,11 @@ class SSHHost:
         t = self.target
         client = paramiko.SSHClient()
         for path in t.known_hosts_files:
-            if Path(path).is_file():
-                client.get_host_keys().load(path)
+            # a file that vanishes or turns unreadable between the check and the read is one
+            # that is not there (as if is_file() had said so), never an exception out of run()
+            with contextlib.suppress(OSError):
+                if Path(path).is_file():
+                    client.get_host_keys().load(path)
         record_to = str(self._known_hosts or t.known_hosts_files[0])
         client.set_missing_host_key_policy(_HostKeyPolicy(self.trust_on_first_use, record_to))
         sock = self._open_socket(timeout)
