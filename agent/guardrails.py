@@ -396,7 +396,35 @@ def _arch(action: Action, by_id: dict[str, Observation], facts: Facts, hits: Hit
     return _crash_rule(action, by_id, facts, hits)
 
 
+def _healthy(action: Action, by_id: dict[str, Observation], facts: Facts, hits: Hits) -> list[str]:
+    """Up and fine is a finding like any other, and needs its proof: the launch alive, its own
+    ready line cited (a /health probe the front end answered is not the engine), none of its
+    ranks or its core gone, and no fatal line of its own after that ready line."""
+    out = []
+    if facts.server_alive is not True:
+        out.append("[healthy] needs the server process alive now (ps)")
+    if facts.ranks_gone or facts.core_gone_line:
+        out.append("[healthy] a rank or the engine core of the launch is gone")
+    ready = [
+        (o, m)
+        for o, m in hits
+        if m.strength == "ready"
+        and not proof.frontend_only(m.line)
+        and any(_sig_on(c, [(o, m)]) for c in _cited(action))
+    ]
+    if not ready:
+        out.append("[healthy] cites no ready line of the launch's own (its 'ready'/'running on')")
+        return out
+    obs, m = ready[-1]
+    lines = text_lines(obs)  # the lines the signature scan numbered
+    later = [lines[i] for i, _ in proof.fatal_lines(lines) if i > m.line_no]
+    if later:
+        out.append(f"[healthy] the log has an error after its ready line: {later[-1][:100]!r}")
+    return out
+
+
 RULES: dict[str, Rule] = {
+    "healthy": _healthy,
     "unsupported_gpu_arch": _arch,
     "bad_launch_argument": _bad_launch,
     "nccl_failure": _nccl,

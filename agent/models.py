@@ -12,7 +12,12 @@ from pydantic import BaseModel, Field
 
 HypothesisStatus = Literal["open", "supported", "refuted", "confirmed"]
 RunStatus = Literal[
-    "concluded", "insufficient_evidence", "budget_exhausted", "awaiting_approval", "error"
+    "concluded",
+    "healthy",
+    "insufficient_evidence",
+    "budget_exhausted",
+    "awaiting_approval",
+    "error",
 ]
 EventType = Literal[
     "session",

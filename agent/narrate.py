@@ -130,7 +130,9 @@ def conclusion(r: Report | dict[str, Any]) -> list[str]:
         if isinstance(r, Report)
         else Report.model_validate({"session_id": "", "host": "", "symptom": "", **r})
     )
-    if rep.status in ("concluded", "awaiting_approval") and rep.root_cause:
+    if rep.status == "healthy":
+        out = [f"Healthy: the launch is up and answering ({rep.confidence:.0%} confidence)."]
+    elif rep.status in ("concluded", "awaiting_approval") and rep.root_cause:
         out = [f"Root cause: {rep.root_cause} ({rep.confidence:.0%} confidence)."]
     elif rep.status == "budget_exhausted":
         out = [f"I ran out of budget before a conclusion: {rep.summary}"]

@@ -352,6 +352,8 @@ def conclude(state: State, runtime: Runtime[RunContext]) -> dict[str, Any]:
                 },
             )
     evidence = _fix_obs_ids(a.get("evidence") or [], obs) if status == "concluded" else []
+    if status == "concluded" and a.get("label") == "healthy":
+        status = "healthy"  # up and answering: a status a script can tell from "could not tell"
     if status == "concluded" and evidence and float(a.get("confidence") or 0) >= EXPLAINS_AWAY_AT:
         board = _explained_away(board, a["label"], evidence[0])
     changes = state.get("changes", [])
@@ -359,8 +361,8 @@ def conclude(state: State, runtime: Runtime[RunContext]) -> dict[str, Any]:
     next_step += _changes_said(changes, obs)
     report = {
         "status": status,
-        "root_cause": a.get("label") if status == "concluded" else None,
-        "confidence": a.get("confidence", 0.0) if status == "concluded" else 0.0,
+        "root_cause": a.get("label") if status in ("concluded", "healthy") else None,
+        "confidence": a.get("confidence", 0.0) if status in ("concluded", "healthy") else 0.0,
         "summary": a.get("summary") or a.get("why", ""),
         "evidence": evidence,
         "ruled_out": [h["label"] for h in board.values() if h["status"] == "refuted"],

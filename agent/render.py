@@ -56,6 +56,7 @@ def live_printer(console: Console):  # type: ignore[no-untyped-def]
 def print_report(console: Console, r: Report) -> None:
     head = {
         "concluded": f"[bold green]Root cause: {r.root_cause}[/] (confidence {r.confidence:.2f})",
+        "healthy": f"[bold green]Healthy[/]: the launch is up and answering (confidence {r.confidence:.2f})",
         "insufficient_evidence": "[bold yellow]Insufficient evidence[/]: no hypothesis leads with proof",
         "budget_exhausted": "[bold red]Budget exhausted[/] before a conclusion",
         "awaiting_approval": "[bold magenta]Waiting for approval[/]",

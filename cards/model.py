@@ -99,6 +99,19 @@ def snapshot_texts(value: Snapshots | None) -> list[str]:
     return [v.text if isinstance(v, TimedSnapshot) else v for v in value]
 
 
+class ContainerSnapshot(BaseModel):
+    """One container on the card's host (Docker or Podman), as its CLI printed it. An absent
+    key was not recorded, exactly like the host's own keys."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    inspect: Snapshots | None = None  # raw `docker inspect NAME` (a JSON array)
+    logs: Snapshots | None = None  # raw `docker logs NAME`
+    ps: Snapshots | None = None  # raw `ps aux` inside the container
+    files: dict[str, Snapshots] = Field(default_factory=dict)
+    commands: dict[str, Snapshots] = Field(default_factory=dict)
+
+
 class HostSnapshot(BaseModel):
     """The card's host. An absent key (None, or a path/command not in the mapping) was NOT
     RECORDED: tools get "not recorded in this card", never an empty answer."""
@@ -112,6 +125,18 @@ class HostSnapshot(BaseModel):
     env: Snapshots | None = None
     files: dict[str, Snapshots] = Field(default_factory=dict)
     commands: dict[str, Snapshots] = Field(default_factory=dict)
+    containers: dict[str, ContainerSnapshot] = Field(default_factory=dict)
+
+
+class Invocation(BaseModel):
+    """What the operator passed besides the symptom. Replay passes it exactly as the CLI
+    would, so a card is never easier (or harder) than the same question asked live."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    log: str | None = None  # --log: the file the operator believes is the server's log
+    config: str | None = None  # --config
+    container: str | None = None  # --container
 
 
 class TranscriptStep(BaseModel):
@@ -184,6 +209,7 @@ class IncidentCard(BaseModel):
         # a card writer's single sentence ("synthesized: the nvidia-smi table") is one note
         return [v] if isinstance(v, str) else v
 
+    invocation: Invocation = Field(default_factory=Invocation)
     host: HostSnapshot = Field(default_factory=HostSnapshot)
     transcript: list[TranscriptStep] = Field(default_factory=list)
     expected: Expected | None = None

@@ -182,6 +182,7 @@ def _print_summary(console: Console, run) -> None:  # type: ignore[no-untyped-de
     line = (
         f"{s.passed}/{s.cards} passed (accuracy {s.accuracy:.3f}), {s.wrong} wrong, "
         f"{s.insufficient} insufficient, {s.unproven} unproven, {s.errors} errors; "
+        f"right label {s.right_label}/{s.cards}, cost {s.cost:+d} (right +1, unsure 0, wrong -3); "
         f"median {s.median_rounds} rounds, {s.median_tool_calls} tool calls; "
         f"{s.cards_per_second} cards/s"
     )

@@ -134,6 +134,8 @@ class _Worker:
                 brain=self.brain,
                 settings=self.settings,
                 runner=self.runner,
+                logs=[card.invocation.log] if card.invocation.log else None,
+                configs=[card.invocation.config] if card.invocation.config else None,
             )
         except Exception as exc:  # an agent bug on this card: record it, run the others
             tb = traceback.extract_tb(exc.__traceback__)[-1]

@@ -22,6 +22,10 @@ from cards.model import IncidentCard
 
 Outcome = Literal["passed", "wrong", "insufficient", "unproven", "error"]
 INSUFFICIENT = "insufficient"
+#: Statuses that carry a label: a concluded failure, or a launch found up and answering.
+LABELLED = ("concluded", "healthy")
+#: What an answer is worth to the operator who acts on it: wrong costs more than unsure.
+COST = {"right": 1, "insufficient": 0, "wrong": -3}
 
 
 class CardResult(BaseModel):
@@ -57,7 +61,7 @@ def score(card: IncidentCard, report: Report, path: str = "", seconds: float = 0
     """Score a finished report against the card's `expected` section."""
     base = dict(
         id=card.id,
-        got=report.root_cause if report.status == "concluded" else None,
+        got=report.root_cause if report.status in LABELLED else None,
         status=report.status,
         rounds=report.rounds,
         tool_calls=report.tool_calls,
@@ -79,7 +83,7 @@ def score(card: IncidentCard, report: Report, path: str = "", seconds: float = 0
     cited = [e.line for e in report.evidence]
     evidence_ok = any(want in line for want in exp.evidence for line in cited)
     missing = [lbl for lbl in exp.ruled_out if lbl not in report.ruled_out]
-    concluded = report.status == "concluded"
+    concluded = report.status in LABELLED
     label = report.root_cause if concluded else None
     also_right = concluded and label != exp.root_cause and label in exp.also_right
     wrong = concluded and not also_right and (label != exp.root_cause or label in exp.wrong)
@@ -131,6 +135,10 @@ class Summary(BaseModel):
     repeat: int = 1
     #: with --repeat K: share of cards passed at least once in K runs, and in all K runs
     pass_at_k: float | None = None
+    #: right label (pass or unproven with the expected label), and the cost figure
+    #: right x COST["right"] + wrong x COST["wrong"] (insufficient costs nothing)
+    right_label: int = 0
+    cost: int = 0
     pass_all_k: float | None = None
     mean_pass_at_1: float | None = None
 
@@ -155,7 +163,9 @@ def summarize(results: list[CardResult], seconds: float, repeat: int = 1) -> Sum
         cards_per_second=round(runs_done / seconds, 2) if seconds > 0 else 0.0,
         seconds=round(seconds, 3),
         repeat=repeat,
+        right_label=sum(1 for r in first if r.expected and r.got == r.expected),
     )
+    s.cost = s.right_label * COST["right"] + s.wrong * COST["wrong"]
     if repeat > 1:
         per = pass_at_k(results)
         if per:

@@ -109,7 +109,8 @@ class RulebookBrain:
             return self._conclude(state, top, min(0.99, 0.5 + 0.08 * top["score"] + 0.05 * margin))
         if top and top["score"] >= _R.lean_score and margin >= _R.lean_margin:
             return self._conclude(state, top, 0.5)
-        ready = _ready_line(state) if ctx.facts.server_alive else None
+        ready_hit = _ready_line(state) if ctx.facts.server_alive else None
+        ready = ready_hit[1] if ready_hit else None
         if ready:
             risk = order[0] if order and order[0]["score"] > 0 and order[0]["evidence"] else None
             if risk is not None and risk["evidence"][0].get("kind") != "cause":
@@ -126,14 +127,7 @@ class RulebookBrain:
                         "fails, with the log from the first failing request on."
                     ),
                 )
-            return Action(
-                kind="insufficient",
-                why=f"nothing failed at launch: the server is alive and reported ready: {ready!r}",
-                next_step=(
-                    "The launch is fine; if requests fail or hang, probe the endpoint (/health, a "
-                    "small generate) and read the log from the first failing request on."
-                ),
-            )
+            return _healthy(state, ctx)
         generic = (
             "Read the full server log from the launch on (pivot tools log_search), and check the "
             "launch command and environment; then investigate again."
@@ -253,15 +247,53 @@ def _default_args(tool: str, state: State) -> dict | None:
     return {}
 
 
-def _ready_line(state: State) -> str | None:
-    """The last 'server is up' line of the newest log reads, if any."""
+def _healthy(state: State, ctx: BrainContext) -> Action:
+    """Up and fine, said as a finding: the launch's own ready line and its live process. The
+    proof rule (guardrails `_healthy`) checks both, and that no error came after."""
+    f = ctx.facts
+    hits = _ready_lines(state)
+    assert hits
+    # the first ready line says it came up, the last that it still says so
+    evidence = [{"observation": o, "line": ln} for o, ln in dict.fromkeys([hits[0], hits[-1]])]
+    pid = (f.server_main_pids or f.server_pids or [None])[0]
+    if pid is not None and f.ps_obs and f.procs.get(pid):
+        evidence.append({"observation": f.ps_obs, "line": f.procs[pid]})
+    port = next((p for p, holder in f.listener_pids.items() if holder in f.server_pids), None)
+    if port is not None and f.ports_obs:
+        evidence.append({"observation": f.ports_obs, "line": f.listeners[port]})
+    board = state.get("hypotheses", {})
+    where = f" and listens on :{port}" if port is not None else ""
+    return Action(
+        kind="conclude",
+        label="healthy",
+        confidence=0.8,
+        evidence=evidence,
+        ruled_out=[h["label"] for h in board.values() if h["status"] == "refuted"],
+        summary=f"healthy: the launch is alive, reported ready{where}, and logged no error since",
+        next_step=(
+            "Nothing failed at launch. If requests fail or hang, probe the endpoint (/health, a "
+            "small generate) and investigate again with the log from the first failing request."
+        ),
+    )
+
+
+def _ready_line(state: State) -> tuple[str, str] | None:
+    """(observation id, line) of the last 'server is up' line of the newest log reads."""
+    hits = _ready_lines(state)
+    return hits[-1] if hits else None
+
+
+def _ready_lines(state: State) -> list[tuple[str, str]]:
+    """(observation id, line) of every 'server is up' line of the newest log reads, in order."""
     from agent.evidence import signature_hits
     from agent.proof import frontend_only
 
-    hits = [m for _, m in signature_hits(state.get("observations", [])) if m.strength == "ready"]
+    hits = [
+        (o, m) for o, m in signature_hits(state.get("observations", [])) if m.strength == "ready"
+    ]
     # a /health 200 is the front end answering, not the engine saying it is up
-    own = [m for m in hits if not frontend_only(m.line)]
-    return own[-1].line if own else None
+    own = [(o, m) for o, m in hits if not frontend_only(m.line)]
+    return [(o["id"], m.line) for o, m in own]
 
 
 def _diverse(evidence: list[dict[str, str]], most: int = 5) -> list[dict[str, str]]:

@@ -45,7 +45,8 @@ def main(cards_dir: str, results: str) -> None:
     print(
         f"n={n} right label {tally['right']}/{n} ({100 * tally['right'] / n:.0f}%), "
         f"full pass {tally['pass']}/{n}, unproven {tally['unproven']}, "
-        f"wrong {tally['wrong']}, insufficient {tally['insufficient']}"
+        f"wrong {tally['wrong']}, insufficient {tally['insufficient']}, "
+        f"cost {tally['right'] - 3 * tally['wrong']:+d} (right +1, insufficient 0, wrong -3)"
     )
 
 

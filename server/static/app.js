@@ -39,7 +39,7 @@ async function api(path, opts = {}) {
 
 // -- words -------------------------------------------------------------------------------------
 const STATUS_WORDS = { awaiting_approval: "waiting for your approval", running: "running", queued: "queued",
-  concluded: "concluded", insufficient_evidence: "not enough evidence yet", budget_exhausted: "stopped: out of budget",
+  concluded: "concluded", healthy: "healthy: up and answering", insufficient_evidence: "not enough evidence yet", budget_exhausted: "stopped: out of budget",
   error: "failed" };
 const statusWord = (s) => STATUS_WORDS[s] || s || "";
 const base = (p) => (typeof p === "string" ? p.split("/").pop() : "");

@@ -138,7 +138,8 @@ def test_a_server_that_logs_only_to_kubernetes_is_still_read(tmp_path) -> None: 
     assert any("CUDA out of memory" in e.line for e in r.evidence)
 
 
-def test_a_healthy_server_is_not_given_a_root_cause(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_a_healthy_server_is_said_healthy_not_insufficient(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Up and fine is a status a script can read (`healthy`), not "could not tell"."""
     up = "INFO Loading weights took 31.2 seconds\nINFO:     Application startup complete.\nINFO:     Uvicorn running on http://0.0.0.0:8000 (Press CTRL+C to quit)\n"
     card = _card(
         {
@@ -151,7 +152,9 @@ def test_a_healthy_server_is_not_given_a_root_cause(tmp_path) -> None:  # type: 
         GPU_HELD,
     )
     r = _run(card, tmp_path)
-    assert r.status == "insufficient_evidence" and r.root_cause is None
+    assert r.status == "healthy" and r.root_cause == "healthy", r.summary
+    assert r.confidence >= 0.7
+    assert any("Uvicorn running on" in e.line for e in r.evidence)
     assert "reported ready" in r.summary
 
 

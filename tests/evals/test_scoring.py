@@ -195,6 +195,18 @@ def test_summary_counts_also_right_among_the_unproven() -> None:
     assert s.model_dump()["also_right"] == 1  # in the JSON summary
 
 
+def test_wrong_costs_more_than_unsure() -> None:
+    """The cost figure: right +1, insufficient 0, wrong -3; one wrong undoes three rights."""
+    results = [
+        CardResult(id="a", status="concluded", outcome="passed", expected="x", got="x"),
+        CardResult(id="b", status="concluded", outcome="unproven", expected="x", got="x"),
+        CardResult(id="c", status="concluded", outcome="wrong", expected="x", got="y"),
+        CardResult(id="d", status="insufficient_evidence", outcome="insufficient", expected="x"),
+    ]
+    s = summarize(results, seconds=1.0)
+    assert (s.right_label, s.wrong, s.cost) == (2, 1, 2 - 3)
+
+
 def _res(i: str, outcome: str, passed: bool = False, **kw: Any) -> CardResult:
     return CardResult(
         id=i, path=f"{i}.yaml", status="concluded", outcome=outcome, passed=passed, **kw
