@@ -72,12 +72,15 @@ def signature_hits(observations: list[Observation]) -> list[tuple[Observation, M
             cut = last_launch(lines)
             earlier_runs |= set(lines[:cut]) - set(lines[cut:])
     old_logs = earlier_run_logs(latest)
+    from agent.kills import bystander_kills
+
+    foreign = bystander_kills(latest)  # a kill of another job is never this launch's evidence
     for o in latest:
         lines = text_lines(o)
         start = last_launch(lines) if o["tool"] in LOG_TOOLS else 0
         old = str(o["args"].get("path", "")) in old_logs
         for m in scan(lines):
-            if m.line_no >= start and m.line not in earlier_runs:
+            if m.line_no >= start and m.line not in earlier_runs and m.line not in foreign:
                 if old and m.strength in _NOW_STRENGTHS:
                     continue
                 out.append((o, m))

@@ -128,6 +128,8 @@ class Facts(BaseModel):
     dmesg_obs: str | None = None
     dmesg_lines: list[str] = Field(default_factory=list)
     dmesg_summary: str = ""
+    #: kernel kill lines of other jobs (agent/kills.py) -> why they are not the launch's
+    bystander_kills: dict[str, str] = Field(default_factory=dict)
     shm_mib: float | None = None
     shm_use_pct: float | None = None
     shm_line: str = ""
@@ -198,6 +200,11 @@ def derive(observations: list[Observation]) -> Facts:
         read = READERS.get(o["tool"])
         if read is not None:
             read(f, o, log_reads)
+    if f.dmesg_available:
+        from agent.kills import bystander_kills
+
+        f.bystander_kills = bystander_kills(observations)
+        f.dmesg_lines = [ln for ln in f.dmesg_lines if ln not in f.bystander_kills]
     _ranks(f, [ln for reads in log_reads.values() for ln in reads[-1][2]])
     _tenancy(f)
     _keep_plausible_workloads(f, log_reads)

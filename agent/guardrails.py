@@ -368,7 +368,32 @@ def _killed(action: Action, by_id: dict[str, Observation], facts: Facts, hits: H
         )
     if facts.dmesg_available and any(OOM_KILL.search(ln) for ln in facts.dmesg_lines):
         out.append("[killed_externally] the kernel log shows an OOM kill: that is host_oom_killed")
+    # an outside end shown by a line of its own (a signal, a probe, a timeout kill) rests on
+    # that line; only a conclusion from absence must not talk over an error-shaped line
+    outside = positive_external_sign(list(by_id.values()), hits)
+    clue = unexplained_log_error(list(by_id.values())) if outside is None else None
+    if own is None and clue is not None:
+        out.append(
+            f"[killed_externally] the log ends on an error of its own that no rule explains "
+            f"({clue[0]}): {clue[1][:120]!r}; not silence, so nothing is inferred from absence: "
+            "read what that line names (the full log around it, the launch command)"
+        )
     return out
+
+
+def unexplained_log_error(observations: list[Observation]) -> tuple[str, str] | None:
+    """(observation id, line) of an error-shaped line among the last lines of the newest read
+    of the launch's log since its last launch (agent/proof.py `unexplained_error`)."""
+    newest: dict[str, Observation] = {}
+    for o in observations:
+        if o["ok"] and o["tool"] in LOG_TOOLS:
+            newest[str(o["args"].get("path"))] = o
+    for o in newest.values():
+        lines = text_lines(o)
+        line = proof.unexplained_error(lines[last_launch(lines) :])
+        if line is not None:
+            return o["id"], line
+    return None
 
 
 def _bad_launch(

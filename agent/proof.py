@@ -49,6 +49,7 @@ class _Structure(BaseModel):
     frontend_only: list[str] = []
     component_failed: list[str] = []
     frontend_access: list[str] = []
+    error_shaped: list[str] = []
 
 
 def _any(patterns: list[str]) -> re.Pattern[str]:
@@ -81,6 +82,7 @@ def _rx() -> dict[str, re.Pattern[str]]:
         "frontend_only": _any(s.frontend_only or ["(?!x)x"]),
         "component_failed": _any(s.component_failed or ["(?!x)x"]),
         "frontend_access": _any(s.frontend_access or ["(?!x)x"]),
+        "error_shaped": _any(s.error_shaped or ["(?!x)x"]),
     }
 
 
@@ -208,6 +210,46 @@ def is_wrapper(line: str) -> bool:
 def external_end(line: str) -> bool:
     """A positive sign that something outside ended the process (a signal, a probe, a timeout)."""
     return bool(_rx()["external_end"].search(line))
+
+
+def error_shaped(line: str) -> bool:
+    """A line shaped like an error (structure.yaml `error_shaped`), not a warning, not an HTTP
+    access line: whatever it says, the process reported a problem of its own there."""
+    rx = _rx()
+    if rx["not_fatal"].search(line) or rx["frontend_access"].search(line):
+        return False
+    return bool(rx["error_shaped"].search(line) or rx["exception"].search(line))
+
+
+def open_traceback(lines: list[str]) -> str | None:
+    """The last traceback frame when a log ends inside a traceback (its final exception line was
+    never written: the process died mid-report, or the read was cut): an error, not silence."""
+    rx = _rx()
+    start = None
+    for i, ln in enumerate(lines):
+        if rx["traceback_start"].search(ln):
+            start = i
+        elif start is not None and fatal_kind(ln, after_traceback=True) is not None:
+            start = None
+    if start is None:
+        return None
+    frames = [ln for ln in lines[start + 1 :] if ln.strip()]
+    return frames[-1] if frames else lines[start]
+
+
+def unexplained_error(lines: list[str], last: int = 40) -> str | None:
+    """The newest error-shaped line among a log's last lines that no positive sign of an outside
+    end explains (a signal, a probe, a kill, a peer gone), or a traceback left open: the clue a
+    conclusion from absence must not talk over."""
+    tb = open_traceback(lines)
+    if tb is not None:
+        return tb
+    for ln in reversed(lines[-last:]):
+        if not ln.strip() or external_end(ln) or peer_lost(ln) or is_wrapper(ln):
+            continue
+        if error_shaped(ln):
+            return ln
+    return None
 
 
 def quote_problem(cited: str, lines: list[str]) -> str | None:

@@ -106,7 +106,17 @@ def host_rules(facts: Facts, hits, add, observations: list[Observation] | None =
         # a live launch on a host whose RAM is nearly all held: no kill *yet*
         held = max(facts.host_mem_pct or 0, facts.free_held_pct or 0)
         pressed = bool(facts.server_alive) and held >= MEM_PRESSURE_PCT
-        if not oom_proven and first:
+        if not oom_proven and facts.bystander_kills:
+            line, why = next(iter(facts.bystander_kills.items()))
+            add(
+                "host_oom_killed",
+                "fact",
+                F.refutes,
+                facts.dmesg_obs,
+                line,
+                f"the kernel's OOM kill here is a bystander's: {why}",
+            )
+        elif not oom_proven and first:
             add(
                 "host_oom_killed",
                 "fact",

@@ -1,0 +1,176 @@
+"""Whose kill is a kernel kill line: this launch's, or a bystander's on a shared box.
+
+One old OOM kill of an unrelated container poisoned every verdict on a busy host: a slow loader,
+a port conflict and a healthy server were each "host_oom_killed", citing that line. A kill line
+counts for the launch only when its victim is a member of the launch (a pid the launch's log or
+processes name) or its time falls inside the launch's life (from the log's own first stamp to a
+grace period after its last). Otherwise it is a bystander's, and no rule may cite it.
+
+Unknown stays unknown: with no stamps on either side and a victim that could be the launch
+(a Python or launcher process), the line still counts, as it did before.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+
+from agent.evidence import LOG_TOOLS, last_launch, text_lines
+from agent.proof import log_pids
+from agent.state import Observation
+from tools import engines, logtime
+
+#: How long after the log's last stamp a kill still belongs to the launch (the log stops when
+#: the process stops printing; the kernel may kill it minutes into a quiet load).
+GRACE_S = 1800
+#: How long before the log's first stamp (clocks and buffered first lines differ a little).
+LEAD_S = 120
+
+_VICTIM = (
+    re.compile(r"Killed process (\d+) \(([^)]+)\)"),
+    re.compile(r"\btask=([^,\s]+),pid=(\d+)"),
+)
+_KERNEL_STAMP = re.compile(
+    r"^\[\w{3} (?P<mon>\w{3}) +(?P<d>\d{1,2}) (?P<H>\d\d):(?P<M>\d\d):(?P<S>\d\d) (?P<Y>\d{4})\]"
+)
+_JOURNAL_STAMP = re.compile(
+    r"^(?P<mon>\w{3}) +(?P<d>\d{1,2}) (?P<H>\d\d):(?P<M>\d\d):(?P<S>\d\d) \S+ kernel:"
+)
+_MONTHS = {
+    m: i
+    for i, m in enumerate(
+        ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"), 1
+    )
+}
+KILL_LINE = re.compile(
+    r"Killed process \d+|\btask=[^,\s]+,pid=\d+|invoked oom-killer|Memory cgroup out of memory|"
+    r"oom-kill:|oom_reaper: reaped process"
+)
+
+
+def victim(line: str) -> tuple[int, str] | None:
+    """(pid, process name) a kill line names as its victim, if it names one."""
+    m = _VICTIM[0].search(line)
+    if m:
+        return int(m.group(1)), m.group(2)
+    m = _VICTIM[1].search(line)
+    if m:
+        return int(m.group(2)), m.group(1)
+    return None
+
+
+def kernel_stamp(line: str) -> logtime.Stamp | None:
+    """When a kernel line was written: `dmesg -T`'s "[Thu Apr 23 23:58:12 2026]" or a journal's
+    "Apr 23 23:58:12 host kernel:"; seconds-since-boot stamps say nothing about wall time."""
+    m = _KERNEL_STAMP.match(line) or _JOURNAL_STAMP.match(line)
+    if not m or m.group("mon") not in _MONTHS:
+        return None
+    g = m.groupdict()
+    year = int(g["Y"]) if g.get("Y") else None
+    return (year, _MONTHS[g["mon"]], int(g["d"]), int(g["H"]), int(g["M"]), int(g["S"]))
+
+
+def _seconds(s: logtime.Stamp, year: int) -> float:
+    return datetime(s[0] or year, s[1], s[2], s[3], s[4], s[5]).timestamp()
+
+
+def _launch_span(observations: list[Observation]) -> tuple[logtime.Stamp, logtime.Stamp] | None:
+    """The launch's life by its log's own clock: the newest read of each log, from its last
+    launch on; the latest-ending log is the launch's (an earlier run's log ends before it)."""
+    newest: dict[str, Observation] = {}
+    for o in observations:
+        if o["ok"] and o["tool"] in LOG_TOOLS:
+            newest[str(o["args"].get("path"))] = o
+    spans = []
+    for o in newest.values():
+        lines = text_lines(o)
+        sp = logtime.span(lines[last_launch(lines) :])
+        if sp is not None:
+            spans.append(sp)
+    if not spans:
+        return None
+    return max(spans, key=lambda sp: (sp[1][0] or 0, sp[1][1:]))
+
+
+def _log_text(observations: list[Observation]) -> str:
+    return "\n".join(
+        ln for o in observations if o["ok"] and o["tool"] in LOG_TOOLS for ln in text_lines(o)
+    )
+
+
+def _member(v: tuple[int, str], text: str, named: set[int]) -> bool:
+    """The victim is the launch's: its own log names its pid (as a writer, or "Worker PID: N"),
+    or names the program (a build's "'cicc' died due to signal 9"), or it is a builder the
+    launch runs (the registry's compilers)."""
+    pid, comm = v
+    if pid in named or re.search(rf"(?i)\bpid\b\W{{0,3}}{pid}\b", text):
+        return True
+    if len(comm) >= 3 and re.search(rf"(?<![\w-]){re.escape(comm)}(?![\w-])", text):
+        return True
+    return bool(engines.builder_pattern().search(f" {comm} "))
+
+
+def bystander_kills(observations: list[Observation]) -> dict[str, str]:
+    """Kernel kill lines that are not the launch's -> why. Lines of one kill event share its
+    stamp, so the event's other lines ("invoked oom-killer", the cgroup line) go with it."""
+    kernel = [
+        (o, ln)
+        for o in observations
+        if o["ok"] and o["tool"] in ("dmesg", "service_logs")
+        for ln in text_lines(o)
+        if KILL_LINE.search(ln)
+    ]
+    if not kernel:
+        return {}
+    span = _launch_span(observations)
+    text = _log_text(observations)
+    named = set(log_pids(text.splitlines()))
+    out: dict[str, str] = {}
+    foreign_stamps: set[logtime.Stamp] = set()
+    for _, ln in kernel:
+        why = _foreign(ln, span, text, named)
+        if why is not None:
+            out[ln] = why
+            st = kernel_stamp(ln)
+            if st is not None:
+                foreign_stamps.add(st)
+    for _, ln in kernel:
+        st = kernel_stamp(ln)
+        if ln not in out and st is not None and st in foreign_stamps and victim(ln) is None:
+            out[ln] = "part of the same kill event as a bystander's kill line"
+    return out
+
+
+def _foreign(
+    line: str, span: tuple[logtime.Stamp, logtime.Stamp] | None, text: str, named: set[int]
+) -> str | None:
+    v = victim(line)
+    if v is not None and _member(v, text, named):
+        return None
+    st = kernel_stamp(line)
+    if st is not None and span is not None:
+        year = st[0] or datetime.now().year
+        first = (span[0][0] or year, *span[0][1:])
+        last = (span[1][0] or year, *span[1][1:])
+        t = _seconds(st, year)
+        if t < _seconds(first, year) - LEAD_S:
+            return (
+                "the kill came before this launch's log began (an earlier run's, or another job's)"
+            )
+        if t > _seconds(last, year) + GRACE_S:
+            return "the kill came long after this launch's log ended"
+        return None
+    if v is not None and not _could_be_launch(v[1]):
+        return f"its victim ({v[1]}) is not a process an inference launch runs"
+    return None
+
+
+def _could_be_launch(comm: str) -> bool:
+    """A kernel comm name (15 characters at most: "VLLM::EngineCor", "sglang::schedul") that
+    an inference launch may run under: Python, a launcher, an engine or a worker title."""
+    return bool(
+        engines.workload_pattern().search(f" {comm} ")
+        or engines.name_pattern().search(comm)
+        or "::" in comm
+        or comm.lower().startswith(("ray", "pt_", "torch"))
+    )
