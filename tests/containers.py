@@ -58,7 +58,9 @@ elif mode == "oom":
         hog.append(bytearray(16 << 20))
         time.sleep(0.01)
 elif mode == "crash":
-    log("ValueError: --max-model-len 999999 exceeds the model's max_position_embeddings (4096)")
+    log("ValueError: User-specified max_model_len (999999) is greater than the derived "
+        "max_model_len (max_position_embeddings=4096 or model_max_length=None in model's "
+        "config.json).")
     sys.exit(1)
 log("INFO:     Uvicorn running on http://0.0.0.0:8000 (Press CTRL+C to quit)")
 while True:
