@@ -99,6 +99,22 @@ def snapshot_texts(value: Snapshots | None) -> list[str]:
     return [v.text if isinstance(v, TimedSnapshot) else v for v in value]
 
 
+class ContainerSnapshot(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    inspect: Snapshots | None = None
+    logs: Snapshots | None = None
+    ps: Snapshots | None = None
+    files: dict[str, Snapshots] = Field(default_factory=dict)
+    commands: dict[str, Snapshots] = Field(default_factory=dict)
+
+
+class Invocation(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    log: str | None = None
+    config: str | None = None
+    container: str | None = None
+
+
 class HostSnapshot(BaseModel):
     """The card's host. An absent key (None, or a path/command not in the mapping) was NOT
     RECORDED: tools get "not recorded in this card", never an empty answer."""
@@ -112,6 +128,7 @@ class HostSnapshot(BaseModel):
     env: Snapshots | None = None
     files: dict[str, Snapshots] = Field(default_factory=dict)
     commands: dict[str, Snapshots] = Field(default_factory=dict)
+    containers: dict[str, ContainerSnapshot] = Field(default_factory=dict)
 
 
 class TranscriptStep(BaseModel):
@@ -184,6 +201,7 @@ class IncidentCard(BaseModel):
         # a card writer's single sentence ("synthesized: the nvidia-smi table") is one note
         return [v] if isinstance(v, str) else v
 
+    invocation: Invocation = Field(default_factory=Invocation)
     host: HostSnapshot = Field(default_factory=HostSnapshot)
     transcript: list[TranscriptStep] = Field(default_factory=list)
     expected: Expected | None = None

@@ -120,16 +120,14 @@ class ContainerHost:
 
     def read_tail(self, path: str, max_bytes: int = 256_000) -> FileTail:
         q = shlex.quote(path)
-        # the size first, on its own line, then the bytes: one exec, cost independent of size
-        res = self.run(
-            f"if [ -f {q} ]; then wc -c < {q}; tail -c {int(max_bytes)} {q}; "
-            f"else echo 'no such file' >&2; exit 3; fi",
-            timeout=30,
-            max_bytes=max_bytes + 64,
-        )
-        if res.rc == 3:
+        # two plain reads (the size, then the bytes) that every Host answers, a replayed one too
+        size_res = self.run(f"stat -c %s {q}", timeout=15)
+        if size_res.rc not in (0, None) and "No such file" in size_res.stderr:
             return missing_file(self.name, path)
+        res = self.run(f"tail -c {int(max_bytes)} {q}", timeout=30, max_bytes=max_bytes)
         if not res.ok:
+            if "No such file" in res.stderr:
+                return missing_file(self.name, path)
             return FileTail(
                 host=self.name,
                 path=path,
@@ -137,9 +135,9 @@ class ContainerHost:
                 error=res.error or f"cannot read {path} in {self.name}: {res.stderr.strip()[:200]}",
                 fix=res.fix or "check the path inside the container",
             )
-        size_line, _, rest = res.stdout.partition("\n")
-        data = rest.encode("utf-8", errors="surrogateescape")
-        size = int(size_line.strip()) if size_line.strip().isdigit() else len(data)
+        data = res.stdout.encode("utf-8", errors="surrogateescape")
+        first = size_res.stdout.split()[:1]
+        size = int(first[0]) if first and first[0].isdigit() else len(data)
         return FileTail(host=self.name, path=path, data=data, size=size, bytes_read=len(data))
 
     def write_file(self, path: str, data: bytes, mode: int | None = None) -> CommandResult:

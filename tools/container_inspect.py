@@ -32,6 +32,9 @@ SHOWN_KEYS = re.compile(
 )
 
 
+_REDACTED = re.compile(r'(":\s*)\*\*\*REDACTED\*\*\*')
+
+
 class Args(BaseModel):
     name: str | None = Field(
         None, description="container name or id; the investigated container when omitted"
@@ -187,7 +190,8 @@ def _gpu_devices(hc: dict[str, Any], env: dict[str, str]) -> tuple[bool, list[st
 
 def parse_inspect(text: str) -> ContainerState:
     """`docker inspect NAME` / `podman inspect NAME` (a JSON array of one) -> the state."""
-    data = json.loads(text)
+    # a captured card replaces secret-looking values (`"Passwd": true` too) with a bare marker
+    data = json.loads(_REDACTED.sub(r'\1"<redacted>"', text))
     d: dict[str, Any] = data[0] if isinstance(data, list) else data
     st, hc, cfg = d.get("State") or {}, d.get("HostConfig") or {}, d.get("Config") or {}
     env, hidden = parse_env("\n".join(cfg.get("Env") or []))

@@ -152,5 +152,4 @@ SPEC = ToolSpec(
     scanned=True,
     launch_log=True,
     verdict_needs=True,
-    facts=("log_lines",),
 )
