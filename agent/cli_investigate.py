@@ -37,17 +37,49 @@ def _reachable_or_exit(h) -> None:  # type: ignore[no-untyped-def]
         raise typer.Exit(2)
 
 
-def _host_spec(host: str | None, local: bool, replay: str | None) -> str:
-    if replay:
-        return f"replay:{Path(replay).resolve()}"
-    return "local" if local else f"ssh:{host}"
+def _host_spec(
+    host: str | None, local: bool, replay: str | None, container: str | None = None
+) -> str:
+    spec = f"replay:{Path(replay).resolve()}" if replay else "local" if local else f"ssh:{host}"
+    return f"{spec}|container={container}" if container else spec
 
 
 def _host_from_spec(spec: str):  # type: ignore[no-untyped-def]
+    spec, _, container = spec.partition("|container=")
     kind, _, value = spec.partition(":")
-    return _host(
+    h = _host(
         value if kind == "ssh" else None, kind == "local", value if kind == "replay" else None
     )
+    return in_container(h, container or None)
+
+
+def in_container(h, container: str | None):  # type: ignore[no-untyped-def]
+    """The host itself, or a view inside one of its containers (--container NAME); a container
+    no CLI on the host knows is the answer, not a sweep of failures."""
+    if not container:
+        return h
+    from tools.container_host import ContainerHost
+
+    try:
+        inside = ContainerHost(h, container)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--container") from exc
+    down = inside.unavailable()
+    if down is not None:
+        typer.echo(f"error: {down.error}", err=True)
+        typer.echo(f"fix: {down.fix}", err=True)
+        raise typer.Exit(2)
+    return inside
+
+
+ContainerOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--container",
+        help="the server runs in this Docker/Podman container: read it inside (and its record "
+        "and log), the GPUs and kernel log outside",
+    ),
+]
 
 
 def investigate(
@@ -98,6 +130,7 @@ def investigate(
     ] = None,
     max_connections: MaxConnOpt = MAX_CONNECTIONS,
     deadline: DeadlineOpt = DEADLINE_S,
+    container: ContainerOpt = None,
 ) -> None:
     """Find why a launch died: sweep the host, weigh hypotheses, cite the log lines that prove it."""
     from agent.settings import get_settings
@@ -138,10 +171,11 @@ def investigate(
         h = _host(host, local, replay, trust_new_host_key)
         if host:
             _reachable_or_exit(h)
+        h = in_container(h, container)
         from agent.observe import Prefetch, first_wave
 
         # the sweep's first reads start now and overlap the graph machinery's imports below
-        prefetch = Prefetch(h, first_wave(list(log or [])))
+        prefetch = Prefetch(h, first_wave(list(log or []), container is not None))
     from agent.runner import Runner
 
     runner = Runner()
@@ -166,7 +200,7 @@ def investigate(
                 text or DEFAULT_SYMPTOM,
                 brain=brain,
                 on_event=on_event,
-                host_spec=_host_spec(host, local, replay),
+                host_spec=_host_spec(host, local, replay, container),
                 logs=log,
                 configs=config,
                 prefetched=prefetch,

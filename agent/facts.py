@@ -18,7 +18,18 @@ from agent import proof
 from agent.proof import frontend_only, log_pids
 from agent.state import Observation
 from agent.typed_results import typed
-from tools import disk, dmesg, engines, gpu_status, host_facts, log_tail, ports, processes
+from tools import (
+    container_inspect,
+    disk,
+    dmesg,
+    engines,
+    gpu_status,
+    host_facts,
+    log_tail,
+    ports,
+    processes,
+)
+from tools.container_inspect import ContainerState
 
 #: A process that is running now, not a leftover: R, or S/D using the CPU.
 _RUNNING_CPU = 1.0
@@ -142,6 +153,11 @@ class Facts(BaseModel):
     log_growth: dict[str, bool] = Field(default_factory=dict)  # path -> grew between reads
     log_growth_obs: dict[str, str] = Field(default_factory=dict)
     log_watch: dict[str, bool] = Field(default_factory=dict)  # path -> grew within the window
+    #: the server's container (--container): its record, the observation and lines it came from
+    container: ContainerState | None = None
+    container_cli: str = ""
+    container_obs: str | None = None
+    container_lines: list[str] = Field(default_factory=list)
 
     @property
     def server_alive(self) -> bool | None:
@@ -625,6 +641,20 @@ def _disk(f: Facts, o: Observation, _logs: LogReads) -> None:
             f.full_mounts.append((m.mount, float(m.use_pct), line))
 
 
+def _container(f: Facts, o: Observation, _logs: LogReads) -> None:
+    res = typed(o, container_inspect.Result)
+    c = res.container
+    if c is None:
+        return
+    f.container, f.container_cli, f.container_obs = c, res.cli, o["id"]
+    f.container_lines = [ln for ln in o["lines"] if not ln.startswith("# ")]
+    if f.shm_mib is None and c.shm_size is not None and not c.ipc_host:
+        # a stopped container cannot be read inside: its /dev/shm is what the run gave it
+        f.shm_mib = c.shm_size / (1 << 20)
+        f.shm_line = _find_line(o["lines"], '"ShmSize"')
+        f.disk_obs = f.disk_obs or o["id"]
+
+
 #: Which tools' results facts are built from, and the reader of each: the tools whose spec
 #: declares `facts=(...)` (tests/agent/test_facts_typed.py holds the two together).
 READERS: dict[str, Callable[[Facts, Observation, LogReads], None]] = {
@@ -635,4 +665,5 @@ READERS: dict[str, Callable[[Facts, Observation, LogReads], None]] = {
     "ports": _ports,
     "log_tail": _log_tail,
     "host_facts": _host_facts,
+    "container_inspect": _container,
 }

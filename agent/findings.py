@@ -9,6 +9,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 from agent import proof
+from agent.containers import own_container_hits
 from agent.evidence import signature_hits
 from agent.facts import Facts, derive
 from agent.rules import (
@@ -124,7 +125,7 @@ def _noise(o: Observation, m: Match, hits: list[tuple[Observation, Match]]) -> b
 
 def compute(observations: list[Observation]) -> tuple[list[Finding], Facts]:
     facts = derive(observations)
-    hits = signature_hits(observations)
+    hits = own_container_hits(facts, signature_hits(observations))
     findings: list[Finding] = []
     seen: set[tuple[str | None, str]] = set()
 

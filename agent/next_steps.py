@@ -348,6 +348,17 @@ BY_LABEL = {
 def from_facts(
     label: str, facts: Facts, observations: list[Observation], evidence: list[dict[str, str]]
 ) -> str | None:
+    if facts.container is not None:
+        # a container's limits are set on its run command: say it in those terms, never the host's
+        from agent import containers
+
+        port = _port(evidence, observations)
+        step = containers.next_step(label, facts.container, facts.container_cli, port)
+        notes = containers.notes(facts.container, facts.container_cli, port)
+        if step or notes:
+            rest = BY_LABEL.get(label)
+            first = step or (rest(facts, observations, evidence) if rest else None) or ""
+            return " ".join([first, *notes]).strip()
     fn = BY_LABEL.get(label)
     return fn(facts, observations, evidence) if fn else None
 

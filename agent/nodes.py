@@ -29,6 +29,7 @@ from agent.observe import first_wave, run_many
 from agent.state import Action, Observation, State
 from agent.thresholds import THRESHOLDS
 from tools import registry as tool_registry
+from tools.container_host import container_of
 from tools.registry import TOOLS
 
 MAX_LOGS, MAX_CONFIGS = 3, 4
@@ -66,7 +67,7 @@ def sweep(state: State, runtime: Runtime[RunContext]) -> dict[str, Any]:
         },
     )
     # each tool says on its spec whether (and where, with which arguments) it joins wave 1
-    wave1 = first_wave(list(ctx.extra_logs))
+    wave1 = first_wave(list(ctx.extra_logs), container_of(host) is not None)
     early = ctx.prefetched.take(host, wave1) if ctx.prefetched is not None else None
     obs1 = early if early is not None else run_many(host, wave1, 1, 0)
     for o in obs1:

@@ -66,9 +66,10 @@ def run_many(
     return out
 
 
-def first_wave(extra_logs: list[str]) -> list[tuple[str, dict[str, Any]]]:
+def first_wave(extra_logs: list[str], container: bool = False) -> list[tuple[str, dict[str, Any]]]:
     """Round 0's first reads, as each tool's spec places itself in the sweep; the operator's
-    logs go to `processes` so it can tie them to their writers."""
+    logs go to `processes` so it can tie them to their writers; a container's record and log
+    join them when the investigation is of a container."""
     return [
         (
             s.name,
@@ -76,7 +77,7 @@ def first_wave(extra_logs: list[str]) -> list[tuple[str, dict[str, Any]]]:
             if s.name == "processes" and extra_logs
             else dict(s.first_sweep_args),
         )
-        for s in tool_registry.first_sweep()
+        for s in tool_registry.first_sweep(container)
     ]
 
 

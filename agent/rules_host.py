@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 
+from agent.containers import container_rules
 from agent.facts import Facts
 from agent.rules_common import (
     HW_ERROR,
@@ -91,6 +92,7 @@ def _k8s_rules(observations: list[Observation], add) -> None:  # type: ignore[no
 def host_rules(facts: Facts, hits, add, observations: list[Observation] | None = None) -> None:  # type: ignore[no-untyped-def]
     labels_hit = {m.label for _, m in hits if m.label and m.strength in ("fatal", "strong")}
     _port_owner_rule(facts, hits, add)
+    container_rules(facts.container, facts.container_obs, facts.container_lines, add)
     oom_fatal = any(m.label == "host_oom_killed" and m.strength == "fatal" for _, m in hits)
     if observations and not oom_fatal:
         _k8s_rules(observations, add)
@@ -100,7 +102,7 @@ def host_rules(facts: Facts, hits, add, observations: list[Observation] | None =
         oom_proven = any(
             m.label == "host_oom_killed" and (m.strength == "fatal" or o["tool"] == "dmesg")
             for o, m in hits
-        )
+        ) or bool(facts.container and facts.container.killed_by_limit)
         from tools.processes import MEM_PRESSURE_PCT
 
         # a live launch on a host whose RAM is nearly all held: no kill *yet*

@@ -187,6 +187,7 @@ class ReplayHost:
         self._overlay: dict[str, bytes] = {}
         self._now = 0.0  # the investigation's virtual clock: waits advance it, never sleep
         self._t0: float | None = None  # the clock at the first read: time 0 of timed snapshots
+        self._inside: dict[str, ReplayHost] = {}  # a view inside each recorded container
 
     def clock(self) -> float:
         return self._now
@@ -316,6 +317,47 @@ class ReplayHost:
             return _Unrecorded(f"host.{key} is absent ({what})")
         return self._cursor.read(key, value, t)
 
+    def _container_answer(self, args: list[str], t: float) -> str | _Unrecorded | _Absent | None:
+        """`docker|podman inspect|logs|exec NAME ...` from host.containers; None: not one."""
+        verb = next((a for a in args if not a.startswith("-")), "")
+        rest = args[args.index(verb) + 1 :] if verb else []
+        names = [a for a in rest if not a.startswith(("-", "{{", "2>", ">")) and not a.isdigit()]
+        if verb not in ("inspect", "logs", "exec") or not names:
+            return None
+        # `logs --tail 300 NAME`: the name is last; `exec NAME sh -c ...`: first
+        name = names[0] if verb == "exec" else names[-1]
+        snap = self._snap.containers.get(name)
+        if snap is None:
+            if not self._snap.containers:
+                return _Unrecorded(f"host.containers is absent (container {name})")
+            return _Absent(f"Error: no such container {name}\n")
+        if verb == "inspect":
+            if snap.inspect is None:
+                return _Unrecorded(f"host.containers.{name}.inspect is absent")
+            text = self._cursor.read(f"ctr:{name}:inspect", snap.inspect, t)
+            if any("{{.Id}}" in a for a in args):  # the CLI probe: one line, the id
+                return (re.search(r'"Id":\s*"([0-9a-f]+)"', text) or ["", name])[1] + "\n"
+            return text
+        if verb == "logs":
+            if snap.logs is None:
+                return _Unrecorded(f"host.containers.{name}.logs is absent")
+            return self._cursor.read(f"ctr:{name}:logs", snap.logs, t)
+        inner = rest[rest.index(name) + 1 :]
+        command = inner[2] if inner[:2] == ["sh", "-c"] and len(inner) > 2 else shlex.join(inner)
+        view = HostSnapshot(ps=snap.ps, files=snap.files, commands=snap.commands)
+        sub = self._inside.get(name)
+        if sub is None:
+            sub = self._inside[name] = ReplayHost(
+                IncidentCard.model_construct(id=self.name + "-" + name, host=view), self.name
+            )
+        sub._now = self._now
+        res = sub.run(command)
+        if res.error:
+            return _Unrecorded(f"host.containers.{name}: {res.error.split(': ', 1)[-1]}")
+        if res.rc != 0:
+            return _Absent(res.stderr)
+        return res.stdout
+
     def _answer(self, command: str, t: float) -> str | _Unrecorded | _Absent:
         exact = self._snap.commands.get(command)
         if exact is not None:
@@ -326,6 +368,15 @@ class ReplayHost:
             return unrecorded
         prog = posixpath.basename(toks[0])
         args = toks[1:]
+        if prog in ("docker", "podman"):
+            # the full command: `exec NAME sh -c 'a | b'` keeps its inner pipeline
+            try:
+                full = shlex.split(command)
+            except ValueError:
+                full = toks
+            inside = self._container_answer(full[1:], t)
+            if inside is not None:
+                return inside
         if prog == "nvidia-smi":
             joined = " ".join(args)
             if "--query-gpu" in joined:

@@ -63,6 +63,8 @@ class CaptureOptions(BaseModel):
     symptom: str | None = None
     engine: str | None = None
     log_bytes: int = LOG_TAIL_BYTES
+    #: the server's Docker/Podman container: its record, log and inside view go to host.containers
+    container: str | None = None
 
 
 class CaptureResult(BaseModel):
@@ -257,7 +259,45 @@ def collect(host: Host, options: CaptureOptions) -> tuple[dict[str, Any], list[s
             commands[command] = red(out)
     if commands:
         snap["commands"] = commands
+    if options.container:
+        snap["containers"] = {options.container: _container(host, options.container, red, notes)}
     return snap, notes, red.report()
+
+
+def _container(host: Host, name: str, red: Redactor, notes: list[str]) -> dict[str, Any]:
+    """host.containers.NAME: the record and log through the CLI, ps and df from inside."""
+    from tools.container_host import ContainerHost
+
+    inside = ContainerHost(getattr(host, "outer", host), name)
+    down = inside.unavailable()
+    if down is not None:
+        notes.append(down.error or f"container {name} not found")
+        return {}
+    cli, out = inside.cli(), {}
+    for key, command in (
+        ("inspect", f"{cli} inspect {name}"),
+        ("logs", f"{cli} logs --timestamps {name} 2>&1"),
+    ):
+        text, note = _run(inside.outer, command)
+        if text is None:
+            notes.append(note or command)
+        else:
+            out[key] = red(text)
+    ps, note = _run(inside, "ps auxww")
+    if ps is None:
+        notes.append(f"inside {name}: {note}")
+    else:
+        out["ps"] = red(ps)
+    commands = {}
+    for command in ("df -h /dev/shm", "df -h", "free -m", "env"):
+        text, note = _run(inside, command)
+        if text is None:
+            notes.append(f"inside {name}: {note}")
+        else:
+            commands[command] = red(text)
+    if commands:
+        out["commands"] = commands
+    return out
 
 
 def draft_card(
@@ -286,6 +326,7 @@ def draft_card(
         "symptom": options.symptom
         or f"The inference server launch on {where} failed or never became ready. Why?",
         "synthesized": [],
+        **({"invocation": {"container": options.container}} if options.container else {}),
         "host": snap,
     }
     IncidentCard.model_validate(card)  # a bug here must not produce a file

@@ -223,6 +223,10 @@ def capture_cmd(
         str | None, typer.Option(help="sglang | vllm | trtllm | torch | other (default: guess)")
     ] = None,
     force: Annotated[bool, typer.Option("--force", help="overwrite an existing file")] = False,
+    container: Annotated[
+        str | None,
+        typer.Option("--container", help="the server's Docker/Podman container: record it too"),
+    ] = None,
 ) -> None:
     """Snapshot a live host into an incident-card draft, secrets redacted, label left to fill."""
     from evals.capture import CaptureOptions, capture, describe
@@ -243,6 +247,7 @@ def capture_cmd(
         redact_hosts=redact_hosts,
         symptom=symptom,
         engine=engine,
+        container=container,
     )
     try:
         result = capture(h, out, opts)

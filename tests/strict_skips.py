@@ -15,7 +15,9 @@ from typing import Any
 import pytest
 
 #: A skip reason naming one of these is a missing real component.
-REQUIRED = re.compile(r"(?i)\bsshd\b|\bopenssh\b|chrom(?:e|ium)|playwright|postgres|\bpsql\b|tmux")
+REQUIRED = re.compile(
+    r"(?i)\bsshd\b|\bopenssh\b|chrom(?:e|ium)|playwright|postgres|\bpsql\b|tmux|\bpodman\b"
+)
 
 
 def in_ci() -> bool:

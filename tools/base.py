@@ -59,6 +59,8 @@ class ToolSpec(Generic[A, R]):
     first_sweep: int | None = None
     #: the arguments of that first-wave call (find_logs walks more roots than its default)
     first_sweep_args: dict[str, Any] = field(default_factory=dict)
+    #: it reads a container's record (inspect, logs): in the first sweep only with --container
+    container_only: bool = False
     #: its lines are scanned for failure signatures (agent/knowledge/signatures/)
     scanned: bool = False
     #: its lines are a launch's own log: read from the last launch on, the launch's verdict

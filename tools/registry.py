@@ -51,9 +51,17 @@ def load(here: Path = Path(__file__).parent, package: str = "tools") -> list[Too
 
 
 # -- what the agent asks the registry (each tool says it on its own spec) ---------------------
-def first_sweep() -> list[ToolSpec]:
-    """Round 0's first wave, in the order the tools ask for."""
-    return sorted((s for s in TOOLS.values() if s.first_sweep is not None), key=_sweep_place)
+def first_sweep(container: bool = False) -> list[ToolSpec]:
+    """Round 0's first wave, in the order the tools ask for; a container's own tools only when
+    the investigation is of a container."""
+    return sorted(
+        (
+            s
+            for s in TOOLS.values()
+            if s.first_sweep is not None and (container or not s.container_only)
+        ),
+        key=_sweep_place,
+    )
 
 
 def _sweep_place(spec: ToolSpec) -> int:

@@ -35,7 +35,12 @@ def test_the_first_sweep_and_the_scanned_tools_are_what_the_specs_say() -> None:
         "host_facts",
         "find_logs",
     ]
-    assert registry.launch_logs() == {"log_tail", "service_logs"}
+    # a container's record and log join the sweep only when a container is investigated
+    assert [s.name for s in registry.first_sweep(container=True)][-2:] == [
+        "container_inspect",
+        "container_logs",
+    ]
+    assert registry.launch_logs() == {"log_tail", "service_logs", "container_logs"}
     assert registry.launch_logs() <= registry.scanned()
     # no changing tool ever runs unasked
     assert not any(s.changing for s in registry.first_sweep())

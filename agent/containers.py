@@ -1,0 +1,140 @@
+"""What a container's own record proves, and next steps in its run command's terms.
+
+The facts come from `container_inspect` (tools/container_inspect.py); the wording from
+agent/knowledge/containers.yaml. A container killed by its memory limit is `host_oom_killed`
+even when the kernel log shows nothing (the runtime said exit 137 under a limit); its /dev/shm is
+what the run gave it (`ShmSize`), read from the record when the container is not running and
+nothing can be read inside it.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict
+
+from agent.rules_common import F
+from tools import yamlio
+from tools.container_inspect import ContainerState
+
+KNOWLEDGE = Path(__file__).parent / "knowledge" / "containers.yaml"
+#: a container that restarted this often is in a restart loop
+RESTART_LOOP = 2
+MODEL_CACHE = ("/root/.cache/huggingface", "/models", "/data", "huggingface")
+
+
+class ContainerKnowledge(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    next_steps: dict[str, str]
+    notes: dict[str, str]
+
+
+@lru_cache(maxsize=1)
+def knowledge() -> ContainerKnowledge:
+    return ContainerKnowledge.model_validate(
+        yamlio.safe_load(KNOWLEDGE.read_text(encoding="utf-8"))
+    )
+
+
+def _mib(n: int | None) -> str:
+    if not n:
+        return "no limit"
+    return f"{n / (1 << 20):.0f} MiB" if n < 1 << 30 else f"{n / (1 << 30):.1f} GiB"
+
+
+def _words(c: ContainerState, cli: str, port: int | None = None, path: str = "") -> dict[str, str]:
+    return {
+        "name": c.name,
+        "cli": cli or "docker",
+        "shm": "the host's /dev/shm" if c.ipc_host else _mib(c.shm_size),
+        "memory": _mib(c.memory_limit),
+        "restarts": str(c.restart_count),
+        "policy": c.restart_policy or "-",
+        "port": str(port or 8000),
+        "path": path,
+    }
+
+
+def next_step(label: str, c: ContainerState, cli: str, port: int | None = None) -> str | None:
+    text = knowledge().next_steps.get(label)
+    return text.format(**_words(c, cli, port)) if text else None
+
+
+def notes(c: ContainerState, cli: str, port: int | None = None) -> list[str]:
+    """What the record shows is wrong with the run command, whatever the label."""
+    k, out = knowledge().notes, []
+    if c.restart_count >= RESTART_LOOP:
+        out.append(k["restart_loop"].format(**_words(c, cli)))
+    if not c.gpus_requested:
+        out.append(k["no_gpu"].format(**_words(c, cli)))
+    published = {p.container_port.split("/")[0] for p in c.ports if p.host_port}
+    if port is not None and not c.network_host and str(port) not in published:
+        out.append(k["port_not_published"].format(**_words(c, cli, port)))
+    cache = [m for m in c.mounts if any(x in m.destination for x in MODEL_CACHE)]
+    if not cache:
+        out.append(k["cache_not_mounted"].format(**_words(c, cli)))
+    for m in cache:
+        if m.read_only:
+            out.append(k["cache_read_only"].format(**_words(c, cli, path=m.destination)))
+    return out
+
+
+def own_container_hits(facts, hits):  # type: ignore[no-untyped-def]
+    """A container's investigation reads the host's kernel log, which also holds other
+    containers' OOM kills: those are not this container's, when its record shows it exited on
+    its own (an exit code of its own, not 137) or the line names another container's id."""
+    c = facts.container
+    if c is None:
+        return hits
+    own_exit = c.exit_code not in (None, 0, 137) and not c.running
+
+    def foreign(o, m) -> bool:  # type: ignore[no-untyped-def]
+        if o["tool"] != "dmesg" or m.label != "host_oom_killed":
+            return False
+        other = _CONTAINER_ID.search(m.line)
+        return own_exit or bool(other and c.id and not other.group(1).startswith(c.id))
+
+    return [(o, m) for o, m in hits if not foreign(o, m)]
+
+
+_CONTAINER_ID = re.compile(r"(?:libpod|docker)-([0-9a-f]{12,64})")
+
+
+def _line(lines: list[str], key: str) -> str:
+    return next((ln for ln in lines if ln.startswith(f'"{key}"')), "")
+
+
+def container_rules(c: ContainerState | None, obs: str | None, lines: list[str], add) -> None:  # type: ignore[no-untyped-def]
+    """The record's own proof: killed by its limit (exit 137), or not killed at all."""
+    if c is None or obs is None:
+        return
+    if c.killed_by_limit:
+        line = _line(lines, "OOMKilled") if c.oom_killed else _line(lines, "ExitCode")
+        add(
+            "host_oom_killed",
+            "fact",
+            F.supports_clearly,
+            obs,
+            line,
+            f"container {c.name} was killed by its memory limit ({_mib(c.memory_limit)}): "
+            + ("OOMKilled true" if c.oom_killed else "exit 137 (SIGKILL) with a limit set"),
+        )
+        add(
+            "killed_externally",
+            "fact",
+            F.weakens_clearly,
+            obs,
+            line,
+            "the container's memory limit ended it, not a person or a supervisor",
+        )
+    elif c.exit_code not in (None, 137) and not c.running and c.finished_at:
+        add(
+            "host_oom_killed",
+            "fact",
+            F.refutes,
+            obs,
+            _line(lines, "ExitCode"),
+            f"container {c.name} exited {c.exit_code} on its own, OOMKilled false",
+        )

@@ -1,0 +1,222 @@
+"""Real Podman containers for tests: a small image made on this machine, and staged failures.
+
+No registry is reachable, so the image is a root filesystem tarball built here (Python with its
+standard library, a shell, procps and coreutils: what a server image and Pivot's reads need)
+and loaded with `podman import`. Its tag carries a hash of the recipe, so it is built once per
+recipe and reused across test sessions. A test that needs Podman skips with "podman ..." outside
+CI and fails in CI (tests/strict_skips.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+PODMAN = shutil.which("podman")
+BINARIES = (
+    "sh", "dash", "bash", "ps", "df", "tail", "head", "cat", "grep", "env", "sleep", "dd", "ls",
+    "wc", "stat", "find", "timeout", "readlink", "printf", "mv", "rm", "mkdir", "true", "false",
+    "sed", "tr", "sort", "uniq", "id", "hostname", "ss",
+)  # fmt: skip
+#: The stand-in engine: what it does is chosen by its first argument (see ENGINE below).
+ENGINE = r"""
+import os, sys, time
+mode = sys.argv[1] if len(sys.argv) > 1 else "serve"
+log = lambda m: print(m, flush=True)
+log("INFO:     Started server process [%d]" % os.getpid())
+log("INFO vllm.engine: Initializing an LLM engine (v0.6.3) with config: model='/models/tiny'")
+if mode == "shm":
+    # what NCCL / the worker's shared-memory broadcast does: a big segment in /dev/shm
+    log("INFO worker: allocating 256 MiB shared memory buffer in /dev/shm for NCCL")
+    try:
+        with open("/dev/shm/nccl-buffer", "wb") as fh:
+            for _ in range(256):
+                fh.write(b"\0" * (1 << 20))
+                fh.flush()
+    except OSError as exc:
+        log("ERROR nccl: NCCL WARN Error while creating shared memory segment /dev/shm/nccl-buffer "
+            "(size 268435456): %s" % exc)
+        log("RuntimeError: NCCL error: unhandled system error (run with NCCL_DEBUG=INFO for details)")
+        sys.exit(1)
+elif mode == "oom":
+    log("INFO model_runner: Loading model weights into host memory")
+    hog = []
+    while True:
+        hog.append(bytearray(16 << 20))
+        time.sleep(0.01)
+elif mode == "crash":
+    log("ValueError: User-specified max_model_len (999999) is greater than the derived "
+        "max_model_len (max_position_embeddings=4096 or model_max_length=None in model's "
+        "config.json).")
+    sys.exit(1)
+log("INFO:     Uvicorn running on http://0.0.0.0:8000 (Press CTRL+C to quit)")
+while True:
+    time.sleep(1)
+"""
+
+
+def available() -> str | None:
+    """Why Podman cannot run here, or None when it can."""
+    if PODMAN is None:
+        return "podman is not installed (run scripts/system-deps.sh)"
+    res = subprocess.run([PODMAN, "info", "--format", "{{.Host.OCIRuntime.Name}}"],
+                         capture_output=True, text=True, timeout=60)  # fmt: skip
+    if res.returncode != 0:
+        return f"podman cannot run here: {res.stderr.strip()[:300]}"
+    return None
+
+
+def need_podman() -> str:
+    why = available()
+    if why:
+        pytest.skip(why)
+    assert PODMAN is not None
+    return PODMAN
+
+
+def _libs(paths: list[str]) -> set[str]:
+    out: set[str] = set()
+    res = subprocess.run(["ldd", *paths], capture_output=True, text=True)
+    for ln in res.stdout.splitlines():
+        parts = ln.split()
+        for p in parts:
+            if p.startswith("/") and os.path.exists(p):
+                out.add(p)
+    return out
+
+
+def _recipe() -> tuple[str, list[str], Path]:
+    python = os.path.realpath(sys.executable)
+    stdlib = Path(os.__file__).resolve().parent
+    bins = [p for b in BINARIES if (p := shutil.which(b, path="/usr/bin:/bin:/usr/sbin"))]
+    key = hashlib.sha256(
+        "\n".join([python, str(stdlib), *bins, ENGINE, sys.version]).encode()
+    ).hexdigest()[:12]
+    return key, [python, *bins], stdlib
+
+
+def image() -> str:
+    """The test image's tag, built (once per recipe) from this machine's own files."""
+    podman = need_podman()
+    key, bins, stdlib = _recipe()
+    tag = f"localhost/pivot-test-engine:{key}"
+    if subprocess.run([podman, "image", "exists", tag]).returncode == 0:
+        return tag
+    with tempfile.TemporaryDirectory(prefix="pivot-rootfs-") as tmp:
+        tar_path = Path(tmp) / "rootfs.tar"
+        with tarfile.open(tar_path, "w") as tar:
+            added: set[str] = set()
+
+            def add(path: str, source: str | None = None) -> None:
+                # one entry per path: the layer format refuses duplicates
+                if path in added:
+                    return
+                added.add(path)
+                tar.add(source or path, arcname=path.lstrip("/"), recursive=False)
+
+            def add_tree(root: Path) -> None:
+                for dirpath, dirnames, filenames in os.walk(root):
+                    dirnames[:] = [
+                        d for d in dirnames if d not in ("test", "tests", "__pycache__", "idlelib")
+                    ]
+                    add(dirpath)
+                    for f in filenames:
+                        add(os.path.join(dirpath, f))
+
+            for p in [*bins, *_libs(bins)]:
+                add(p, os.path.realpath(p))
+            # the interpreter finds its prefix from its own path: mirror it, stdlib included
+            add_tree(stdlib)
+            dyn = stdlib / "lib-dynload"
+            if dyn.is_dir():
+                for so in _libs([str(x) for x in dyn.glob("*.so")]):
+                    add(so, os.path.realpath(so))
+            for d in ("tmp", "dev/shm", "proc", "sys", "etc", "models", "var/log"):
+                info = tarfile.TarInfo(d)
+                info.type = tarfile.DIRTYPE
+                info.mode = 0o1777 if d == "tmp" else 0o755
+                tar.addfile(info)
+            for name, text in (
+                ("engine.py", ENGINE),
+                ("etc/passwd", "root:x:0:0:root:/root:/bin/sh\n"),
+                ("etc/group", "root:x:0:\n"),
+            ):
+                data = text.encode()
+                info = tarfile.TarInfo(name)
+                info.size, info.mode = len(data), 0o644
+                import io
+
+                tar.addfile(info, io.BytesIO(data))
+            py = tarfile.TarInfo("usr/local/bin/python3")
+            py.type, py.linkname = tarfile.SYMTYPE, bins[0]
+            tar.addfile(py)
+        res = subprocess.run([podman, "import", str(tar_path), tag], capture_output=True, text=True)
+        if res.returncode != 0:
+            raise RuntimeError(f"podman import failed: {res.stderr[-2000:]}")
+    return tag
+
+
+def python_in_image() -> str:
+    return os.path.realpath(sys.executable)
+
+
+@contextlib.contextmanager
+def container(*run_args: str, mode: str = "serve", wait_for: str | None = None,
+              timeout: float = 60) -> Iterator[str]:  # fmt: skip
+    """Run the stand-in engine in MODE in a fresh container (`podman run -d RUN_ARGS`), yield its
+    name once WAIT_FOR holds ("exited", "running", "restarted" or None), remove it after."""
+    podman = need_podman()
+    tag = image()
+    name = f"pivot-test-{mode}-{uuid.uuid4().hex[:8]}"
+    subprocess.run(
+        [
+            podman,
+            "run",
+            "-d",
+            "--name",
+            name,
+            *run_args,
+            tag,
+            python_in_image(),
+            "/engine.py",
+            mode,
+        ],
+        check=True,
+        capture_output=True,
+    )
+    try:
+        deadline = time.monotonic() + timeout
+        while wait_for:
+            state = inspect(name)["State"]
+            restarts = inspect(name).get("RestartCount", 0)
+            if wait_for == "exited" and state["Status"] in ("exited", "stopped"):
+                break
+            if wait_for == "running" and state["Status"] == "running":
+                break
+            if wait_for == "restarted" and restarts >= 2:
+                break
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{name} never reached {wait_for}: {state}")
+            time.sleep(0.3)
+        yield name
+    finally:
+        subprocess.run([podman, "rm", "-f", "-t", "0", name], capture_output=True)
+
+
+def inspect(name: str) -> dict:  # type: ignore[type-arg]
+    assert PODMAN is not None
+    res = subprocess.run([PODMAN, "inspect", name], capture_output=True, text=True, check=True)
+    return json.loads(res.stdout)[0]  # type: ignore[no-any-return]
