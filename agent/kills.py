@@ -123,12 +123,13 @@ def bystander_kills(observations: list[Observation]) -> dict[str, str]:
     if not kernel:
         return {}
     span = _launch_span(observations)
+    own_end = _own_error_end(observations)
     text = _log_text(observations)
     named = set(log_pids(text.splitlines()))
     out: dict[str, str] = {}
     foreign_stamps: set[logtime.Stamp] = set()
     for _, ln in kernel:
-        why = _foreign(ln, span, text, named)
+        why = _foreign(ln, span, text, named, own_end)
         if why is not None:
             out[ln] = why
             st = kernel_stamp(ln)
@@ -141,8 +142,29 @@ def bystander_kills(observations: list[Observation]) -> dict[str, str]:
     return out
 
 
+def _own_error_end(observations: list[Observation]) -> str | None:
+    """The error line the launch's log ends on, when it ended on one of its own (not a signal,
+    not a kill): such a launch did not die of a kill nothing ties to it."""
+    from agent.proof import external_end, unexplained_error
+
+    for o in observations:
+        if o["ok"] and o["tool"] in LOG_TOOLS:
+            lines = text_lines(o)
+            tail = lines[last_launch(lines) :]
+            if any(external_end(ln) or KILL_LINE.search(ln) for ln in tail[-5:]):
+                return None
+            line = unexplained_error(tail, last=5)
+            if line is not None:
+                return line
+    return None
+
+
 def _foreign(
-    line: str, span: tuple[logtime.Stamp, logtime.Stamp] | None, text: str, named: set[int]
+    line: str,
+    span: tuple[logtime.Stamp, logtime.Stamp] | None,
+    text: str,
+    named: set[int],
+    own_end: str | None = None,
 ) -> str | None:
     v = victim(line)
     if v is not None and _member(v, text, named):
@@ -160,6 +182,11 @@ def _foreign(
         if t > _seconds(last, year) + GRACE_S:
             return "the kill came long after this launch's log ended"
         return None
+    if own_end is not None:
+        return (
+            "nothing ties this kill to the launch (no pid of its, no time), and the launch's log "
+            f"ends on an error of its own: {own_end[:80]!r}"
+        )
     if v is not None and not _could_be_launch(v[1]):
         return f"its victim ({v[1]}) is not a process an inference launch runs"
     return None

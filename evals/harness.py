@@ -128,8 +128,13 @@ class _Worker:
         card = loaded.card
         start = time.perf_counter()
         try:
+            host = ReplayHost(card)
+            if card.invocation.container:  # --container NAME, exactly as the CLI passes it
+                from tools.container_host import ContainerHost
+
+                host = ContainerHost(host, card.invocation.container)
             report = investigate(
-                ReplayHost(card),
+                host,
                 card.symptom,
                 brain=self.brain,
                 settings=self.settings,
