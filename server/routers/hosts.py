@@ -11,6 +11,7 @@ from starlette.concurrency import run_in_threadpool
 from server.deps import Catalog, Config
 from server.file_policy import Protected
 from server.hosts import LOCAL, HostInfo, UnknownHost
+from server.local_read import looks_binary
 from server.local_read import read_tail as read_local_tail
 from server.paths import PathRefused, check_lexical, check_on_host
 from server.schemas import FileTailOut
@@ -65,9 +66,11 @@ def read_file(
         raise HTTPException(exc.status, exc.message) from exc
     finally:
         h.close()
+    if looks_binary(tail.data):
+        raise HTTPException(415, f"{path} is not text (binary content); the file API reads logs")
     return FileTailOut(
         host=host,
-        path=checked,
+        path=posixpath.normpath(path),
         exists=tail.exists,
         size=tail.size,
         text=decode(tail.data),

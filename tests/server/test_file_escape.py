@@ -21,6 +21,7 @@ import pytest
 from server.auth import ensure_token
 from server.file_policy import shipped
 from tests.server.conftest import Live, start_live
+from tests.sshd import Sshd
 
 SECRET = "TOP-SECRET-0xC0FFEE"
 
@@ -163,3 +164,45 @@ def test_binary_file_is_415_and_text_with_escapes_is_not(srv: Live, logs: Path) 
             assert "binary" in r.json()["detail"]
         r = _get(c, str(logs / "colour.log"))
         assert r.status_code == 200 and "café" in r.json()["text"]
+
+
+def test_ssh_host_refuses_fifos_binaries_and_links_out(tmp_path: Path, sshd: Sshd) -> None:
+    """The same probes on a real SSH host: the checks run there (`stat`, `readlink`), a FIFO
+    is refused before any read, a binary answers 415, a link out of the roots 403."""
+    d = sshd.scratch / f"escape-{tmp_path.name}"
+    d.mkdir()
+    (d / "engine.log").write_text("CUDA out of memory\n")
+    os.mkfifo(d / "stuck.log")
+    (d / "core.log").write_bytes(bytes(range(256)) * 50)
+    secret = sshd.scratch / f"secret-{tmp_path.name}"
+    secret.write_text(SECRET)
+    os.symlink(secret, d / "current.log")
+    d.chmod(0o755)
+    for name in ("engine.log", "core.log"):
+        (d / name).chmod(0o644)
+    cfg = tmp_path / "ssh_config"
+    cfg.write_text(
+        f"Host gpu-files\n  HostName {sshd.host}\n  Port {sshd.port}\n  User {sshd.user}\n"
+        f"  IdentityFile {sshd.client_key}\n  IdentitiesOnly yes\n"
+        f"  UserKnownHostsFile {sshd.known_hosts}\n"
+    )
+    home = tmp_path / "home"
+    ensure_token(home)
+    live = start_live(home, database_url=None, ssh_config=cfg, read_roots={"*": [str(d)]})
+    try:
+        with live.client() as c:
+
+            def get(name: str) -> httpx.Response:
+                return c.get("/api/hosts/gpu-files/file", params={"path": str(d / name)})
+
+            r = get("engine.log")
+            assert r.status_code == 200 and r.json()["text"] == "CUDA out of memory\n", r.text
+            t0 = time.monotonic()
+            r = get("stuck.log")
+            assert r.status_code == 415 and "fifo" in r.text.lower(), r.text
+            assert time.monotonic() - t0 < 10
+            assert get("core.log").status_code == 415
+            r = get("current.log")
+            assert r.status_code == 403 and SECRET not in r.text
+    finally:
+        live.stop()
