@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Annotated, TextIO
 
 import typer
 
+from agent.chat_view import ChatView, Kind
 from agent.models import Decision, Event, Report
 from agent.narrate import conclusion, sentence
 from tools.host import Host
@@ -36,6 +37,8 @@ HELP = (
 )
 AGENT = "pivot> "
 PROMPT = "you> "
+#: Answers to a yes/no question; typed when no question is asked, they start nothing.
+YES_NO = frozenset({"y", "yes", "n", "no", "ok", "okay", "sure", "nope"})
 
 
 class Chat:
@@ -52,6 +55,7 @@ class Chat:
     ) -> None:
         self.runner, self.host, self.host_spec, self.brain = runner, host, host_spec, brain
         self.read, self.out = read, out
+        self.view = ChatView(out)
         self.session_id: str | None = None
         self.logs: list[str] = []
         self.configs: list[str] = []
@@ -61,11 +65,8 @@ class Chat:
         ] = []  # the last conclusion's lines, so a repeat says only what changed
 
     # -- output ----------------------------------------------------------------------------------
-    def say(self, text: str, lead: str = AGENT) -> None:
-        pad = " " * len(lead)
-        lines = text.splitlines() or [""]
-        self.out.write(lead + lines[0] + "\n" + "".join(pad + ln + "\n" for ln in lines[1:]))
-        self.out.flush()
+    def say(self, text: str, lead: str = AGENT, kind: Kind = "agent") -> None:
+        self.view.say(text, lead, kind)
 
     def on_event(self, ev: Event) -> None:
         if ev.type == "message" and ev.data.get("kind") == "answer":
@@ -76,7 +77,7 @@ class Chat:
             return
         line = sentence(ev, self._standing)
         if line:
-            self.say(line, "  · ")
+            self.say(line, "  · ", "step")
 
     def conclusion(self, lines: list[str]) -> None:
         """The final reply; a run that concludes again (after a change) says only what is new."""
@@ -91,10 +92,10 @@ class Chat:
         mem = self.runner.memory
         self.say(f"Pivot on {self.host.name}. Describe what you saw, or /help.")
         for t in mem.todos(self.host.name):
-            self.say(f"open todo #{t.id}: {t.text}", "  note: ")
+            self.say(f"open todo #{t.id}: {t.text}", "  note: ", "note")
         last = mem.last_handoff(self.host.name)
         if last:
-            self.say(f"last handoff ({last.created[:10]}): {last.text}", "  note: ")
+            self.say(f"last handoff ({last.created[:10]}): {last.text}", "  note: ", "note")
         if resume:
             self.resume(resume)
         while True:
@@ -115,6 +116,9 @@ class Chat:
                 self.say(f"That failed: {type(exc).__name__}: {exc}")
 
     def talk(self, text: str) -> None:
+        if text.lower().rstrip(".!") in YES_NO:
+            self.stray_answer(text)
+            return
         if self.session_id is None:
             report = self.runner.start(
                 self.host,
@@ -134,8 +138,28 @@ class Chat:
             report = self.runner.message(self.host, self.session_id, text, on_event=self.on_event)
         self.approvals(report)
 
+    def stray_answer(self, text: str) -> None:
+        """A bare yes/no with no question asked: ask what was meant rather than investigate it."""
+        pending = self.runner.pending(self.session_id) if self.session_id else None
+        if pending is not None:
+            path = pending.args.get("path", "")
+            self.say(
+                f"{text!r} to what? A change is waiting ({pending.tool} on {path}): "
+                "/approve or /deny decides it."
+            )
+        elif self.session_id is None:
+            self.say(
+                f"{text!r} to what? No question is waiting. Describe what you saw to start "
+                "an investigation, or /help."
+            )
+        else:
+            self.say(f"{text!r} to what? No question is waiting; ask one, or /help.")
+
     def approvals(self, report: Report) -> None:
-        """Ask about each change the run pauses on, with its diff, until it stops asking."""
+        """Ask about each change the run pauses on, with its diff, until it stops asking.
+
+        The diff is shown once per change: `why` answers in prose and asks again without it."""
+        shown: str | None = None
         while report.status == "awaiting_approval" and report.pending_approval is not None:
             p = report.pending_approval
             change = next(
@@ -144,9 +168,14 @@ class Chat:
             )
             path, source = p.args.get("path", ""), p.args.get("copy_from", "")
             what = f"restore {path} from {source}" if source else f"run {p.tool} on {path}"
-            self.say(f"I want to {what}: {p.reason}")
-            for ln in (change.diff if change else []) or ["(no diff: a file was not read whole)"]:
-                self.say(ln, "    ")
+            key = f"{report.session_id}:{p.tool}:{path}:{source}"
+            if shown == key:
+                self.say(f"(The change above: {what}.)")
+            else:
+                shown = key
+                self.say(f"I want to {what}: {p.reason}")
+                diff = (change.diff if change else []) or ["(no diff: a file was not read whole)"]
+                self.say("\n".join(diff), "    ", "diff")
             try:
                 answer = self.read("Approve this change? [y/N/later/why] ").strip().lower()
             except (EOFError, KeyboardInterrupt):
@@ -231,11 +260,8 @@ class Chat:
                     for r in rows
                 )
             )
-            waiting = next((r for r in rows if r.status == "awaiting_approval"), None)
-            if waiting is None:
-                self.say("/resume ID picks one.")
-                return
-            session_id = waiting.id
+            self.say("/resume ID opens one.")
+            return
         row = mem.get_session(session_id)
         if row is None:
             self.say(f"No session {session_id}; /resume lists them.")

@@ -11,13 +11,52 @@ import typer
 db_app = typer.Typer(help="The storage backend: migrations, and moving a home into PostgreSQL.")
 
 
+def _report(backend: str, before: list[str], after: list[str]) -> str:
+    """What this run did: the migrations it applied, or that there was nothing to apply."""
+    new = [n for n in after if n not in set(before)]
+    if not new:
+        return f"{backend}: up to date ({len(after)} migrations: {', '.join(after)})"
+    return f"{backend}: applied {len(new)} of {len(after)} migrations: {', '.join(new)}"
+
+
+def _pg_names(url: str) -> list[str]:
+    import psycopg
+
+    from agent.pg import open_pool
+
+    pool = open_pool(url, max_size=1)
+    try:
+        with pool.connection() as conn:
+            rows = conn.execute("select name from _migrations order by name").fetchall()
+        return [r["name"] for r in rows]
+    except psycopg.errors.UndefinedTable:
+        return []
+    finally:
+        pool.close()
+
+
+def _sqlite_names(path: Path) -> list[str]:
+    import sqlite3
+
+    if not path.exists():
+        return []
+    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        return [r[0] for r in db.execute("select name from _migrations order by name")]
+    except sqlite3.OperationalError:  # no _migrations table yet
+        return []
+    finally:
+        db.close()
+
+
 @db_app.command("migrate")
 def migrate_cmd(
     url: Annotated[
         str | None, typer.Option("--url", help="postgresql://… (default: PIVOT_DATABASE_URL)")
     ] = None,
 ) -> None:
-    """Apply every named migration not yet applied (memory, ledger, checkpoints); idempotent."""
+    """Apply every named migration not yet applied (memory, ledger, checkpoints); idempotent:
+    a second run says "up to date"."""
     from agent.settings import get_settings
 
     settings = get_settings()
@@ -26,25 +65,20 @@ def migrate_cmd(
         from agent.checkpoints_pg import open_postgres_saver
         from agent.dbcopy import _migrate_ledger
         from agent.memory_pg import PgMemory
-        from agent.pg import open_pool
 
+        before = _pg_names(url)
         PgMemory(url, pool_size=1).close()
         _migrate_ledger(url)
         _, pool = open_postgres_saver(url, pool_size=1)
         pool.close()
-        pool = open_pool(url, max_size=1)
-        with pool.connection() as conn:
-            names = [r["name"] for r in conn.execute("select name from _migrations order by name")]
-        pool.close()
-        typer.echo(f"postgresql: {len(names)} migrations applied: {', '.join(names)}")
+        typer.echo(_report("postgresql", before, _pg_names(url)))
         return
     from agent.memory import Memory
 
-    mem = Memory(settings.memory_path)
-    names = [r["name"] for r in mem.db["_migrations"].rows]
-    mem.close()
+    before = _sqlite_names(settings.memory_path)
+    Memory(settings.memory_path).close()
     typer.echo(
-        f"sqlite {settings.memory_path}: {len(names)} migrations applied: {', '.join(names)}"
+        _report(f"sqlite {settings.memory_path}", before, _sqlite_names(settings.memory_path))
     )
 
 

@@ -26,6 +26,18 @@ def sign_in_lines(url: str, fresh: str | None, home: Path) -> list[str]:
     ]
 
 
+def storage_line(database_url: str | None, memory_path: Path) -> str:
+    """Where this service keeps sessions: the backend actually in use, never a password."""
+    if not database_url:
+        return f"memory: SQLite at {memory_path}"
+    from urllib.parse import urlsplit
+
+    u = urlsplit(database_url)
+    where = f"{u.hostname or 'localhost'}{f':{u.port}' if u.port else ''}{u.path or ''}"
+    user = f"{u.username}@" if u.username else ""
+    return f"memory: PostgreSQL at {user}{where} (PIVOT_DATABASE_URL)"
+
+
 def serve(
     host: Annotated[str, typer.Option(help="address to bind")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="port to bind")] = 8765,
@@ -46,6 +58,7 @@ def serve(
     """Serve the API and the web page; prints the URL and how to sign in."""
     import uvicorn
 
+    from agent.settings import get_settings
     from server.app import create_app
     from server.auth import TokenVerifier, ensure_token, load_stored, reset_token
     from server.config import SHIPPED_CARDS, ServeConfig
@@ -66,7 +79,8 @@ def serve(
     else:
         verifier, fresh = ensure_token(config.home)
     url = f"http://{host}:{port}/"
-    typer.echo(f"Pivot on {url}  (memory: {config.home})")
+    settings = get_settings()
+    typer.echo(f"Pivot on {url}  ({storage_line(settings.database_url, settings.memory_path)})")
     for line in sign_in_lines(url, fresh, config.home):
         typer.echo(line)
     typer.echo(f"API docs (offline): {url}docs")

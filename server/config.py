@@ -74,4 +74,5 @@ class ServeConfig(BaseModel):
         loop = self.loop_state or (
             Path(os.environ["PIVOT_LOOP_STATE"]) if os.environ.get("PIVOT_LOOP_STATE") else None
         )
-        return Protected.of(self.home, *self.protected, loop)
+        own = Protected.of(self.home, *self.protected, loop)
+        return own.model_copy(update={"inodes": own.inodes | shipped().credential_inodes()})

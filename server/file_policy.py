@@ -9,16 +9,22 @@ GET away from anyone who holds the API token. So a read must pass three checks:
 2. no deny pattern matches it (credentials, SQLite files, shell rc files);
 3. neither the path nor its symlink-resolved target lies under a protected directory
    (PIVOT_HOME, the memory and checkpoint databases, the loop's state), and its inode is not
-   the inode of a protected file (a hard link to memory.db is still memory.db).
+   the inode of a protected file (a hard link to memory.db is still memory.db, a hard link to
+   /etc/shadow is still /etc/shadow).
+
+On the machine the service runs on, `server.local_read` makes these checks on the open
+descriptor rather than on the name, so nothing can change between the check and the read.
 
 The patterns are data (`file_policy.yaml` beside this file), validated on load.
 """
 
 from __future__ import annotations
 
+import glob as globlib
 import os
 import posixpath
 import re
+import stat
 from functools import lru_cache
 from pathlib import Path
 
@@ -33,6 +39,20 @@ class FilePolicyData(BaseModel):
 
     read_roots: list[str] = Field(min_length=1)
     deny: list[str] = Field(min_length=1)
+    protected_files: list[str] = Field(default_factory=list)
+
+    def credential_inodes(self) -> set[tuple[int, int]]:
+        """(st_dev, st_ino) of the credential files present here, by `stat` alone."""
+        found: set[tuple[int, int]] = set()
+        for pattern in self.protected_files:
+            for name in (n for g in expand(pattern) for n in globlib.glob(g, recursive=True)):
+                try:
+                    st = os.stat(name)
+                except OSError:
+                    continue
+                if stat.S_ISREG(st.st_mode):
+                    found.add((st.st_dev, st.st_ino))
+        return found
 
 
 @lru_cache(maxsize=1)

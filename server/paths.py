@@ -42,11 +42,14 @@ def check_lexical(
 def check_on_host(
     host: Host, path: str, roots: list[str], deny: list[str], protected: Protected
 ) -> str:
-    """Lexical check, then resolve symlinks and read the inode on the host itself, check both."""
+    """Lexical check, then resolve symlinks and read the inode and file type on the host itself,
+    check all three; returns the path to read: the resolved one, so a final symlink flipped after
+    this check is not followed again. (On this machine `server.local_read` closes the race
+    entirely, checking the open descriptor.)"""
     norm = check_lexical(path, roots, deny, protected)
     q = shlex.quote(norm)
     res = host.run(
-        f"readlink -f -- {q}; stat -L -c %d:%i -- {q} 2>/dev/null", timeout=5, max_bytes=8192
+        f"readlink -f -- {q}; stat -L -c '%d:%i %F' -- {q} 2>/dev/null", timeout=5, max_bytes=8192
     )
     lines = res.stdout.splitlines() if res.stdout else []
     real = lines[0].strip() if lines else ""
@@ -55,7 +58,13 @@ def check_on_host(
         if why:
             raise PathRefused(403, f"{norm} resolves to {real}: {why}")
     if len(lines) > 1:
-        dev, _, ino = lines[1].strip().partition(":")
-        if dev.isdigit() and ino.isdigit() and (int(dev), int(ino)) in protected.inodes:
-            raise PathRefused(403, f"{norm} is the same file as one of Pivot's own (a hard link)")
-    return norm
+        ident, _, kind = lines[1].strip().partition(" ")
+        dev, _, ino = ident.partition(":")
+        if dev.isdigit() and ino.isdigit():  # a real `stat` answered (a replay host may not)
+            if (int(dev), int(ino)) in protected.inodes:
+                raise PathRefused(
+                    403, f"{norm} is the same file as one of Pivot's own (a hard link)"
+                )
+            if kind and "regular" not in kind:
+                raise PathRefused(415, f"{norm} is not a regular file ({kind})")
+    return posixpath.normpath(real) if real.startswith("/") else norm

@@ -18,6 +18,12 @@ import pytest
 PATIENCE_S = 120.0
 
 
+def flat(text: str) -> str:
+    """`text` with every run of whitespace one space: a line the chat wrapped under its indent
+    reads as the one line it was."""
+    return " ".join(text.split())
+
+
 class Terminal:
     def __init__(self, tmp: Path, env: dict[str, str], width: int = 220) -> None:
         exe = shutil.which("tmux")
@@ -67,16 +73,20 @@ class Terminal:
         self.tmux("send-keys", "-t", target, "-l", text)
         self.tmux("send-keys", "-t", target, "Enter")
 
-    def screen(self, target: str) -> str:
-        """Everything the window printed (scrollback included), wrapped lines joined."""
+    def screen(self, target: str, escapes: bool = False) -> str:
+        """Everything the window printed (scrollback included), wrapped lines joined;
+        `escapes`: with its colour sequences, and lines as the terminal shows them."""
+        if escapes:
+            return self.tmux("capture-pane", "-p", "-e", "-t", target, "-S", "-")
         return self.tmux("capture-pane", "-p", "-J", "-t", target, "-S", "-")
 
     def wait_for(self, target: str, text: str, after: int = 0) -> str:
-        """The screen once `text` shows up past character `after`; fails with the screen if not."""
+        """The screen once `text` shows up past character `after` (a line the chat wrapped counts
+        as one); fails with the screen if not."""
         deadline = time.monotonic() + PATIENCE_S
         while True:
             screen = self.screen(target)
-            if text in screen[after:]:
+            if flat(text) in flat(screen[after:]):
                 return screen
             if time.monotonic() > deadline:
                 pytest.fail(f"{text!r} never showed; the terminal shows:\n{screen[-4000:]}")

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 
 from tests.server.conftest import SEED, Live, free_port
 
@@ -92,6 +93,10 @@ def test_serve_prints_the_url_and_a_sign_in_link(tmp_path: Path) -> None:
     url = f"http://127.0.0.1:{port}/"
     proc, lines = _serve(tmp_path / "home", port)
     try:
+        from server.cli import storage_line
+
+        db = os.environ.get("PIVOT_DATABASE_URL")  # the suite may run on PostgreSQL
+        assert f"({storage_line(db, tmp_path / 'home' / 'memory.db')})" in lines[0], lines
         link = next(line for line in lines if "#token=" in line).split()[-1]
         assert link.startswith(url + "#token=")
         _wait_up(url)
@@ -122,6 +127,19 @@ def test_serve_prints_the_url_and_a_sign_in_link(tmp_path: Path) -> None:
     finally:
         proc.terminate()
         proc.wait(timeout=20)
+
+
+@pytest.mark.parametrize(
+    "url,line",
+    [(None, "memory: SQLite at /h/memory.db"),
+     ("postgresql://pivot:s3cret@db.internal:5433/pivot", "memory: PostgreSQL at pivot@db.internal:5433/pivot (PIVOT_DATABASE_URL)"),
+     ("postgresql:///pivot?host=/run/postgresql", "memory: PostgreSQL at localhost/pivot (PIVOT_DATABASE_URL)")],
+)  # fmt: skip
+def test_the_banner_names_the_storage_in_use(url: str | None, line: str) -> None:
+    from server.cli import storage_line
+
+    assert storage_line(url, Path("/h/memory.db")) == line
+    assert "s3cret" not in line
 
 
 def test_a_run_lost_to_a_killed_service_ends_failed_by_name(tmp_path: Path) -> None:

@@ -126,7 +126,11 @@ def test_migrate_is_named_and_idempotent(tmp_path: Path, postgres: Postgres) -> 
     assert first.returncode == 0 and second.returncode == 0, first.stderr
     assert "memory/003_host_spec" in first.stdout and "ledger/002_left_in_place" in first.stdout
     assert "ledger/003_liveness_events" in first.stdout and "ledger/005_intervals" in first.stdout
-    assert first.stdout == second.stdout
+    assert first.stdout.startswith("postgresql: applied ") and "up to date" not in first.stdout
+    assert second.stdout.startswith("postgresql: up to date (")
+    assert "memory/003_host_spec" in second.stdout and "ledger/005_intervals" in second.stdout
     lite = _pivot("db", "migrate", home=tmp_path / "h")
-    assert lite.returncode == 0 and "003_host_spec" in lite.stdout
+    assert lite.returncode == 0 and "003_host_spec" in lite.stdout and "applied" in lite.stdout
     assert (tmp_path / "h" / "memory.db").exists()
+    again = _pivot("db", "migrate", home=tmp_path / "h")
+    assert again.returncode == 0 and "up to date" in again.stdout, again.stdout
