@@ -29,6 +29,7 @@ class ContainerKnowledge(BaseModel):
     model_config = ConfigDict(extra="forbid")
     next_steps: dict[str, str]
     notes: dict[str, str]
+    no_gpu_lines: list[str] = []
 
 
 @lru_cache(maxsize=1)
@@ -106,7 +107,13 @@ def _line(lines: list[str], key: str) -> str:
     return next((ln for ln in lines if ln.startswith(f'"{key}"')), "")
 
 
-def container_rules(c: ContainerState | None, obs: str | None, lines: list[str], add) -> None:  # type: ignore[no-untyped-def]
+def container_rules(  # type: ignore[no-untyped-def]
+    c: ContainerState | None,
+    obs: str | None,
+    lines: list[str],
+    add,
+    log_lines: list[tuple[str, str]] | None = None,
+) -> None:
     """The record's own proof: killed by its limit (exit 137), or not killed at all."""
     if c is None or obs is None:
         return
@@ -129,6 +136,23 @@ def container_rules(c: ContainerState | None, obs: str | None, lines: list[str],
             line,
             "the container's memory limit ended it, not a person or a supervisor",
         )
+    if not c.gpus_requested and log_lines:
+        import re
+
+        pats = knowledge().no_gpu_lines
+        rx = re.compile(
+            "|".join(f"(?i:{p[4:]})" if p.startswith("(?i)") else f"(?:{p})" for p in pats)
+            or "(?!x)x"
+        )
+        hit = next(((o, ln) for o, ln in log_lines if rx.search(ln)), None)
+        if hit is not None:
+            why = f"container {c.name} was given no GPU (no --gpus / device request) and its engine sees none"
+            add("bad_launch_argument", "fact", F.supports_clearly, hit[0], hit[1], why)
+            for label in ("dependency_error", "cuda_driver_mismatch"):
+                none = next((ln for ln in lines if "NONE passed" in ln), "")
+                add(label, "fact", F.refutes, obs, none or hit[1], why)
+    if c.killed_by_limit:
+        pass
     elif c.exit_code not in (None, 137) and not c.running and c.finished_at:
         add(
             "host_oom_killed",

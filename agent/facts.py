@@ -647,7 +647,9 @@ def _container(f: Facts, o: Observation, _logs: LogReads) -> None:
     if c is None:
         return
     f.container, f.container_cli, f.container_obs = c, res.cli, o["id"]
-    f.container_lines = [ln for ln in o["lines"] if not ln.startswith("# ")]
+    f.container_lines = list(
+        o["lines"]
+    )  # the tool's own summary lines ("# GPUs: NONE ...") are quotable
     if f.shm_mib is None and c.shm_size is not None and not c.ipc_host:
         # a stopped container cannot be read inside: its /dev/shm is what the run gave it
         f.shm_mib = c.shm_size / (1 << 20)

@@ -38,7 +38,8 @@ SHM_LINE = re.compile(
     r"(?i)/dev/shm|\bshm\b|shared memory|posix_fallocate|Bus error|shm_open|--shm-size|--ipc"
 )
 OOM_KILL = re.compile(
-    r"(?i)Out of memory: Kill|oom-kill|invoked oom-killer|OOMKilled|Memory cgroup out of memory|"
+    r"(?i)Out of memory: Kill|oom-kill|invoked oom-killer|OOMKilled(?!\"?:?\s*\"?(?:false|0)\b)|"
+    r"Memory cgroup out of memory|"
     r"running low on memory|oom_reaper"
 )
 XID = re.compile(r"(?i)\bXid\b|ECC error|fallen off the bus|GPU is lost|uncorrectable")

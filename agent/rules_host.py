@@ -92,7 +92,13 @@ def _k8s_rules(observations: list[Observation], add) -> None:  # type: ignore[no
 def host_rules(facts: Facts, hits, add, observations: list[Observation] | None = None) -> None:  # type: ignore[no-untyped-def]
     labels_hit = {m.label for _, m in hits if m.label and m.strength in ("fatal", "strong")}
     _port_owner_rule(facts, hits, add)
-    container_rules(facts.container, facts.container_obs, facts.container_lines, add)
+    container_rules(
+        facts.container,
+        facts.container_obs,
+        facts.container_lines,
+        add,
+        [(o["id"], m.line) for o, m in hits if m.strength in ("fatal", "strong")],
+    )
     oom_fatal = any(m.label == "host_oom_killed" and m.strength == "fatal" for _, m in hits)
     if observations and not oom_fatal:
         _k8s_rules(observations, add)

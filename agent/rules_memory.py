@@ -141,10 +141,16 @@ def stale_rules(facts: Facts, observations: list[Observation], hits, add) -> Non
     holders = leftover_holders(facts, hits)
     # memory held by someone else only matters if something ran short of it (or of the port)
     short = any(
-        m.label in MEMORY_LABELS | {"port_in_use"} and m.strength in ("fatal", "strong")
+        m.label in MEMORY_LABELS | {"port_in_use"}
+        and m.strength in ("fatal", "strong")
+        and not m.signature.startswith(PHASE_PREFIX)  # a phase says when, not that it ran short
         for _, m in hits
     )
     scale = 1.0 if short else THRESHOLDS.oom.unneeded_holder_scale
+    if not short:
+        # another user's or another launch's live job holding its own GPU memory is a co-tenant
+        # on a shared box: with nothing short of memory or the port, it is nobody's root cause
+        holders = {p: m for p, m in holders.items() if p not in facts.co_tenant_pids}
     if holders:
         for pid, mib in holders.items():
             add(

@@ -182,7 +182,9 @@ def _gpu_devices(hc: dict[str, Any], env: dict[str, str]) -> tuple[bool, list[st
             ids = r.get("DeviceIDs") or []
             devices.append(f"--gpus {','.join(ids) if ids else r.get('Count', 'all')}")
     visible = env.get("NVIDIA_VISIBLE_DEVICES", "")
-    if visible and visible not in ("void", "none"):
+    # CUDA images set NVIDIA_VISIBLE_DEVICES=all in their own Env; it passes GPUs only under
+    # the nvidia runtime (with runc and no device request the container sees none)
+    if visible and visible not in ("void", "none") and hc.get("Runtime") == "nvidia":
         requested = True
         devices.append(f"NVIDIA_VISIBLE_DEVICES={visible}")
     return requested, devices

@@ -89,3 +89,30 @@ def test_control_the_launchs_own_kill_is_host_oom(tmp_path) -> None:  # type: ig
     assert r.root_cause == "host_oom_killed", r.summary
     assert any("Killed process 5120" in e.line for e in r.evidence)
     assert not any("88121" in e.line for e in r.evidence)
+
+
+@pytest.mark.parametrize(
+    ("line", "kill"),
+    [
+        ('            "OOMKilled": false,', False),  # docker inspect of a container NOT killed
+        ('            "OOMKilled": true,', True),
+        ("      Reason:       OOMKilled", True),
+    ],
+)
+def test_oomkilled_false_is_not_a_kill(line: str, kill: bool) -> None:
+    from agent import guardrails, proof
+
+    assert bool(guardrails.OOM_KILL.search(line)) is kill
+    assert (proof.fatal_kind(line) is not None) is kill
+
+
+def test_a_cuda_images_own_env_passes_no_gpu_under_runc() -> None:
+    """CUDA images set NVIDIA_VISIBLE_DEVICES=all in their Env; without the nvidia runtime or a
+    device request the container sees no GPU (the commonest 'forgot --gpus')."""
+    from tools.container_inspect import _gpu_devices
+
+    env = {"NVIDIA_VISIBLE_DEVICES": "all"}
+    assert _gpu_devices({"Runtime": "runc", "DeviceRequests": None}, env)[0] is False
+    assert _gpu_devices({"Runtime": "nvidia"}, env)[0] is True
+    req = {"Runtime": "runc", "DeviceRequests": [{"Driver": "nvidia", "Count": -1}]}
+    assert _gpu_devices(req, {})[0] is True
