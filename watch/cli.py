@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import signal
 import sys
 from collections.abc import Iterator
@@ -52,8 +53,6 @@ TrustOpt = Annotated[
 
 def _bad(msg: str, as_json: bool) -> typer.Exit:
     if as_json:
-        import json
-
         body = {"status": Status.bad_input.value, "detail": msg, "exit_code": 2}
         sys.stdout.write(json.dumps(body) + "\n")
     typer.echo(f"error: {msg}", err=True)
@@ -100,6 +99,15 @@ def _term_is_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGTERM, old)
 
 
+def _stopped(target: Target, left: list[int]) -> Outcome:
+    return Outcome(
+        status=Status.stopped,
+        detail="stopped by Ctrl-C; its process group was stopped"
+        + (f" (still alive: {left})" if left else ""),
+        target=target,
+    )
+
+
 def follow_and_report(
     host: Any,
     target: Target,
@@ -140,13 +148,9 @@ def follow_and_report(
         try:
             outcome = Follower(host, target, limits, note, echo_bytes if echo else None).run()
         except KeyboardInterrupt:
-            left = on_stop() if on_stop else []
-            outcome = Outcome(
-                status=Status.stopped,
-                detail="stopped by Ctrl-C; its process group was stopped"
-                + (f" (still alive: {left})" if left else ""),
-                target=target,
-            )
+            if on_stop is None:
+                raise
+            outcome = _stopped(target, on_stop())
         if outcome.status in FAILED:
             note(f"{outcome.status.value}: {outcome.detail}; investigating now")
             try:
@@ -167,8 +171,6 @@ def follow_and_report(
             note(problem)
         bell()
     if as_json:
-        import json
-
         sys.stdout.write(json.dumps(outcome.to_json(), indent=2) + "\n")
     else:
         note(outcome.headline())
@@ -271,16 +273,22 @@ def launch(
         command=started.command,
     )
     with _term_is_interrupt():
-        code = follow_and_report(
-            h,
-            target,
-            _limits(timeout, stall_base, stall_max, past_ready=not until_ready),
-            brain=brain,
-            notify=notify,
-            as_json=as_json,
-            echo=True,
-            on_stop=lambda: launching.stop(h, started),
-        )
+        try:
+            code = follow_and_report(
+                h,
+                target,
+                _limits(timeout, stall_base, stall_max, past_ready=not until_ready),
+                brain=brain,
+                notify=notify,
+                as_json=as_json,
+                echo=True,
+                on_stop=lambda: launching.stop(h, started),
+            )
+        except KeyboardInterrupt:  # before the watch began or during a diagnosis
+            left = launching.stop(h, started)
+            o = _stopped(target, left)
+            typer.echo(json.dumps(o.to_json()) if as_json else o.headline())
+            code = o.exit_code
     if code != 0:  # failed, gave up or stopped: nothing of this launch is left running
         launching.stop(h, started, grace_s=2.0)
     launching.reap()

@@ -80,6 +80,7 @@ class Follower:
         self.launch_re = re.compile("|".join(f"(?:{p})" for p in engines.launch_patterns()))
         self.was_ready = False
         self.cut_first = False
+        self.noted_phase: str | None = None
 
     # -- output -----------------------------------------------------------------------------
     def elapsed(self) -> float:
@@ -168,14 +169,15 @@ class Follower:
             ph = phase_of(line, self.marks)
             if ph and ph != self.phase:
                 self.phase = ph
-                if not backlog:
-                    self.note(f"phase {ph}")
             if self.ready_line is None and is_ready_line(line, self.marks):
                 self.ready_line = line
             before = self.rate.bar.done if self.rate.bar else None
             bar = self.rate.observe(line, now, backlog)
             if bar is not None and bar.done != before:
                 self._eta_sample()
+        if self.phase != self.noted_phase:  # once per read: a backlog shows where it is now
+            self.noted_phase = self.phase
+            self.note(f"phase {self.phase}" + (" (when the watch began)" if backlog else ""))
         self._partial_bar(now, backlog)
         if self.fatal is None:
             hit = launcher._fatal(segment)

@@ -78,6 +78,21 @@ def _secs(line: str) -> float | None:
     return float((((s[1] * 31 + s[2]) * 24 + s[3]) * 60 + s[4]) * 60 + s[5])
 
 
+def _slope(pts: list[tuple[float, int]]) -> float | None:
+    """Seconds per item, least squares over (time, item) points: one late read (a busy host, a
+    slow tick) bends the line less than it moves a two-point rate."""
+    if len(pts) < 2:
+        return None
+    n = len(pts)
+    mt = sum(t for t, _ in pts) / n
+    md = sum(d for _, d in pts) / n
+    var = sum((d - md) ** 2 for _, d in pts)
+    if var <= 0:
+        return None
+    spi = sum((t - mt) * (d - md) for t, d in pts) / var
+    return spi if spi > 0 else None
+
+
 class LoadRate(BaseModel):
     """The current progress bar and the times its items were reached."""
 
@@ -98,7 +113,9 @@ class LoadRate(BaseModel):
         t = _secs(line)
         if t is not None and (not self.stamped or self.stamped[-1][1] != p.done):
             self.stamped.append((t, p.done))
-        if not backlog and (not self.seen or self.seen[-1][1] != p.done):
+        # seen once, when the item is first read: a backlog's last bar read again (a tqdm bar
+        # ends its line when the next one begins) is not news
+        if not backlog and (old is None or old.done != p.done):
             self.seen.append((now, p.done))
         return p
 
@@ -106,9 +123,11 @@ class LoadRate(BaseModel):
         """Seconds per item: from the log's stamps, else from when items were seen, else the
         bar's own rate (tqdm's), else unknown."""
         for pts in (self.stamped, self.seen):
-            if len(pts) >= 2 and pts[-1][1] > pts[0][1] and pts[-1][0] > pts[0][0]:
-                return (pts[-1][0] - pts[0][0]) / (pts[-1][1] - pts[0][1])
-        return self.bar.s_per_item if self.bar else None
+            spi = _slope(pts[-12:])
+            if spi is not None:
+                return spi
+        own = self.bar.s_per_item if self.bar else None
+        return own if own else None  # 0 s an item: a bar whose clock has not ticked yet
 
     def eta_s(self) -> float | None:
         """Seconds left when the last item was reached (None while the rate is unknown)."""
@@ -116,7 +135,7 @@ class LoadRate(BaseModel):
             return None
         spi = self.s_per_item()
         if spi is None:
-            return self.bar.eta_s
+            return None
         return max(0.0, (self.bar.total - self.bar.done) * spi)
 
     def measured(self) -> Progress | None:
