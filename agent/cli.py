@@ -35,6 +35,7 @@ PARTS: dict[str, tuple[str, ...]] = {
     "agent.cli_fleet": ("sweep",),
     "evals.cli": ("eval", "capture"),
     "loop.cli": ("loop",),
+    "watch.cli": ("watch", "launch"),
     "server.cli": ("serve",),  # the service is the outermost shell; only its CLI is imported
 }
 

@@ -74,11 +74,16 @@ def _state_shell(pid: int) -> str:
     )
 
 
-def tick_command(pid: int, log_path: str, offset: int, url: str, curl: bool) -> str:
-    """State letter (see DEAD_STATES), log size, HTTP code, then the log bytes past `offset`."""
+def tick_command(pid: int | None, log_path: str, offset: int, url: str | None, curl: bool) -> str:
+    """State letter (see DEAD_STATES), log size, HTTP code, then the log bytes past `offset`.
+
+    `pivot watch` may know no pid (state "R": only the log and the probe decide) or no port
+    (code 0); the loop always knows both."""
     q = shlex.quote
     probe = (
-        f"curl -s -o /dev/null -w '%{{http_code}}' --max-time 0.5 {q(url)} 2>/dev/null || true"
+        "echo 0"
+        if url is None
+        else f"curl -s -o /dev/null -w '%{{http_code}}' --max-time 0.5 {q(url)} 2>/dev/null || true"
         if curl
         else "python3 -c "
         + q(
@@ -88,7 +93,7 @@ def tick_command(pid: int, log_path: str, offset: int, url: str, curl: bool) -> 
         + f" {q(url)}"
     )
     return (
-        f"{_state_shell(pid)}; "
+        f"{_state_shell(pid) if pid is not None else 'st=R; echo R'}; "
         f"stat -c %s {q(log_path)} 2>/dev/null || echo 0; "
         f'case "$st" in Z|X|{GONE}) echo 0;; *) {probe};; esac; echo; '
         f"echo {SEP}; tail -c +{offset + 1} {q(log_path)} 2>/dev/null | head -c 262144"
