@@ -97,6 +97,49 @@ def split_paths(paths: list[str]) -> tuple[list[str], list[str]]:
     return logs, configs
 
 
+#: a rotation of a log beside it: server.log.1, server.log.old, server.log-20261201, .gz excluded
+_ROTATION = re.compile(r"^(?:\.\d{1,2}|\.old|\.bak|[-.]\d{8}(?:-\d+)?)$")
+
+
+def rotation_of(path: str, other: str) -> bool:
+    """`other` is a rotated copy of `path` (logrotate, RotatingFileHandler, a supervisor)."""
+    return other.startswith(path) and bool(_ROTATION.match(other[len(path) :]))
+
+
+def rotated_log(observations: list[Observation], all_paths: list[str]) -> str | None:
+    """An unread rotation of a log the investigation read: the file the server kept writing
+    through its open descriptor after a rename, or the older half of the launch's output. A
+    log read in part refutes nothing; its rotation is read before anything is concluded."""
+    read = [str(o["args"].get("path")) for o in observations if o["tool"] == "log_tail" and o["ok"]]
+    for o in observations:
+        if o["tool"] == "processes" and o["ok"]:
+            for actual in (o["data"].get("rotated") or {}).values():
+                if actual not in read:
+                    return str(actual)
+    for path in read:
+        for other in all_paths:
+            if other not in read and rotation_of(path, other):
+                return other
+    # nothing listed beside it: a log that holds no launch at all (only probes, a wrapper's
+    # line) is most often the fresh file after a rename; its first rotation is worth one read
+    from agent.evidence import launch_line
+    from agent.proof import fatal_lines
+
+    tried = {str(o["args"].get("path")) for o in observations if o["tool"] == "log_tail"}
+    for o in observations:
+        if o["tool"] == "log_tail" and o["ok"]:
+            lines = [ln for ln in o["lines"] if not ln.startswith("# ")]
+            path = str(o["args"].get("path"))
+            if (
+                lines
+                and not any(launch_line(ln) for ln in lines)
+                and not fatal_lines(lines)
+                and f"{path}.1" not in tried
+            ):
+                return f"{path}.1"
+    return None
+
+
 def known_good_of(path: str, all_paths: list[str]) -> str | None:
     for suf in KNOWN_GOOD_SUFFIXES:
         if path + suf in all_paths:
@@ -104,27 +147,54 @@ def known_good_of(path: str, all_paths: list[str]) -> str | None:
     return None
 
 
-def primary_log(observations: list[Observation]) -> tuple[str | None, Observation | None]:
-    """The log the investigation is about: the fullest log read (newest first on a tie)."""
+def primary_log(
+    observations: list[Observation], facts: Facts | None = None
+) -> tuple[str | None, Observation | None]:
+    """The log the investigation is about: one the launch's own processes write (their open
+    fds say so), else the fullest log read that no other launch writes (newest first on a tie).
+    Never "the biggest file on the box": a test run's output or another user's log is not it."""
+    facts = facts if facts is not None else derive(observations)
+    ours = set(facts.server_pids)
+    others = set(facts.other_launch_pids) | set(facts.co_tenant_pids)
+    written = {p for p, pids in facts.log_writers.items() if set(pids) & ours}
+    foreign = {
+        p
+        for p, pids in facts.log_writers.items()
+        if pids and set(pids) <= others and p not in written
+    }
     best: tuple[str | None, Observation | None] = (None, None)
-    most = 0
+    rank: tuple[int, int] = (-1, 0)
     for o in observations:
         if o["tool"] == "log_tail" and o["ok"]:
+            path = str(o["args"].get("path"))
+            if path in foreign:
+                continue
             text = [ln for ln in o["lines"] if not ln.startswith("# ")]
             # the server's own log, not a wrapper's one-line "failed to become healthy"
-            if len(text) > most:
-                best, most = (str(o["args"].get("path")), o), len(text)
+            r = (1 if path in written else 0, len(text))
+            if r >= rank:
+                best, rank = (path, o), r
     return best
 
 
-def server_port(observations: list[Observation]) -> int | None:
-    for o in observations:
-        if o["tool"] not in ("log_tail", "processes", "config_read"):
-            continue
-        for ln in o["lines"]:
-            m = PORT.search(ln)
-            if m:
-                return int(next(g for g in m.groups() if g))
+def server_port(observations: list[Observation], facts: Facts | None = None) -> int | None:
+    """The launch's own port: what its log says (a bind error, `port=`, the address it serves
+    on), else its config, else the command line of one of ITS processes. Never the first
+    process on the box with a `--port`: on a shared host that is someone else's server."""
+    for tools in (("log_tail", "log_window"), ("config_read",)):
+        for o in observations:
+            if o["tool"] not in tools or not o["ok"]:
+                continue
+            for ln in o["lines"]:
+                m = PORT.search(ln)
+                if m:
+                    return int(next(g for g in m.groups() if g))
+    if facts is None:
+        facts = derive(observations)
+    for pid in [*facts.server_main_pids, *facts.server_pids]:
+        m = PORT.search(str(facts._ps_recs.get(pid, {}).get("command") or ""))
+        if m:
+            return int(next(g for g in m.groups() if g))
     return None
 
 
@@ -215,8 +285,8 @@ def options(
         h["label"]: max(h["score"], 0.0) + 0.5 for h in board.values() if h["status"] != "refuted"
     }
     total = sum(live.values()) or 1.0
-    log_path, log_obs = primary_log(observations)
     facts = derive(observations)  # once per decision: the preconditions below read it
+    log_path, log_obs = primary_log(observations, facts)
     all_paths = listed_paths(observations)
     out: list[CheckOption] = []
     for c in catalogue():
@@ -242,7 +312,7 @@ def options(
                 else None
             )
         elif need == "port":
-            port = server_port(observations)
+            port = server_port(observations, facts)
             args = {"port": port} if port else None
         elif need == "systemd_unit":
             unit = next((p.rsplit("/", 1)[-1] for p in all_paths if p.endswith(".service")), None)
@@ -261,6 +331,9 @@ def options(
             )
         elif need == "gpu_busy":
             args = {} if _gpu_busy(observations) else None
+        elif need == "rotated_log":
+            rot = rotated_log(observations, all_paths)
+            args = {"path": rot} if rot else None
         elif need == "known_good_config":
             # only the configs the sweep judged to be this launch's (the ones it read): a
             # known-good copy beside some other checkout's file under /tmp says nothing here

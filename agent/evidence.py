@@ -39,6 +39,11 @@ def _launch_markers() -> re.Pattern[str]:
     return re.compile("|".join(f"(?:{p})" for p in engines.launch_patterns()))
 
 
+def launch_line(line: str) -> bool:
+    """A line that starts a launch (the engine registry's launch markers)."""
+    return bool(_launch_markers().search(line))
+
+
 def last_launch(lines: list[str]) -> int:
     """Index where the last of several launches in an appended log starts (0 if one or none)."""
     marks = [i for i, ln in enumerate(lines) if _launch_markers().search(ln)]

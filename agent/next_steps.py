@@ -34,16 +34,18 @@ def _env(observations: list[Observation]) -> dict[str, str]:
     return env
 
 
-def _port(evidence: list[dict[str, str]], observations: list[Observation]) -> int | None:
+def _port(
+    evidence: list[dict[str, str]], observations: list[Observation], facts: Facts | None = None
+) -> int | None:
     for e in evidence:
         m = PORT_IN_LINE.search(e.get("line", ""))
         if m and 1 <= int(m.group(1)) <= 65535:
             return int(m.group(1))
-    return server_port(observations)
+    return server_port(observations, facts)
 
 
 def port_in_use(facts: Facts, observations: list[Observation], evidence) -> str | None:  # type: ignore[no-untyped-def]
-    port = _port(evidence, observations)
+    port = _port(evidence, observations, facts)
     if port is None:
         return None
     holder = facts.listeners.get(port, "")
@@ -352,7 +354,7 @@ def from_facts(
         # a container's limits are set on its run command: say it in those terms, never the host's
         from agent import containers
 
-        port = _port(evidence, observations)
+        port = _port(evidence, observations, facts)
         step = containers.next_step(label, facts.container, facts.container_cli, port)
         notes = containers.notes(facts.container, facts.container_cli, port)
         if step or notes:
@@ -365,7 +367,7 @@ def from_facts(
 
 def fill(text: str, facts: Facts, observations: list[Observation], evidence) -> str:  # type: ignore[no-untyped-def]
     """Put the known port/pid into a signature's generic text; never leave a bare placeholder."""
-    port = _port(evidence, observations)
+    port = _port(evidence, observations, facts)
     if port is not None:
         text = re.sub(r"\bPORT\b", str(port), text)
     else:

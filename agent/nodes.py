@@ -360,6 +360,7 @@ def conclude(state: State, runtime: Runtime[RunContext]) -> dict[str, Any]:
     changes = state.get("changes", [])
     next_step = a.get("next_step") or ""
     next_step += _changes_said(changes, obs)
+    next_step = _rotation_said(obs) + next_step
     report = {
         "status": status,
         "root_cause": a.get("label") if status in ("concluded", "healthy") else None,
@@ -430,6 +431,19 @@ def unknowns(observations: list[Observation]) -> list[str]:
         what = o["tool"] + (f" {key[1]}" if key[1] else "")
         out[what] = f"{what}: {err}" + (f" (to read it: {fix})" if fix else "")
     return list(out.values())[:6]
+
+
+def _rotation_said(obs: list[Observation]) -> str:
+    """The operator's --log is not the file the server writes: say so first, or every line
+    read from it answers the wrong question."""
+    for o in obs:
+        if o["tool"] == "processes" and o["ok"]:
+            for asked, actual in (o["data"].get("rotated") or {}).items():
+                return (
+                    f"Note: {asked} is not the file the server writes: it was rotated, and the "
+                    f"server writes {actual}. "
+                )
+    return ""
 
 
 def _changes_said(changes: list[dict[str, Any]], obs: list[Observation]) -> str:

@@ -148,6 +148,11 @@ class Result(ToolResult):
     log_writers: dict[str, list[int]] = Field(
         default_factory=dict, description="log path -> pids whose stdout/stderr is that file"
     )
+    rotated: dict[str, str] = Field(
+        default_factory=dict,
+        description="log asked about -> the file its writer really writes: renamed under it "
+        "(server.log -> server.log.1) or deleted, the process still writing through its fd",
+    )
     fd_unreadable: int = Field(
         0, description="processes whose stdout/stderr could not be read (another user's)"
     )
@@ -178,6 +183,10 @@ class Result(ToolResult):
         for path, pids in self.log_writers.items():
             who = ", ".join(map(str, pids)) if pids else "no running process"
             out.append(f"# {path} is written by: {who}")
+        for asked, actual in self.rotated.items():
+            out.append(
+                f"# {asked} was rotated: its writer writes {actual} (renamed under it); read that"
+            )
         if self.fd_unreadable and any(not v for v in self.log_writers.values()):
             out.append(
                 f"# could not read stdout/stderr of {self.fd_unreadable} processes of other "
@@ -470,8 +479,19 @@ MEM_HOG_PCT = 5.0
 OTHER_LOG_PREFIX = "other:"
 
 
+def _rotation_of(path: str, other: str) -> bool:
+    """`other` is `path` renamed by a rotation (server.log.1, .old, -20261201)."""
+    return other.startswith(path) and bool(_ROTATED.match(other[len(path) :]))
+
+
+_ROTATED = re.compile(r"^(?:\.\d{1,2}|\.old|\.bak|[-.]\d{8}(?:-\d+)?)$")
+
+
 def _writers(
-    host: Host, logs: list[str], listed: set[int] | None = None
+    host: Host,
+    logs: list[str],
+    listed: set[int] | None = None,
+    rotated: dict[str, str] | None = None,
 ) -> tuple[dict[str, list[int]], dict[int, str], int]:
     """Who writes the logs under investigation, on any fd, and through a pipe into `tee LOG`;
     and, for every other process whose fds we could read in our own pid namespace, where its
@@ -493,7 +513,13 @@ def _writers(
     pid_log: dict[int, str] = {}
     for pid, fds in sorted(table.items()):
         for fd in ("fd/1", "fd/2"):
-            name = wanted.get(posixpath.normpath(fds.get(fd, "")))
+            target = posixpath.normpath(fds.get(fd, ""))
+            name = wanted.get(target)
+            if name is None:
+                # the log was rotated under a running writer: it writes the renamed file still
+                name = next((w for n, w in wanted.items() if _rotation_of(n, target)), None)
+                if name is not None and rotated is not None:
+                    rotated[name] = target
             if name is not None and pid not in by_log[name]:
                 by_log[name].append(pid)
                 pid_log[pid] = name
@@ -573,7 +599,8 @@ def run(host: Host, args: Args) -> Result:
     match = _matcher(args.pattern)
     own = {p.pid for p in parsed.procs if re.match(r"^(?:ps|ls|ss)\s", p.command)}
     procs = [p for p in parsed.procs if p.pid not in own]
-    by_log, pid_log, denied = _writers(host, args.logs, {p.pid for p in procs})
+    rotated: dict[str, str] = {}
+    by_log, pid_log, denied = _writers(host, args.logs, {p.pid for p in procs}, rotated)
     identify(procs, pid_log, _pid_files(host, args.pid_files), _port_pids(host, args.ports))
     _mark_builders(procs)
     _mark_busy_unknown(procs)
@@ -609,6 +636,7 @@ def run(host: Host, args: Args) -> Result:
         d_state=[p.pid for p in shown if p.d_state],
         gpu_pids_missing=sorted(p for p in gpu_mib if p not in present),
         log_writers=by_log,
+        rotated=rotated,
         fd_unreadable=denied,
     )
 
