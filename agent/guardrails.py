@@ -169,7 +169,25 @@ def stall_proof(observations: list[Observation], facts: Facts) -> str | None:
         and rules_hang.spinning_ranks(facts)
     ):
         return "pinned"  # ranks spinning on the CPU behind a silent log: the same inference
+    if (
+        rules_hang.silent(facts)
+        and not facts.building_pids
+        and rules_hang.multi_rank(facts, observations)
+        and _gpu_memory_static(observations)
+        and rules_liveness.reading_storage(observations) is None
+    ):
+        # alive, its log silent over the watched window, its GPU memory still over a watched
+        # read, nothing read off storage: stuck, by inference (stacks would prove it)
+        return "static"
     return None
+
+
+def _gpu_memory_static(observations: list[Observation]) -> bool:
+    """A watched nvidia-smi read saw no GPU's memory move over its window."""
+    for o in reversed(observations):
+        if o["tool"] == "gpu_status" and o["ok"] and o["data"].get("watched"):
+            return rules_hang.gpu_memory_moved([o]) is None
+    return False
 
 
 def _nccl(action: Action, by_id: dict[str, Observation], facts: Facts, hits: Hits) -> list[str]:
@@ -538,7 +556,7 @@ def _qualify_hang(action: Action, observations: list[Observation], facts: Facts)
     """A hang inferred from spinning GPUs (no stacks read) is said to be inferred, with the
     reads that would prove it."""
     by_id = {o["id"]: o for o in observations}
-    if stall_proof(observations, facts) != "pinned" or crash_lines(
+    if stall_proof(observations, facts) not in ("pinned", "static") or crash_lines(
         action.get("evidence") or [], by_id, signature_hits(observations)
     ):
         return action
@@ -554,7 +572,9 @@ def _qualify_hang(action: Action, observations: list[Observation], facts: Facts)
             **action,
             "confidence": min(float(action.get("confidence") or 0.0), INFERRED_CONFIDENCE),
             "summary": f"{action.get('summary') or 'nccl_failure'} (inferred from a stall: alive, "
-            "silent over the watched window, GPUs spinning; stacks not read)",
+            "silent over the watched window, GPUs "
+            + ("spinning" if stall_proof(observations, facts) == "pinned" else "static")
+            + "; stacks not read)",
             "next_step": (action.get("next_step") or "") + confirm,
         }
     )

@@ -582,3 +582,39 @@ def test_still_starting_with_a_silent_log_stands_on_a_compiler_the_server_runs()
     assert check_conclusion(action, _log(), facts)  # silent, nothing working: refused
     facts.building_pids = {633: nvcc}
     assert check_conclusion(action, _log(), facts) == []
+
+
+def _static_gpu(oid: str, moved: float) -> Observation:
+    row = "0, NVIDIA H200, 70211 MiB, 73560 MiB, 143771 MiB, 0 %"
+    return Observation(
+        id=oid,
+        tool="gpu_status",
+        args={"watch_s": 60},
+        ok=True,
+        lines=[row, "1, NVIDIA H200, 70203 MiB, 73568 MiB, 143771 MiB, 0 %"],
+        data={"watched": True, "memory_moved_mib": moved, "moved_line": row, "waited_s": 60},
+        round=1,
+    )
+
+
+@pytest.mark.parametrize(("moved", "accepted"), [(0.0, True), (2048.0, False)])
+def test_a_silent_multi_rank_launch_with_static_gpu_memory_is_an_inferred_stall(
+    moved: float, accepted: bool
+) -> None:
+    """The stall form without stacks (issue 21): alive, silent over the watched window, GPU
+    memory still over a watched read: an inferred hang, capped; memory that moved is work."""
+    from agent.facts import GpuFact
+
+    line = "[2025-01-08 18:02:31 TP0] Init torch distributed begin. tp_size=2"
+    obs = [*_log(line), _static_gpu("o3", moved)]
+    f = _facts(alive=True, log_growth={LOG: False})
+    f.gpus = [
+        GpuFact(index=0, used_mib=70211, util_pct=0),
+        GpuFact(index=1, used_mib=70203, util_pct=0),
+    ]
+    act = _conclude("nccl_failure", ("o1", line))
+    assert (check_conclusion(act, obs, f) == []) is accepted
+    if accepted:
+        q = qualify(act, obs, f)
+        assert float(q["confidence"]) <= 0.6 and "static" in q["summary"]
+        assert "py-spy dump" in q["next_step"]
