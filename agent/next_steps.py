@@ -73,9 +73,19 @@ def port_in_use(facts: Facts, observations: list[Observation], evidence) -> str 
 
 def stale_gpu_process(facts: Facts, observations: list[Observation], evidence) -> str | None:  # type: ignore[no-untyped-def]
     holders = {p: m for p, m in facts.gpu_pids.items() if p not in facts.server_pids and m >= 1}
-    if not holders:
+    # a second instance of the same launch that torch's OOM names (a supervisor's restart while
+    # the first still loads): the fix is to run one, not a bigger GPU
+    from agent.rules_memory import duplicate_instances
+
+    twins = duplicate_instances(facts, observations)
+    parts = [
+        f"pid {pid} is another instance of this launch ({facts.procs.get(pid, '')[:70].strip()}) "
+        f"holding {gib:.1f} GiB: run one instance (stop the older one, `kill {pid}`, or stop the "
+        "supervisor restarting it while it still loads)"
+        for pid, gib in twins.items()
+    ]
+    if not holders and not parts:
         return None
-    parts = []
     for pid, mib in sorted(holders.items(), key=lambda x: -x[1])[:3]:
         if pid in facts.co_tenant_pids:
             parts.append(

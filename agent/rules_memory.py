@@ -58,6 +58,9 @@ def stale_gpu_possible(facts: Facts, hits: list[tuple[Observation, Match]]) -> b
     server runs, or after the launch died of a memory failure)."""
     if leftover_holders(facts, hits):
         return True
+    # torch's OOM (of a relaunch) names a live earlier instance holding real memory
+    if duplicate_instances(facts, list({o["id"]: o for o, _ in hits}.values())):
+        return True
     return facts.gpu_clean is False and launch_gone(facts, hits)
 
 
@@ -135,6 +138,37 @@ def oom_phase(
     return m.label or "cuda_oom_runtime", None
 
 
+def duplicate_instances(facts: Facts, observations: list[Observation]) -> dict[int, float]:
+    """pid -> GiB of live server processes that torch's OOM line names as holding memory, when
+    that OOM is a SECOND launch's: the log holds two launches (a supervisor's restart appended
+    to it) and the named pid is not one the last launch's lines name as their own writer.
+    Torch may list the dying process itself (a container's pid namespace), so one launch alone
+    never makes its own pid a duplicate."""
+    from agent.evidence import last_launch
+    from agent.proof import log_pids
+
+    out: dict[int, float] = {}
+    for o in latest_text_observations(observations):
+        if o["tool"] != "log_tail":
+            continue
+        lines = text_lines(o)
+        cut = last_launch(lines)
+        if cut == 0:
+            continue  # one launch in this log: the named pid may be itself
+        own = set(log_pids(lines[cut:]))
+        for ln in lines[cut:]:
+            for m in OTHER_PROC_MEM.finditer(ln):
+                pid = int(m.group(1))
+                gib = float(m.group(2)) / (1024 if m.group(3) == "MiB" else 1)
+                if (
+                    pid in facts.server_pids
+                    and pid not in own
+                    and gib >= THRESHOLDS.oom.duplicate_gib
+                ):
+                    out[pid] = gib
+    return out
+
+
 def stale_rules(facts: Facts, observations: list[Observation], hits, add) -> None:  # type: ignore[no-untyped-def]
     launch_died = died_for_memory(hits)
     alive_servers = set() if launch_died else set(facts.server_pids)
@@ -197,7 +231,12 @@ def stale_rules(facts: Facts, observations: list[Observation], hits, add) -> Non
             g.line,
             "nvidia-smi shows the GPUs free: no process holds their memory",
         )
-    elif facts.gpu_clean is False and facts.server_alive and not launch_gone(facts, hits):
+    elif (
+        facts.gpu_clean is False
+        and facts.server_alive
+        and not launch_gone(facts, hits)
+        and not duplicate_instances(facts, observations)
+    ):
         busiest = max(facts.gpus, key=lambda g: g.used_mib or 0)
         pids = ", ".join(str(p) for p in facts.server_pids[:3])
         add(
@@ -209,14 +248,19 @@ def stale_rules(facts: Facts, observations: list[Observation], hits, add) -> Non
             f"the GPU memory is held by the running server itself (pid {pids}), not a leftover",
         )
     # torch names other holders in its OOM message; believe it only if that pid still holds memory
+    twins = duplicate_instances(facts, observations)
     for o in latest_text_observations(observations):
         for ln in text_lines(o):
             m = OTHER_PROC_MEM.search(ln)
             if not m:
                 continue
             pid = int(m.group(1))
+            gib = float(m.group(2)) / (1024 if m.group(3) == "MiB" else 1)
+            duplicate = pid in twins
             if pid in holders or (
-                pid in facts.procs and pid not in alive_servers and not facts.gpu_clean
+                pid in facts.procs
+                and (pid not in alive_servers or duplicate)
+                and not facts.gpu_clean
             ):
                 add(
                     "stale_gpu_process",
@@ -224,5 +268,17 @@ def stale_rules(facts: Facts, observations: list[Observation], hits, add) -> Non
                     F.supports_clearly,
                     o["id"],
                     ln,
-                    f"the OOM names pid {pid}, which still holds GPU memory",
+                    f"the OOM names pid {pid}, another instance of this launch's command "
+                    f"holding {gib:.1f} GiB"
+                    if duplicate
+                    else f"the OOM names pid {pid}, which still holds GPU memory",
                 )
+                if duplicate and facts.ps_obs and pid in facts.procs:
+                    add(
+                        "stale_gpu_process",
+                        "fact",
+                        F.supports_clearly,
+                        facts.ps_obs,
+                        facts.procs[pid],
+                        f"pid {pid} is alive: a second instance of the launch, started earlier",
+                    )

@@ -79,6 +79,7 @@ class Oom(_Strict):
     weights_ask_share: float
     holder_floor_mib: float
     unneeded_holder_scale: float
+    duplicate_gib: float
 
 
 class Shm(_Strict):

@@ -116,3 +116,52 @@ def test_a_cuda_images_own_env_passes_no_gpu_under_runc() -> None:
     assert _gpu_devices({"Runtime": "nvidia"}, env)[0] is True
     req = {"Runtime": "runc", "DeviceRequests": [{"Driver": "nvidia", "Count": -1}]}
     assert _gpu_devices(req, {})[0] is True
+
+
+def test_a_duplicate_instance_named_by_the_oom_is_the_cause_not_the_gpu_size(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A supervisor restarted the launch while the first instance (same command, same user, same
+    log) still loaded and held 72 GiB; the new one died of a weights OOM whose own line names
+    the first: torch names only OTHER processes there, so pid 530 is not the server itself."""
+    cmd = "python3 -m vllm.entrypoints.openai.api_server --model /models/llama-70b --port 8000"
+    ps = (
+        "USER         PID %CPU %MEM    VSZ   RSS TTY      STAT START   TIME COMMAND\n"
+        f"svc          530 99.0  3.1 9123456 4123456 ?      Rl   09:02   2:11 {cmd}\n"
+        "svc          611  0.0  0.0   7232  3968 ?        Ss   09:01   0:00 /usr/bin/supervisord\n"
+    )
+    oom = (
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.75 GiB. GPU 0 has a "
+        "total capacity of 79.10 GiB of which 1.02 GiB is free. Process 530 has 72.54 GiB "
+        "memory in use. Including non-PyTorch memory, this process has 5.51 GiB memory in use."
+    )
+    log = (
+        "INFO 11-30 09:02:01 [api_server.py:1034] vLLM API server version 0.8.3\n"
+        "INFO 11-30 09:02:05 [model_runner.py:1041] Starting to load model /models/llama-70b...\n"
+        "INFO 11-30 09:04:01 [api_server.py:1034] vLLM API server version 0.8.3\n"
+        "INFO 11-30 09:04:05 [model_runner.py:1041] Starting to load model /models/llama-70b...\n"
+        f"{oom}\n"
+    )
+    gpu = "0, NVIDIA H100 80GB HBM3, 74290 MiB, 6718 MiB, 81559 MiB, 100 %\n"
+    card = _card({"/var/log/vllm/server.log": log}, ps, gpu, dmesg="")
+    r = _run(card, tmp_path)
+    assert r.root_cause == "stale_gpu_process", (r.root_cause, r.summary)
+    assert "another instance" in r.next_step and "530" in r.next_step, r.next_step
+
+
+def test_control_one_launch_whose_oom_names_its_own_pid_is_an_ordinary_oom(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """In a container torch may list the dying process itself under "Process N has": with one
+    launch in the log, the named live pid is the server, and the OOM is its own."""
+    cmd = "python3 -m vllm.entrypoints.openai.api_server --model /models/llama-70b --port 8000"
+    ps = (
+        "USER         PID %CPU %MEM    VSZ   RSS TTY      STAT START   TIME COMMAND\n"
+        f"svc          530 99.0  3.1 9123456 4123456 ?      Rl   09:02   2:11 {cmd}\n"
+    )
+    log = (
+        "INFO 11-30 09:02:01 [api_server.py:1034] vLLM API server version 0.8.3\n"
+        "INFO 11-30 09:02:05 [model_runner.py:1041] Starting to load model /models/llama-70b...\n"
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.75 GiB. GPU 0 has a "
+        "total capacity of 79.10 GiB of which 1.02 GiB is free. Process 530 has 78.04 GiB "
+        "memory in use. Of the allocated memory 76.10 GiB is allocated by PyTorch.\n"
+    )
+    gpu = "0, NVIDIA H100 80GB HBM3, 79000 MiB, 2559 MiB, 81559 MiB, 100 %\n"
+    r = _run(_card({"/var/log/vllm/server.log": log}, ps, gpu, dmesg=""), tmp_path)
+    assert r.root_cause != "stale_gpu_process", r.summary
