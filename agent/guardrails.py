@@ -20,7 +20,7 @@ from collections.abc import Callable
 
 from agent import proof, rules_causes, rules_hang, rules_liveness
 from agent.board import related
-from agent.evidence import LOG_TOOLS, last_launch, signature_hits, text_lines
+from agent.evidence import LOG_TOOLS, last_launch, launch_line, signature_hits, text_lines
 from agent.facts import Facts
 from agent.rules import HW_ERROR, stale_gpu_possible
 from agent.signatures import Match
@@ -379,6 +379,19 @@ def _killed(action: Action, by_id: dict[str, Observation], facts: Facts, hits: H
             "[killed_externally] needs the server process (or one of its ranks, or its core) gone, "
             "or a line showing it was stopped from outside"
         )
+    obs = list(by_id.values())
+    if (
+        not out
+        and facts.server_alive is False
+        and not facts.ranks_gone
+        and positive_external_sign(obs, hits) is None
+        and not _log_has_a_launch(obs)
+    ):
+        out.append(
+            "[killed_externally] nothing ties a process to this log (no engine launch line in "
+            "it, no writer pid): that no engine process runs does not show this launch is "
+            "gone; find the process that writes it (a notebook kernel, a custom script)"
+        )
     own = own_fatal_since_launch(list(by_id.values()))
     if own is not None:
         out.append(
@@ -398,6 +411,28 @@ def _killed(action: Action, by_id: dict[str, Observation], facts: Facts, hits: H
             "read what that line names (the full log around it, the launch command)"
         )
     return out
+
+
+def _log_has_a_launch(observations: list[Observation]) -> bool:
+    """A log read names its launch: an engine's launch line or name, or a pid as its writer.
+    Without one, "no engine process runs" says nothing about the process that wrote it."""
+    from tools import engines
+
+    names = engines.name_pattern()
+    for o in observations:
+        if o["ok"] and o["tool"] in LOG_TOOLS:
+            lines = text_lines(o)
+            if proof.log_pids(lines) or any(launch_line(ln) or names.search(ln) for ln in lines):
+                return True
+    # an inference launch's phase or progress line (weights loading, shards, graph capture)
+    from agent.signatures import scan
+
+    return any(
+        m.strength in ("progress", "ready") or m.signature.startswith("phase-")
+        for o in observations
+        if o["ok"] and o["tool"] in LOG_TOOLS
+        for m in scan(text_lines(o)[-200:])
+    )
 
 
 def unexplained_log_error(observations: list[Observation]) -> tuple[str, str] | None:

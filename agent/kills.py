@@ -23,6 +23,9 @@ from tools import engines, logtime
 #: How long after the log's last stamp a kill still belongs to the launch (the log stops when
 #: the process stops printing; the kernel may kill it minutes into a quiet load).
 GRACE_S = 1800
+#: A kill this many minutes before the launch's log was last written did not end the launch
+#: (a killed rank's consequences are logged within seconds, not for ten minutes after)
+LATE_WRITE_MIN = 10
 #: How long before the log's first stamp (clocks and buffered first lines differ a little).
 LEAD_S = 120
 
@@ -110,6 +113,23 @@ def _member(v: tuple[int, str], text: str, named: set[int]) -> bool:
     return bool(engines.builder_pattern().search(f" {comm} "))
 
 
+def _last_write(observations: list[Observation]) -> logtime.Stamp | None:
+    """The newest time a read log was last written (the host's wall clock), when known."""
+    best: logtime.Stamp | None = None
+    for o in observations:
+        if o["ok"] and o["tool"] in LOG_TOOLS and o["data"].get("modified"):
+            st = logtime.stamp(str(o["data"]["modified"]))
+            if st is not None and (best is None or logtime.before(best, st)):
+                best = st
+    return best
+
+
+def _minutes_before(kill: logtime.Stamp, write: logtime.Stamp) -> float:
+    """How many minutes the kill came before the write (negative: after it)."""
+    year = write[0] or kill[0] or datetime.now().year
+    return (_seconds(write, year) - _seconds(kill, year)) / 60.0
+
+
 def bystander_kills(observations: list[Observation]) -> dict[str, str]:
     """Kernel kill lines that are not the launch's -> why. Lines of one kill event share its
     stamp, so the event's other lines ("invoked oom-killer", the cgroup line) go with it."""
@@ -128,7 +148,22 @@ def bystander_kills(observations: list[Observation]) -> dict[str, str]:
     named = set(log_pids(text.splitlines()))
     out: dict[str, str] = {}
     foreign_stamps: set[logtime.Stamp] = set()
+    last_write = _last_write(observations)
     for _, ln in kernel:
+        st = kernel_stamp(ln)
+        v = victim(ln)
+        if (
+            st is not None
+            and last_write is not None
+            and _minutes_before(st, last_write) > LATE_WRITE_MIN
+            and (v is None or not _member(v, text, named))
+        ):
+            out[ln] = (
+                "the launch's log was still being written "
+                f"{_minutes_before(st, last_write):.0f} minutes after this kill: not its end"
+            )
+            foreign_stamps.add(st)
+            continue
         why = _foreign(ln, span, text, named, own_end)
         if why is not None:
             out[ln] = why

@@ -50,6 +50,9 @@ class FileTail(BaseModel):
     exists: bool = True
     error: str | None = None
     fix: str | None = None
+    #: when the file was last written, as the host's own wall clock says it ("2026-12-01
+    #: 23:30:01"), comparable with `dmesg -T` lines; None when not known (a replayed card)
+    modified: str | None = None
 
 
 @runtime_checkable

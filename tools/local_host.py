@@ -71,7 +71,8 @@ class LocalHost:
     def read_tail(self, path: str, max_bytes: int = 256_000) -> FileTail:
         try:
             with open(path, "rb") as fh:
-                size = os.fstat(fh.fileno()).st_size
+                st = os.fstat(fh.fileno())
+                size = st.st_size
                 offset = max(0, size - max_bytes)
                 fh.seek(offset)
                 data = fh.read(max_bytes)
@@ -85,7 +86,15 @@ class LocalHost:
                 error=f"cannot read {path} on {self.name}: {exc}",
                 fix="check permissions on the file",
             )
-        return FileTail(host=self.name, path=path, data=data, size=size, bytes_read=len(data))
+        modified = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(st.st_mtime))
+        return FileTail(
+            host=self.name,
+            path=path,
+            data=data,
+            size=size,
+            bytes_read=len(data),
+            modified=modified,
+        )
 
     def write_file(self, path: str, data: bytes, mode: int | None = None) -> CommandResult:
         directory = os.path.dirname(os.path.abspath(path))

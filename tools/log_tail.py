@@ -73,6 +73,9 @@ class Result(ToolResult):
     silence_s: float | None = Field(
         None, description="the longest gap between the log's own stamped lines (its pace)"
     )
+    modified: str | None = Field(
+        None, description="when the file was last written, on the host's wall clock"
+    )
     last_progress: Progress | None = Field(
         None, description="the newest progress bar or slow phase in the last lines, with ETA"
     )
@@ -184,6 +187,7 @@ def read_once(host: Host, args: Args) -> Result:
         cut=partial and len(tail) < args.lines,
         progress_collapsed=cleaned.progress_collapsed,
         last_progress=last_progress(tail),
+        modified=ft.modified,
     )
 
 
