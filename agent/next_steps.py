@@ -79,7 +79,8 @@ def stale_gpu_process(facts: Facts, observations: list[Observation], evidence) -
 
     twins = duplicate_instances(facts, observations)
     parts = [
-        f"pid {pid} is another instance of this launch ({facts.procs.get(pid, '')[:70].strip()}) "
+        f"pid {pid} is another instance of this launch "
+        f"({str(facts._ps_recs.get(pid, {}).get('command') or '')[:70]}) "
         f"holding {gib:.1f} GiB: run one instance (stop the older one, `kill {pid}`, or stop the "
         "supervisor restarting it while it still loads)"
         for pid, gib in twins.items()

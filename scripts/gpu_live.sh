@@ -21,6 +21,13 @@
 #                                                                            leftover named, never "alive"
 #   s9 slow disk  a loader re-reading its 4 GiB checkpoint off the disk (page cache dropped) at
 #                 ~60 MiB/s, log silent after "Loading weights", GPU held   -> still_starting (process_io)
+#   s10 duplicate the same `python3 -m sglang.launch_server` started twice into one log (a
+#                 supervisor's restart): the first still loads holding 72 GiB, the second dies
+#                 of a real CUDA OOM naming the first's pid                 -> stale_gpu_process, the
+#                                                                            other instance named
+#   s11 rotated   the server's log renamed to server.log.1 under it; a fresh server.log gets two
+#                 probe lines; the server then dies of a real CUDA OOM into server.log.1, and
+#                 Pivot is given --log server.log                            -> cuda_oom_runtime from .1
 # GL_ONE_GPU=1 (one H200 lent): every rank on GPU 0 with gloo between them; for s3 only.
 # Everything goes to $OUT/gpu-live.tar.gz (+ $OUT/summary.txt). Needs wheels in .whl/ (no network
 # there). GL_DRY=1 runs the orchestration without torch/GPUs (to test the script anywhere).
@@ -28,7 +35,7 @@ set -u
 OUT=${OUT:-/tmp/gpu-live-out}
 W=/tmp/gl
 DRY=${GL_DRY:-0}
-GL_ONLY=${GL_ONLY:-"s1 s2 s3 s4 s5 s6 s7 s8 s9"}
+GL_ONLY=${GL_ONLY:-"s1 s2 s3 s4 s5 s6 s7 s8 s9 s10 s11"}
 rm -rf "$W"; mkdir -p "$OUT" "$W/logs" "$W/res" "$W/srv" "$W/bin" "$W/stage"
 chmod 1777 "$W/stage"; chmod 755 "$W" "$W/srv"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -349,6 +356,44 @@ while True:
         time.sleep(0.06)
 PY
 
+mkdir -p "$W/pkg/sglang"; : > "$W/pkg/sglang/__init__.py"
+cat > "$W/pkg/sglang/launch_server.py" <<'PY'
+"""`python3 -m sglang.launch_server`, staged (s10, s11): SGLang's own start lines, then
+GL_MODE: hold72 (a first instance still loading), oom (allocate past what is free), or
+rotate-oom (wait for the log to be rotated under it, then the OOM)."""
+import datetime, os, sys, time
+DRY = os.environ.get("GL_DRY") == "1"
+mode = os.environ.get("GL_MODE", "oom")
+GiB = 2**30
+def log(m): print(f"[{datetime.datetime.now():%Y-%m-%d %H:%M:%S}] {m}", flush=True)
+if not DRY:
+    import torch
+log("server_args=ServerArgs(model_path='/models/Llama-3.1-70B-Instruct', tp_size=1, port=30000, mem_fraction_static=0.88)")
+free = torch.cuda.mem_get_info()[0] / GiB if not DRY else 139.1
+log(f"Load weight begin. avail mem={free:.2f} GB")
+if mode == "hold72":
+    w = torch.empty(72 * GiB, dtype=torch.uint8, device="cuda") if not DRY else None
+    for k in range(1, 10**6):
+        time.sleep(15)
+        print(f"Loading safetensors checkpoint shards: {k}/400 [00:{k:02d}<59:00, 15.00s/it]", flush=True)
+if mode == "rotate-oom":
+    log("Load weight end. type=LlamaForCausalLM, dtype=torch.bfloat16, avail mem=4.1 GB, mem usage=131.02 GB.")
+    w = torch.empty(120 * GiB, dtype=torch.uint8, device="cuda") if not DRY else None
+    log("Capture cuda graph begin. This can take up to several minutes. avail mem=18.20 GB")
+    stage = os.environ.get("GL_STAGE", "/tmp/gl/stage")
+    open(f"{stage}/rotate.ready", "w").write(str(os.getpid()))
+    while not os.path.exists(f"{stage}/rotated"):
+        time.sleep(0.1)
+try:
+    if DRY:
+        raise RuntimeError("CUDA out of memory (dry run)")
+    x = torch.empty(int(torch.cuda.mem_get_info()[0] + 8 * GiB), dtype=torch.uint8, device="cuda")
+except Exception:
+    import traceback
+    print(f"[{datetime.datetime.now():%Y-%m-%d %H:%M:%S} TP0] Scheduler hit an exception: " + traceback.format_exc(), flush=True)
+    sys.exit(1)
+PY
+
 # -- helpers ---------------------------------------------------------------------------------------
 start_group() {   # start_group LOGFILE CMD... : own session + process group, stdout/err -> LOGFILE
     local logf=$1; shift
@@ -549,6 +594,36 @@ if [[ " $GL_ONLY " == *" s9 "* ]]; then
     sleep 5
     investigate s9_slow_disk "$L" "vLLM for a 13B model has printed nothing for 10 minutes after Loading weights and the GPU sits at 0%. Is it hung? Should I kill it?"
     stop_group "$G"; rm -f "$CK"; wait_for 30 gpu_idle; pack
+fi
+
+# -- s10: the same launch started twice into one log ----------------------------------------------------
+if [[ " $GL_ONLY " == *" s10 "* ]]; then
+    say "s10 start"
+    L=$W/logs/s10_server.log; : > "$L"
+    setsid env CUDA_VISIBLE_DEVICES=0 GL_MODE=hold72 PYTHONPATH="$W/pkg" "$SYSPY" -m sglang.launch_server --model-path /models/Llama-3.1-70B-Instruct --port 30000 >> "$L" 2>&1 < /dev/null &
+    FIRST=$!; echo "$FIRST" >> "$W/stage/pgids"
+    wait_for 90 grep -q "Load weight begin" "$L" || say "s10: the first instance never started"
+    sleep 6
+    env CUDA_VISIBLE_DEVICES=0 GL_MODE=oom PYTHONPATH="$W/pkg" "$SYSPY" -m sglang.launch_server --model-path /models/Llama-3.1-70B-Instruct --port 30000 >> "$L" 2>&1 < /dev/null
+    say "s10: second instance exited $?; first instance pid $FIRST alive: $(kill -0 "$FIRST" 2>/dev/null && echo yes || echo no)"
+    investigate s10_duplicate "$L" "Our supervisor restarted the SGLang server and the new instance died with CUDA out of memory while loading. Do we need a bigger GPU?"
+    stop_group "$FIRST"; wait_for 30 gpu_idle; pack
+fi
+
+# -- s11: the log rotated under a running server ---------------------------------------------------------
+if [[ " $GL_ONLY " == *" s11 "* ]]; then
+    say "s11 start"
+    L=$W/logs/s11/server.log; mkdir -p "$W/logs/s11"; rm -f "$W/stage/rotate.ready" "$W/stage/rotated"
+    G=$(start_group "$L" env CUDA_VISIBLE_DEVICES=0 GL_MODE=rotate-oom PYTHONPATH="$W/pkg" "$SYSPY" -m sglang.launch_server --model-path /models/Llama-3.1-70B-Instruct --port 30000)
+    wait_for 120 test -f "$W/stage/rotate.ready" || say "s11: the server never reached graph capture"
+    mv "$L" "$L.1"
+    printf '%s\n' "[$(date '+%F %T')] INFO:     127.0.0.1:50312 - \"GET /health HTTP/1.1\" 503 Service Unavailable" "[$(date '+%F %T')] INFO:     127.0.0.1:50318 - \"GET /health HTTP/1.1\" 503 Service Unavailable" > "$L"
+    touch "$W/stage/rotated"
+    wait_for 60 grep -q "Scheduler hit an exception" "$L.1" || say "s11: no OOM in server.log.1"
+    sleep 1
+    investigate s11_rotated "$L" "The SGLang server died during start-up; its log only shows health checks. Why did it die?"
+    cp "$L.1" "$W/res/s11_rotated/server.log.1" 2>/dev/null
+    stop_group "$G"; wait_for 30 gpu_idle; pack
 fi
 
 # -- wrap up ----------------------------------------------------------------------------------------
