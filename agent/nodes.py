@@ -357,6 +357,8 @@ def conclude(state: State, runtime: Runtime[RunContext]) -> dict[str, Any]:
         status = "healthy"  # up and answering: a status a script can tell from "could not tell"
     if status == "concluded" and evidence and float(a.get("confidence") or 0) >= EXPLAINS_AWAY_AT:
         board = _explained_away(board, a["label"], evidence[0])
+    if status in ("concluded", "healthy"):
+        board = refute_rivals(board, a, obs)
     changes = state.get("changes", [])
     next_step = a.get("next_step") or ""
     next_step += _changes_said(changes, obs)
@@ -431,6 +433,55 @@ def unknowns(observations: list[Observation]) -> list[str]:
         what = o["tool"] + (f" {key[1]}" if key[1] else "")
         out[what] = f"{what}: {err}" + (f" (to read it: {fix})" if fix else "")
     return list(out.values())[:6]
+
+
+def refute_rivals(board: dict[str, Any], action: Action, obs: list[Observation]) -> dict[str, Any]:
+    """The brain's reasons against its rivals, each checked like evidence: a verbatim line of a
+    named observation that is not itself a sign of that rival. Accepted ones refute on the board
+    (and so count as ruled out); the rest change nothing."""
+    from agent.proof import fatal_kind, quote_problem
+    from cards.taxonomy import LABELS
+
+    by_id = {o["id"]: o for o in obs}
+    hits = None
+    out = dict(board)
+    for r in action.get("refutations") or []:
+        label, oid, line = (
+            str(r.get("label", "")),
+            str(r.get("observation", "")),
+            str(r.get("line", "")),
+        )
+        o = by_id.get(oid)
+        if label not in LABELS or label == action.get("label") or o is None:
+            continue
+        if quote_problem(line, o["lines"]) is not None:
+            continue
+        if hits is None:
+            from agent.evidence import signature_hits
+
+            hits = signature_hits(obs)
+        # a line that is itself a sign of the rival, or an error line at all, cannot refute it:
+        # refutations are facts of state (GPU free, no kill in the kernel log), not failures
+        if fatal_kind(line) is not None or any(
+            m.label == label and line.strip() in m.line for _, m in hits
+        ):
+            continue
+        h = out.get(label) or {
+            "label": label,
+            "statement": "",
+            "status": "open",
+            "score": 0.0,
+            "evidence": [],
+            "against": [],
+            "check": "",
+        }
+        note = str(r.get("why") or "ruled out by the concluding brain")[:200]
+        out[label] = {
+            **h,
+            "status": "refuted",
+            "against": [{"observation": oid, "line": line, "note": note}, *h.get("against", [])],
+        }
+    return out
 
 
 def _rotation_said(obs: list[Observation]) -> str:

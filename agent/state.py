@@ -50,6 +50,9 @@ class Action(TypedDict, total=False):
     confidence: float
     evidence: list[dict[str, str]]
     ruled_out: list[str]
+    #: the rivals a brain says it ruled out, each with the verbatim line that refutes it:
+    #: {label, observation, line, why}; checked like evidence before it refutes on the board
+    refutations: list[dict[str, str]]
     next_step: str
     summary: str
 

@@ -36,10 +36,24 @@ class Cited(BaseModel):
     line: str = Field(min_length=1)
 
 
+class Refutation(BaseModel):
+    """A rival ruled out by a line that shows it did not happen (nvidia-smi free for a stale
+    process, the kernel log's tally for an OOM kill): quoted verbatim, checked like evidence."""
+
+    label: str
+    observation: str = Field(description="id of the observation the line occurs in")
+    line: str = Field(min_length=1, description="the refuting line, verbatim")
+    why: str = Field("", description="why this line rules the label out")
+
+
 class Conclude(BaseModel):
     label: str
     evidence: list[Cited] = Field(min_length=1, max_length=5)
-    ruled_out: list[str] = Field(default_factory=list)
+    ruled_out: list[str | Refutation] = Field(
+        default_factory=list,
+        description="rivals ruled out; give {label, observation, line, why} with the verbatim "
+        "line that refutes each (a bare label is noted but refutes nothing)",
+    )
     next_step: str = ""
     confidence: float = Field(0.7, ge=0, le=1)
     summary: str = ""
@@ -312,7 +326,12 @@ class LLMBrain:
                     label=c.label,
                     confidence=c.confidence,
                     evidence=[e.model_dump() for e in c.evidence],
-                    ruled_out=[x for x in c.ruled_out if x in LABELS],
+                    ruled_out=[
+                        x if isinstance(x, str) else x.label
+                        for x in c.ruled_out
+                        if (x if isinstance(x, str) else x.label) in LABELS
+                    ],
+                    refutations=[x.model_dump() for x in c.ruled_out if isinstance(x, Refutation)],
                     next_step=c.next_step,
                     summary=c.summary or c.label,
                 ),

@@ -1,0 +1,57 @@
+"""The concluding brain's reasons against its rivals count only when they quote a line that
+refutes the rival (issue 21): checked like evidence, never taken on the brain's word."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from agent.nodes import refute_rivals
+from agent.state import Action, Observation
+
+GPU = "0, NVIDIA H200, 0 MiB, 143771 MiB, 143771 MiB, 0 %"
+DMESG = "# 120 kernel lines scanned (dmesg -T): 0 OOM kills, 0 Xid, 0 fallen-off-the-bus"
+LOG = "RuntimeError: CUDA error: out of memory"
+
+
+def _obs() -> list[Observation]:
+    return [
+        Observation(id="o1", tool="gpu_status", args={}, ok=True, lines=[GPU], data={}, round=0),
+        Observation(id="o2", tool="dmesg", args={}, ok=True, lines=[DMESG], data={}, round=0),
+        Observation(
+            id="o3", tool="log_tail", args={"path": "/l"}, ok=True, lines=[LOG], data={}, round=0
+        ),
+    ]
+
+
+def _act(*refs: dict[str, str]) -> Action:
+    return Action(kind="conclude", label="cuda_oom_runtime", refutations=list(refs))
+
+
+@pytest.mark.parametrize(
+    ("ref", "refuted"),
+    [
+        ({"label": "stale_gpu_process", "observation": "o1", "line": GPU, "why": "GPU free"}, True),
+        ({"label": "host_oom_killed", "observation": "o2", "line": DMESG}, True),
+        # not verbatim, or in another observation: refutes nothing
+        ({"label": "stale_gpu_process", "observation": "o1", "line": "the GPU looked free"}, False),
+        ({"label": "host_oom_killed", "observation": "o1", "line": DMESG}, False),
+        # the concluded label itself, or a label outside the taxonomy
+        ({"label": "cuda_oom_runtime", "observation": "o1", "line": GPU}, False),
+        ({"label": "gremlins", "observation": "o1", "line": GPU}, False),
+    ],
+)
+def test_a_refutation_counts_only_with_its_verbatim_line(
+    ref: dict[str, Any], refuted: bool
+) -> None:
+    board = refute_rivals({}, _act(ref), _obs())
+    assert (board.get(ref["label"], {}).get("status") == "refuted") is refuted
+
+
+def test_a_line_that_is_a_sign_of_the_rival_cannot_refute_it() -> None:
+    """The CUDA OOM line is a sign of cuda_oom_runtime/gpu_oom_weights: it cannot rule out
+    gpu_oom_weights, whatever the brain says."""
+    ref = {"label": "gpu_oom_weights", "observation": "o3", "line": LOG, "why": "runtime"}
+    board = refute_rivals({}, _act(ref), _obs())
+    assert board.get("gpu_oom_weights", {}).get("status") != "refuted"
