@@ -93,3 +93,31 @@ def test_a_dead_holder_does_not_lock_the_plan_out(tmp_path: Path) -> None:
         assert "(state elsewhere)" in str(exc)
     else:
         raise AssertionError("a live holder must be named, not taken over")
+
+
+def test_postgres_advisory_lock_names_the_holder_and_frees_with_it() -> None:
+    """The team database: a session advisory lock per plan; the second claim is refused naming
+    pid, host and start; the lock is gone the moment the holder's connection is."""
+    from loop.ledger_pg import PgLedger
+    from loop.night_lock import hold
+    from tests.postgres import start_postgres
+
+    pg = start_postgres()
+    try:
+        ledger = PgLedger(pg.new_database())  # migrations 001-006 on a real server
+        first = hold(ledger, "plan-a", "/state/a", beat_s=5)
+        try:
+            hold(ledger, "plan-a", "/state/b", beat_s=5)
+        except NightBusy as exc:
+            said = str(exc)
+            assert f"pid {os.getpid()} on {socket.gethostname()[:24]} since " in said, said
+        else:
+            raise AssertionError("a second claim on a held plan must be refused")
+        other = hold(ledger, "plan-b", "/state/b", beat_s=5)  # another plan: its own lock
+        other.release()
+        first.release()
+        again = hold(ledger, "plan-a", "/state/b", beat_s=5)
+        again.release()
+        ledger.pool.close()
+    finally:
+        pg.stop()

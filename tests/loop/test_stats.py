@@ -63,7 +63,7 @@ def test_verdicts_by_neighbours() -> None:
 
 def test_more_looks_ask_for_more_evidence() -> None:
     chain = _chain([1000, 1010, 995, 1005, 1000, 990, 1008, 1002])
-    one = [Launch(at=5.0, center=1025.0)]
+    one = [Launch(at=5.0, center=1030.0)]
     assert interleaved_compare(chain, one, looks=1).verdict == "better"
     assert interleaved_compare(chain, one, looks=5).verdict == "inconclusive"
 
