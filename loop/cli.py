@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import re
 import socket
 import sys
 import tempfile
@@ -19,6 +20,7 @@ from rich.table import Table
 from loop.experiment import Diagnoser
 from loop.ledger import Ledger, NightRow, open_ledger
 from loop.night import Night, agent_diagnoser, default_state_dir, loop_alive
+from loop.night_lock import NightBusy
 from loop.plan import Plan, PlanError, load_plan
 from loop.stopping import Interrupted
 
@@ -149,7 +151,13 @@ def run_cmd(
     except PlanError as exc:  # a worker whose plan is not the night's
         print(f"pivot loop: {exc}", file=sys.stderr)
         raise typer.Exit(2) from None
+    except NightBusy as exc:  # another loop runs this plan: it is left alone
+        print(f"pivot loop: {exc}", file=sys.stderr)
+        raise typer.Exit(3) from None
     console.print(f"night {result.id}: {result.status}; report: {_latest(state_dir)}")
+    if result.status == "blocked":  # nothing was tried: a script must not read it as a night
+        print(f"pivot loop: night {result.id} blocked: {result.note}", file=sys.stderr)
+        raise typer.Exit(4)
 
 
 def _worker(plan: Plan, state_dir: Path, slot: str | None, diagnoser: Diagnoser | None) -> Night:
@@ -173,10 +181,19 @@ def _worker(plan: Plan, state_dir: Path, slot: str | None, diagnoser: Diagnoser 
 def _load(plan_path: Path, variables: dict[str, str] | None = None) -> Plan:
     """The plan, or one clear line naming the file and what is wrong in it (no traceback)."""
     try:
-        return load_plan(plan_path, variables)
+        plan = load_plan(plan_path, variables)
     except PlanError as exc:
         print(f"pivot loop: {exc}", file=sys.stderr)
         raise typer.Exit(2) from None
+    unfilled = sorted(set(re.findall(r"\$\{(\w+)\}", plan.model_dump_json())))
+    if unfilled:  # `${PORTT}` would reach the shell as an empty string, or as itself
+        print(
+            f"pivot loop: {plan_path}: unfilled variable(s) {', '.join(unfilled)}: set them in "
+            "the environment, or fix their names",
+            file=sys.stderr,
+        )
+        raise typer.Exit(2)
+    return plan
 
 
 def _run_or_stop(night: Night, live: bool) -> NightRow:

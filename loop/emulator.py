@@ -25,6 +25,12 @@ Failure modes (all driven by configuration, never by a test hook inside the loop
   server serves those requests slower, so exactly one benchmark run is an outlier.
 - EMULATOR_DIE_AFTER=S: SIGKILL itself after S seconds, writing the moment to
   EMULATOR_DEATH_FILE first (the dead-launch benchmark measures from it).
+- Noise shaped like a real night's (bench/aa_night.py fits it; bench/results/h200_spread.json
+  holds the H200 spread it was fitted to): EMULATOR_NOISE is each request's rate noise (a
+  log-normal sigma), EMULATOR_LAUNCH_NOISE a factor drawn once per server start (a relaunched
+  engine is not the same engine: between-launch spread), EMULATOR_DRIFT=FRACTION with
+  EMULATOR_DRIFT_FILE a steady drift of FRACTION per launch through the night.
+- EMULATOR_SPEEDUP=F: F times the throughput, a change of known size for power measurements.
 - --schedule-conservativeness < 0.5: +8% throughput, but a request that arrives with 3 or more
   in flight is retracted and waits 350 ms for its first token (an SLO broken under load only).
 With --gpu it holds mem-fraction of the real GPU through torch and does real matmuls per request.
@@ -88,7 +94,8 @@ def apply_config_file(path: str) -> None:
 
 
 def throughput(args: argparse.Namespace, env: dict[str, str] | None = None) -> float:
-    """Tokens/s as a deterministic function of the configuration (noise is added per request)."""
+    """Tokens/s of this start: the configuration's, times this launch's draw (none unless
+    EMULATOR_LAUNCH_NOISE / EMULATOR_DRIFT are set); request noise is added per request."""
     env = dict(os.environ) if env is None else env
     bs = max(1, args.cuda_graph_max_bs)
     # Smaller graph batch sizes help this decode-bound workload up to 16 (the seed's +9%).
@@ -105,7 +112,42 @@ def throughput(args: argparse.Namespace, env: dict[str, str] | None = None) -> f
     # An aggressive scheduler admits more per step (+8%), but under load (RETRACT_BUSY
     # requests in flight) it runs out of KV cache and retracts requests: see do_POST.
     f_sched = 1.08 if args.schedule_conservativeness < AGGRESSIVE else 1.0
-    return BASE_TOKENS_PER_S * f_bs * f_mem * f_nccl * f_proto * f_fusion * f_tp * f_chunk * f_sched
+    f_known = float(env.get("EMULATOR_SPEEDUP", "1") or 1)
+    return (
+        BASE_TOKENS_PER_S
+        * f_bs
+        * f_mem
+        * f_nccl
+        * f_proto
+        * f_fusion
+        * f_tp
+        * f_chunk
+        * f_sched
+        * f_known
+        * _launch_factor(env)
+    )
+
+
+def _launch_factor(env: Any) -> float:
+    """This start's draw of the between-launch spread and its place in the night's drift."""
+    sigma = float(env.get("EMULATOR_LAUNCH_NOISE", "0") or 0)
+    drift = float(env.get("EMULATOR_DRIFT", "0") or 0)
+    f = math.exp(random.gauss(0.0, sigma)) if sigma else 1.0
+    path = env.get("EMULATOR_DRIFT_FILE")
+    if drift and path:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            import fcntl
+
+            fcntl.flock(fd, fcntl.LOCK_EX)  # two starts at once still count two launches
+            n = int(os.read(fd, 32) or b"0")
+            os.lseek(fd, 0, os.SEEK_SET)
+            os.ftruncate(fd, 0)
+            os.write(fd, str(n + 1).encode())
+        finally:
+            os.close(fd)
+        f *= 1.0 + drift * n
+    return f
 
 
 #: --schedule-conservativeness below this schedules aggressively.
@@ -335,7 +377,7 @@ def _make_handler(state: dict[str, Any]) -> type[BaseHTTPRequestHandler]:
             ttft = ttft_ms(state["args"], n, state["noise"])
             if state["args"].schedule_conservativeness < AGGRESSIVE and busy >= RETRACT_BUSY:
                 ttft += RETRACT_MS  # retracted under KV pressure, re-scheduled later
-            rate = state["tps"] * (1.0 + random.gauss(0.0, state["noise"]))
+            rate = state["tps"] * math.exp(random.gauss(0.0, state["noise"]))
             lo, hi, factor = state["outlier"]
             if lo <= n < hi:
                 rate *= factor  # a slow stretch: one benchmark run comes out an outlier

@@ -218,6 +218,7 @@ def _launch_and_measure(
         led.update(row.id, diff="".join(diff_parts))
 
         _phase(ctx, row, "launch")
+        launched = time.time()
         lr = launcher.start(
             host,
             command,
@@ -287,12 +288,16 @@ def _launch_and_measure(
                 "diagnosis": f"benchmark: {br.error}",
                 "evidence": br.error,
             }
+            named = _no_metric(plan, br.error or "", br.output_tail)
+            if named:  # the server was fine: the benchmark's output is the cause, said so
+                result |= {"label": BENCHMARK_OUTPUT, "diagnosis": named}
         else:
             result = {
                 "status": "ok",
                 "metric_mean": br.mean,
                 "metric_spread": br.spread,
                 "metric_values": br.values,
+                "run_launch": [launched] * len(br.values),
                 "metrics": {
                     k: [r[k] for r in br.runs if k in r] for k in sorted(set().union(*br.runs))
                 },
@@ -304,6 +309,30 @@ def _launch_and_measure(
             "diagnosis": f"loop error: {exc!r}",
             "evidence": traceback.format_exc(limit=3)[-300:],
         }, pid
+
+
+#: Label of a failure whose cause is the benchmark's output (no JSON, no such metric): the
+#: server ran, so no agent is sent to find a server-side cause (it once said killed_externally).
+BENCHMARK_OUTPUT = "benchmark_output"
+
+
+def _no_metric(plan: Any, error: str, tail: list[str]) -> str | None:
+    """The benchmark ran but its output has no objective: name the objective and what the
+    output has instead (or that it printed no JSON at all)."""
+    if "metric not found" not in error:
+        return None
+    from tools.bench_results import parse_results
+
+    want = plan.baseline.benchmark.metric_json_key or plan.objective
+    found = parse_results("\n".join(tail))
+    if not found:
+        last = next((line for line in reversed(tail) if line.strip()), "")
+        return (
+            f"benchmark printed no JSON result (looked for objective {want!r}); "
+            f"its last line: {last[:200]!r}"
+        )
+    have = ", ".join(sorted(k for k in found if "@" not in k))
+    return f"objective {want!r} is not in the benchmark's result; it has: {have}"
 
 
 def _finish(
@@ -343,7 +372,12 @@ def _finish(
                         f"config not back to baseline on {ctx.host.name}: {bad}"
                     )
     stored = led.get(row.id) or row
-    if stored.status in FAILED and ctx.diagnoser is not None and not live:
+    if (
+        stored.status in FAILED
+        and ctx.diagnoser is not None
+        and not live
+        and stored.label != BENCHMARK_OUTPUT
+    ):
         _phase(ctx, stored, "diagnose")
         diagnose_row(ctx, stored)
     led.update(row.id, ended=time.time(), duration_s=round(time.time() - t0, 3))

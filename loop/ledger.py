@@ -74,6 +74,9 @@ class ExperimentRow(BaseModel):
     ci_high: float | None = None
     stats: str | None = Field(None, description="the statistical statement, in words")
     remeasured: int = Field(0, description="launches spent re-measuring an inconclusive result")
+    #: When the launch that made each run started (one per metric_values entry): runs of one
+    #: launch share it, so the judge can tell launches apart (loop/stats.py interleaved_compare).
+    run_launch: list[float] = Field(default_factory=list)
     gain: float | None = None
     duration_s: float | None = None
     label: str | None = None
@@ -175,12 +178,28 @@ def _m005_intervals(db: sqlite_utils.Database) -> None:
         db["experiments"].add_column(col, typ)
 
 
+def _m006_run_launch(db: sqlite_utils.Database) -> None:
+    db["experiments"].add_column("run_launch", str)  # JSON [launch start per run]
+
+
+def _m007_night_owner(db: sqlite_utils.Database) -> None:
+    db["night_owner"].create(  # who runs each plan now (loop/night_lock.py)
+        {
+            "plan_name": str, "pid": int, "host": str, "since": float, "state_dir": str,
+            "heartbeat": float,
+        },
+        pk="plan_name",
+    )  # fmt: skip
+
+
 MIGRATIONS: list[tuple[str, Callable[[sqlite_utils.Database], None]]] = [
     ("001_init", _m001_init),
     ("002_left_in_place", _m002_left_in_place),
     ("003_liveness_events", _m003_liveness_events),
     ("004_metrics_slo", _m004_metrics_slo),
     ("005_intervals", _m005_intervals),
+    ("006_run_launch", _m006_run_launch),
+    ("007_night_owner", _m007_night_owner),
 ]
 
 

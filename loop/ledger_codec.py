@@ -22,7 +22,12 @@ if TYPE_CHECKING:
     from loop.ledger import ExperimentRow, NightRow
 
 #: ExperimentRow fields stored as JSON text, with the value an empty column reads as.
-JSON_FIELDS: dict[str, str] = {"change": "{}", "metric_values": "[]", "metrics": "{}"}
+JSON_FIELDS: dict[str, str] = {
+    "change": "{}",
+    "metric_values": "[]",
+    "metrics": "{}",
+    "run_launch": "[]",
+}
 
 
 def dump_experiment(row: ExperimentRow) -> dict[str, Any]:

@@ -89,6 +89,10 @@ def _m005_intervals(conn: Connection[Any]) -> None:
     )
 
 
+def _m006_run_launch(conn: Connection[Any]) -> None:
+    conn.execute("alter table experiments add column run_launch text")
+
+
 #: Named like their SQLite twins in loop/ledger.py.
 MIGRATIONS: list[Migration] = [
     ("001_init", _m001_init),
@@ -96,6 +100,7 @@ MIGRATIONS: list[Migration] = [
     ("003_liveness_events", _m003_liveness_events),
     ("004_metrics_slo", _m004_metrics_slo),
     ("005_intervals", _m005_intervals),
+    ("006_run_launch", _m006_run_launch),
 ]
 
 

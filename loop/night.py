@@ -41,7 +41,7 @@ from loop.ledger import (
 from loop.pareto import directions, trial_values
 from loop.plan import HostSpec, Plan, SearchParam, plan_digest
 from loop.slo import violations
-from loop.stats import Z, compare, summarize
+from loop.stats import OUTLIER_MIN_RUNS, Launch, Z, compare, interleaved_compare, summarize
 from loop.stopping import Interrupted, interruptible
 from loop.sweep import point_slos, trial_constraints
 from tools.bench_results import unit
@@ -247,18 +247,42 @@ class Night:
         need = min(t.experiment_s, t.ready_s + t.benchmark_s * self.plan.baseline.benchmark.repeat)
         return time.time() + need + self._reserve() <= self.deadline()
 
+    #: One loop per plan: a second is refused before it touches anything (loop/night_lock.py).
+    exclusive = True
+
     # the night
     def run(self) -> NightRow:
+        """Run or resume the night; NightBusy when another loop runs this plan now."""
+        from loop import night_lock
+
+        held = (
+            night_lock.hold(self.ledger, self.plan.name, self.state_dir, heartbeat_s())
+            if self.exclusive
+            else None
+        )
+        try:
+            return self._run_held()
+        finally:
+            if held is not None:
+                held.release()
+
+    def _run_held(self) -> NightRow:
         self.night, resumed = self.ledger.open_night(
             self.plan.name, plan_digest(self.plan), self.state_dir
         )
         plan_copy = Path(self.state_dir) / "plans" / f"{self.night.id}.json"
         plan_copy.parent.mkdir(exist_ok=True)
         plan_copy.write_text(self.plan.model_dump_json(indent=1), encoding="utf-8")
-        for host in self.hosts:
-            self.baselines[host.name] = configs.capture_baseline(
-                self.ledger, self.night.id, host, self.plans[host.name].baseline.config_files
+        try:
+            for host in self.hosts:
+                self.baselines[host.name] = configs.capture_baseline(
+                    self.ledger, self.night.id, host, self.plans[host.name].baseline.config_files
+                )
+        except configs.ConfigError as exc:  # a missing config file: blocked, said, not "running"
+            self.ledger.update_night(
+                self.night.id, status="blocked", ended=time.time(), note=f"config file: {exc}"
             )
+            return self.ledger.night(self.night.id) or self.night
         beat = self._heartbeat()
         try:
             with interruptible():
@@ -343,8 +367,15 @@ class Night:
             repeat = max(self.plan.baseline.noise_runs, self.plan.baseline.benchmark.repeat)
             base = run_experiment(self._ctx(self.hosts[0]), base, repeat=repeat)
         if base.status != "ok" or base.metric_mean is None:
+            why = f": {base.diagnosis[:300]}" if base.diagnosis else ""
             self.ledger.update_night(
-                self.night.id, status="blocked", ended=time.time(), note="baseline failed"
+                self.night.id, status="blocked", ended=time.time(), note=f"baseline failed{why}"
+            )
+            return self._close()
+        unknown = self._unknown_metrics(base)
+        if unknown:  # before any change is judged by a metric that is not there
+            self.ledger.update_night(
+                self.night.id, status="blocked", ended=time.time(), note=unknown
             )
             return self._close()
         self._judge_baseline()
@@ -357,6 +388,8 @@ class Night:
             for r in self.ledger.experiments(self.night.id):
                 if r.kind == "ranked" and r.status in MEASURED:
                     self._classify(r, again=True)
+        if self._interleaved():
+            self._repeat_inconclusive()
         if self.plan.search:
             self._search()
         combine.run(self)  # the compatible kept changes together, between two baselines
@@ -378,6 +411,8 @@ class Night:
         baseline again after every N of them and at the end: A/B/A, not A then B forever."""
         self._row("baseline", "baseline", 0, {}, expect="known-good config; measures noise")
         every = self.plan.baseline.recheck_every if len(self.hosts) == 1 else 0
+        if self._interleaved():
+            every = 1
         seq = 0
         for i, exp in enumerate(self.plan.experiments, start=1):
             seq += 1
@@ -387,6 +422,80 @@ class Night:
                 self._row(
                     f"baseline-{seq}", "baseline", seq, {}, expect="baseline again: drift, noise"
                 )
+
+    def _unknown_metrics(self, base: ExperimentRow) -> str | None:
+        """Every objective and SLO metric must be in the baseline's result: a misspelled SLO
+        would otherwise be "met" by every change. None when all are there."""
+        from loop.slo import unknown_metrics
+
+        names = [n for n in (self.plan.maximize, self.plan.minimize) if n]
+        names += [c.metric for c in self.plan.slos()]
+        missing = unknown_metrics(names, base.metrics)
+        if not missing:
+            return None
+        have = ", ".join(sorted(k for k in base.metrics if "@" not in k)) or "nothing"
+        return f"plan refused: {', '.join(missing)} not in the baseline's result; it has: {have}"
+
+    def _interleaved(self) -> bool:
+        """Baseline launches between experiments, each change judged by its neighbours: needs
+        one order of launches, so one host slot."""
+        return self.plan.baseline.interleave and len(self.hosts) == 1
+
+    def _baseline_chain(self) -> list[Launch]:
+        return [
+            x
+            for r in self.ledger.experiments(self.night.id)
+            if r.kind == "baseline" and r.status == "ok"
+            for x in launches(r)
+        ]
+
+    def _repeat_inconclusive(self) -> None:
+        """Repeats until the interval decides: an inconclusive change is launched again, then
+        the baseline after it, and judged on all its launches, up to `max_launches` each and
+        while the night's budget allows; what is left says why it stayed inconclusive."""
+        host = self.hosts[0]
+        most = self.plan.baseline.max_launches
+        while not self._stopping.is_set():
+            rows = self.ledger.experiments(self.night.id)
+            todo = [
+                r
+                for r in rows
+                if r.kind == "ranked"
+                and r.status == "inconclusive"
+                and r.seq < combine.SEQ
+                and len(launches(r)) < most
+            ]
+            if not todo:
+                return
+            for row in todo:
+                if self._stopping.is_set():
+                    return
+                if not self._fits():
+                    n = len(launches(row))
+                    self.ledger.update(
+                        row.id,
+                        diagnosis=f"inconclusive after {n} launch(es); no budget left to repeat",
+                    )
+                    continue
+                if not self._one_more_launch(host, row):
+                    continue
+                seq = max(
+                    r.seq for r in self.ledger.experiments(self.night.id) if r.seq < combine.SEQ
+                )
+                again = self._row(
+                    f"baseline-{seq + 1}",
+                    "baseline",
+                    seq + 1,
+                    {},
+                    expect=f"baseline again: the neighbour of {row.name}'s repeat",
+                )
+                repeat = max(self.plan.baseline.noise_runs, self.plan.baseline.benchmark.repeat)
+                self.ledger.update(again.id, status="running", host=host.name)
+                run_experiment(self._ctx(host), again, repeat=repeat)
+                self._judge_baseline()
+                self._classify(self.ledger.get(row.id) or row, again=True)
+            if not self._fits():
+                return
 
     def _rechecks(self) -> list[ExperimentRow]:
         return [
@@ -527,7 +636,21 @@ class Night:
         if not base_values:
             return
         base, mine = summarize(base_values), summarize(row.metric_values)
-        cmp = compare(base, mine, self.plan.higher_is_better)
+        if self._interleaved() and row.kind == "ranked":
+            ranked = [
+                r
+                for r in self.ledger.experiments(self.night.id)
+                if r.kind == "ranked" and r.status in MEASURED and r.id != row.id
+            ]
+            cmp = interleaved_compare(
+                self._baseline_chain(),
+                launches(row),
+                self.plan.higher_is_better,
+                looks=self.plan.baseline.max_launches,
+                others=[launches(row), *(launches(r) for r in ranked)],
+            )
+        else:
+            cmp = compare(base, mine, self.plan.higher_is_better)
         status = {"better": "kept", "worse": "discarded"}.get(cmp.verdict, "inconclusive")
         unit_ = unit(self.plan.objective)
         fields: dict[str, Any] = {
@@ -551,29 +674,40 @@ class Night:
         its runs; still inconclusive, it says so rather than pretending."""
         if row.status != "inconclusive" or "re-measured" in (row.diagnosis or ""):
             return
-        if not self.plan.baseline.remeasure:
-            return
+        if not self.plan.baseline.remeasure or self._interleaved():
+            return  # interleaved: repeats come with their own baseline launches, later
         if not self._fits():
             self.ledger.update(row.id, diagnosis="inconclusive; no budget left to re-measure")
             return
-        first_values, first_metrics = row.metric_values, row.metrics
+        again = self._one_more_launch(host, row)
+        if again is not None:
+            self._classify(again)
+
+    def _one_more_launch(self, host: Host, row: ExperimentRow) -> ExperimentRow | None:
+        """Launch and measure `row` once more and keep all its runs (None if this one failed:
+        its failure is the row's story now)."""
+        first_values, first_metrics, first_at = row.metric_values, row.metrics, row.run_launch
+        if len(first_at) != len(first_values):  # a row from before launches were recorded
+            first_at = [row.started or 0.0] * len(first_values)
         self.ledger.update(row.id, status="running", phase="pending", remeasured=row.remeasured + 1)
         again = run_experiment(self._ctx(host), self.ledger.get(row.id) or row)
         if again.status != "ok":
-            return  # the second run failed: its failure is the row's story now
+            return None
         metrics = {
             k: first_metrics.get(k, []) + again.metrics.get(k, [])
             for k in set(first_metrics) | set(again.metrics)
         }
         values = first_values + again.metric_values
+        n = len(launches(row)) + 1
         self.ledger.update(
             row.id,
             metric_values=values,
             metrics=metrics,
+            run_launch=first_at + again.run_launch,
             metric_mean=sum(values) / len(values),
-            diagnosis=f"re-measured once: {len(first_values)} + {len(again.metric_values)} runs",
+            diagnosis=f"measured in {n} launches: {len(values)} runs",
         )
-        self._classify(self.ledger.get(row.id) or again)
+        return self.ledger.get(row.id) or again
 
     def _ranked_worker(self, host: Host) -> None:
         while not self._stopping.is_set():
@@ -851,6 +985,40 @@ def loop_alive(night: NightRow, now: float | None = None) -> tuple[bool, str]:
     if age > 3 * heartbeat_s():
         return False, f"no heartbeat for {age:.0f}s"
     return True, f"heartbeat {age:.0f}s ago"
+
+
+def launches(r: ExperimentRow) -> list[Launch]:
+    """The row's runs grouped by the launch that made them: the mean of each (under
+    OUTLIER_MIN_RUNS runs nothing is set aside, and a mean wastes less than a median of 3),
+    else its robust center; a row from before launches were recorded is one launch."""
+    from statistics import fmean
+
+    if not r.metric_values:
+        return []
+    if len(r.run_launch) != len(r.metric_values):
+        return [Launch(at=r.started or 0.0, center=summarize(list(r.metric_values)).center)]
+    groups: dict[float, list[float]] = {}
+    for at, v in zip(r.run_launch, r.metric_values, strict=True):
+        groups.setdefault(at, []).append(v)
+    return [
+        Launch(
+            at=at,
+            center=summarize(vs).center if len(vs) >= OUTLIER_MIN_RUNS else fmean(vs),
+            run_var=_run_var(vs),
+        )
+        for at, vs in sorted(groups.items())
+    ]
+
+
+def _run_var(values: list[float]) -> float:
+    """The variance of a launch's mean from its runs, on logs when all are positive."""
+    import math
+    from statistics import variance
+
+    if len(values) < 2:
+        return 0.0
+    vals = [math.log(v) for v in values] if all(v > 0 for v in values) else values
+    return variance(vals) / len(vals)
 
 
 def _center(r: ExperimentRow) -> float:

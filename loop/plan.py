@@ -108,6 +108,19 @@ class Baseline(_Strict):
         description="measure the baseline again after every N ranked experiments (A/B/A; "
         "one host slot), so drift through the night is not taken for an effect",
     )
+    interleave: bool = Field(
+        True,
+        description="launch the baseline again after every ranked experiment and judge each "
+        "change against the baseline launches on either side of it (one host slot); "
+        "bench/aa_night.py measures why this is the default",
+    )
+    max_launches: int = Field(
+        3,
+        ge=1,
+        le=20,
+        description="interleaved: launches of a change (each followed by a baseline launch) "
+        "before it is called inconclusive; repeats are added only while the budget allows",
+    )
     timeouts: Timeouts = Field(default_factory=Timeouts)
 
     @model_validator(mode="after")

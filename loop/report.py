@@ -19,6 +19,7 @@ from loop.knobs import describe
 from loop.ledger import FAILED, NO_EFFECT, ExperimentRow, Ledger, NightRow
 from loop.pareto import report_lines as pareto_lines
 from loop.plan import Plan
+from loop.slo import missed_by_baseline
 from loop.stats import compare, summarize
 from loop.sweep import point_slos
 from loop.sweep import report_lines as sweep_lines
@@ -313,6 +314,12 @@ def write_report(ledger: Ledger, night: NightRow, plan: Plan) -> Path:
         + (f"pid {night.final_pid} on {night.final_host}" if night.final_pid else "not running"),
         f"- {winner_statement(rows, plan, best)}",
     ]
+    base_metrics: dict[str, list[float]] = {}
+    for r in rows:
+        if r.kind == "baseline" and r.status == "ok":
+            for k, v in r.metrics.items():
+                base_metrics.setdefault(k, []).extend(v)
+    lines += [f"- SLO {said}" for said in missed_by_baseline(point_slos(plan), base_metrics)]
     stops = [e for e in events if e.kind in ("signal", "killed", "resumed")]
     if stops:
         lines.append(

@@ -156,6 +156,11 @@ class FleetWorker(Night):
             host.run(f"kill -KILL {' '.join(map(str, left))} 2>/dev/null; true", timeout=5)
             actions.append(f"killed {owner}'s leftover processes on {host.name}: {left}")
 
+    exclusive = False  # the fleet shares one night on purpose
+
+    def _interleaved(self) -> bool:
+        return False  # several hosts give no single order of launches
+
     def _seed_rows(self) -> None:
         """The single night's rows without A/B/A re-checks (several hosts: no one order)."""
         self._row("baseline", "baseline", 0, {}, expect="known-good config; measures noise")

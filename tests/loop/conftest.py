@@ -58,6 +58,10 @@ def make_plan(
                 "repeat": 2,
             },
             "noise_runs": 3,
+            # the tests of other features judge by the pooled A/B/A rule, whose rows they
+            # list; the interleaved judge (the default) has its own: test_interleaved.py,
+            # test_stats.py, and bench/aa_night.py
+            "interleave": False,
             "timeouts": {"ready_s": 20, "stall_s": 1.5, "benchmark_s": 20, "experiment_s": 40},
         },
         "experiments": experiments,

@@ -164,8 +164,13 @@ def test_constraints_parse_and_judge_against_the_baseline() -> None:
     assert violations([c], base, {"p99_ttft_ms": [600.0]}) == [
         "p99_ttft_ms = 600 breaks p99_ttft_ms <= 500"
     ]
-    # the baseline itself misses errors == 0: not asked of the change
-    assert violations([Constraint.parse("errors == 0")], base, {"errors": [2.0]}) == []
+    # the baseline itself misses errors == 0: the change is held to no worse (issue 23)
+    errors = Constraint.parse("errors == 0")
+    assert violations([errors], base, {"errors": [1.0]}) == []
+    assert violations([errors], base, {"errors": [2.0]}) == [
+        "errors = 2 is worse than the baseline's 1 (the baseline misses errors == 0: held to "
+        "no worse)"
+    ]
     assert violations([c], base, {}) == ["p99_ttft_ms not measured (needed for p99_ttft_ms <= 500)"]
 
 
