@@ -135,6 +135,8 @@ class Facts(BaseModel):
         description="pid -> why: a defunct, orphaned or idle process of an earlier launch",
     )
     _ps_recs: dict[int, dict[str, Any]] = PrivateAttr(default_factory=dict)
+    #: workers that started before the launch's entry point (an earlier launch's): pid -> why
+    _older: dict[int, str] = PrivateAttr(default_factory=dict)
     dmesg_available: bool = False
     dmesg_obs: str | None = None
     dmesg_lines: list[str] = Field(default_factory=list)
@@ -450,6 +452,7 @@ def _ps(f: Facts, o: Observation, _logs: LogReads) -> None:
     f.log_writers = {k: list(v) for k, v in res.log_writers.items()}
     #: the records as dicts, for the rules that look a pid up (agent/rules_hang, next_steps)
     f._ps_recs = {}
+    f._older = {}
     for r in res.processes:
         pid, cmd = r.pid, r.command
         line = _find_line(o["lines"], f" {pid} ", cmd[:40]) or _find_line(o["lines"], cmd[:60])
@@ -473,11 +476,53 @@ def _ps(f: Facts, o: Observation, _logs: LogReads) -> None:
             continue
         f.server_pids.append(pid)
         (f.server_main_pids if role in ("main", "launcher") else f.server_worker_pids).append(pid)
+    _older_than_the_launch(f)
     mains = [f._ps_recs[p] for p in f.server_main_pids] or [f._ps_recs[p] for p in f.server_pids]
     known = [r["server"] for r in mains if r["server"] not in (None, "unknown")]
     f.server_engine = known[0] if known else (mains[0]["server"] if mains else None)
     users = [str(r.get("user") or "") for r in mains if r.get("user")]
     f.server_user = users[0] if users else None
+
+
+_MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
+
+
+def _age_key(rec: dict[str, Any]) -> float | None:
+    """How long ago a process started, comparably: `etimes` when ps gave it, else its START
+    column (HH:MM today, MonDD an earlier day, a year long ago); None when unknown."""
+    if isinstance(rec.get("elapsed_s"), int):
+        return float(rec["elapsed_s"])
+    st = str(rec.get("started") or "")
+    if re.fullmatch(r"\d{1,2}:\d\d", st):
+        h, m = map(int, st.split(":"))
+        return 10**6 - (h * 60 + m) * 60.0  # later today = younger
+    if re.fullmatch(r"[A-Z][a-z]{2}\d{1,2}", st) and st[:3] in _MONTHS:
+        return 10**7 + (12 - _MONTHS.index(st[:3])) * 31 * 86400 + (31 - int(st[3:])) * 86400
+    if re.fullmatch(r"\d{4}", st):
+        return 10**9 + (9999 - int(st)) * 1.0
+    return None
+
+
+def _older_than_the_launch(f: Facts) -> None:
+    """A worker that started before every live entry point of its engine cannot be their child:
+    it outlived an earlier launch (an orphaned runner still holding its GPU memory after the
+    server was restarted). It is a leftover, never the server's own worker."""
+    mains = [p for p in f.server_main_pids if f._ps_recs.get(p, {}).get("role") == "main"]
+    if not mains:
+        return
+    ages = [_age_key(f._ps_recs[p]) for p in mains]
+    if any(a is None for a in ages):
+        return
+    engine = {f._ps_recs[p].get("server") for p in mains}
+    oldest_main = max(a for a in ages if a is not None)
+    for pid in list(f.server_worker_pids):
+        rec = f._ps_recs.get(pid, {})
+        age = _age_key(rec)
+        if age is None or rec.get("server") not in engine or age <= oldest_main:
+            continue
+        f.server_worker_pids.remove(pid)
+        f.server_pids.remove(pid)
+        f._older[pid] = "a worker started before this launch's server (an earlier launch's orphan)"
 
 
 def _ranks(f: Facts, log_lines: list[str]) -> None:
@@ -588,7 +633,7 @@ def _tenancy(f: Facts) -> None:
     defunct, orphaned or idle process of an earlier launch."""
     recs = f._ps_recs
     ours = set(f.server_pids)
-    f.co_tenant_pids, f.leftover_pids = {}, {}
+    f.co_tenant_pids, f.leftover_pids = {}, dict(f._older)
     utils = [g.util_pct for g in f.gpus if g.util_pct is not None]
     gpus_idle = bool(utils) and max(utils) < 5
     for pid in dict.fromkeys([*f.gpu_pids, *f.other_launch_pids, *f.server_defunct_pids]):

@@ -81,6 +81,7 @@ class Proc(BaseModel):
     user: str = ""
     stat: str = ""
     elapsed_s: int | None = None
+    started: str = Field("", description="ps's START column as printed (09:51, Jul11, 2024)")
     cpu_pct: float | None = None
     mem_pct: float | None = Field(None, description="share of host RAM it holds (ps %MEM)")
     rss_kb: int | None = None
@@ -262,6 +263,7 @@ def parse_ps(text: str) -> PsParse:
                 user=row.get("user", ""),
                 stat=stat,
                 elapsed_s=_int(row.get("etimes")),
+                started=row.get("start", "") or "",
                 cpu_pct=_float(row.get("cpu")),
                 mem_pct=_float(row.get("mem")),
                 rss_kb=_int(row.get("rss")),

@@ -165,3 +165,36 @@ def test_control_one_launch_whose_oom_names_its_own_pid_is_an_ordinary_oom(tmp_p
     gpu = "0, NVIDIA H100 80GB HBM3, 79000 MiB, 2559 MiB, 81559 MiB, 100 %\n"
     r = _run(_card({"/var/log/vllm/server.log": log}, ps, gpu, dmesg=""), tmp_path)
     assert r.root_cause != "stale_gpu_process", r.summary
+
+
+@pytest.mark.parametrize(("runner_start", "leftover"), [("Jul11", True), ("09:53", False)])
+def test_a_worker_older_than_the_servers_entry_point_is_an_earlier_launchs(
+    runner_start: str, leftover: bool
+) -> None:
+    """After a restart, a runner that started before the current `ollama serve` cannot be its
+    child: it outlived the earlier launch and still holds its GPU memory (a leftover). A runner
+    started after the entry point is the server's own (the control)."""
+    from agent.facts import derive
+    from agent.state import Observation
+    from tools import processes
+
+    runner = "/tmp/ollama31/runners/cuda_v11/ollama_llama_server --model /m/blobs/sha256-1e8f --port 40101"
+    ps = (
+        "USER         PID %CPU %MEM    VSZ   RSS TTY      STAT START   TIME COMMAND\n"
+        f"ollama     44213  0.0 33.8 24815220 16710224 ?   Sl   {runner_start}   2:31 {runner}\n"
+        "ollama     51702  0.9  1.1 2210334 571208 ?      Ssl  09:51   0:11 /usr/local/bin/ollama serve\n"
+    )
+    pp = processes.parse_ps(ps)
+    res = processes.Result(host="h", header=pp.header, processes=pp.procs, total=len(pp.procs))
+    obs = Observation(
+        id="o2",
+        tool="processes",
+        args={},
+        ok=True,
+        lines=res.lines(),
+        data=res.model_dump(mode="json"),
+        round=0,
+    )
+    f = derive([obs])
+    assert (44213 in f.leftover_pids) is leftover, (f.server_pids, f.leftover_pids)
+    assert (44213 in f.server_pids) is not leftover
