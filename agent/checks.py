@@ -106,6 +106,10 @@ def rotation_of(path: str, other: str) -> bool:
     return other.startswith(path) and bool(_ROTATION.match(other[len(path) :]))
 
 
+#: a log this short made only of probe lines is the fresh file a rotation left behind
+FRESH_LOG_LINES = 20
+
+
 def rotated_log(observations: list[Observation], all_paths: list[str]) -> str | None:
     """An unread rotation of a log the investigation read: the file the server kept writing
     through its open descriptor after a rename, or the older half of the launch's output. A
@@ -123,15 +127,19 @@ def rotated_log(observations: list[Observation], all_paths: list[str]) -> str | 
     # nothing listed beside it: a log that holds no launch at all (only probes, a wrapper's
     # line) is most often the fresh file after a rename; its first rotation is worth one read
     from agent.evidence import launch_line
-    from agent.proof import fatal_lines
+    from agent.proof import fatal_lines, frontend_access
 
     tried = {str(o["args"].get("path")) for o in observations if o["tool"] == "log_tail"}
     for o in observations:
         if o["tool"] == "log_tail" and o["ok"]:
             lines = [ln for ln in o["lines"] if not ln.startswith("# ")]
             path = str(o["args"].get("path"))
+            # the shape of a fresh file after a rename: a few lines, every one a probe the
+            # front end answered (a log that merely lacks a launch marker is not that)
             if (
                 lines
+                and len(lines) <= FRESH_LOG_LINES
+                and all(frontend_access(ln) for ln in lines)
                 and not any(launch_line(ln) for ln in lines)
                 and not fatal_lines(lines)
                 and f"{path}.1" not in tried

@@ -171,6 +171,14 @@ _PIVOT_STATE = re.compile(r"(^|/)\.pivot(/|$)")
 _KERNEL_JOURNAL = {"-k", "--dmesg"}
 
 
+def _query_kind(args: list[str]) -> str | None:
+    """Which nvidia-smi query a command asks (`--query-gpu`, `--query-compute-apps`, `-q`)."""
+    for a in args:
+        if a.startswith("--query-") or a in ("-q", "--query"):
+            return a.split("=", 1)[0]
+    return None
+
+
 def replay_name(card_id: str) -> str:
     """The host name a replayed card gets: stable per card, saying nothing about it."""
     return "replay-" + hashlib.sha256(card_id.encode()).hexdigest()[:8]
@@ -456,6 +464,8 @@ class ReplayHost:
                 score += 2  # `kubectl describe ...` answers `kubectl describe ...` before `get`
             if prog == "nvidia-smi" and score == 0:
                 continue  # `-q -d ECC` and `--query-compute-apps` answer different questions
+            if prog == "nvidia-smi" and _query_kind(args) != _query_kind(kargs):
+                continue  # a GPU query's rows (index, name, 8.6) are no compute-apps rows
             if score == 0 and (_words(args) or _words(kargs)):
                 continue  # `docker ps` is not `docker logs X`; `free -m` and `free -g` still match
             if best is None or score > best[0]:

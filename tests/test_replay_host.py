@@ -302,3 +302,13 @@ def test_timed_snapshots_are_validated() -> None:
     ):
         with pytest.raises(ValueError, match=why):
             IncidentCard.model_validate(_card(files={"/l.log": bad}))
+
+
+def test_a_gpu_query_never_answers_a_compute_apps_query(replay_host_factory) -> None:
+    """`--query-gpu=index,name,compute_cap` rows ("0, NVIDIA A10, 8.6") are no process rows:
+    read as compute apps they became "pid 0 holds 8 MiB" and pid 1 a GPU holder."""
+    cc = "nvidia-smi --query-gpu=index,name,compute_cap --format=csv,noheader"
+    host = replay_host_factory(_card(commands={cc: "0, NVIDIA A10, 8.6\n"}))
+    apps = "nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv,noheader"
+    assert host.run(apps).error  # not recorded, never the GPU query's rows
+    assert host.run(cc).stdout == "0, NVIDIA A10, 8.6\n"
