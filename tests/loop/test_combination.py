@@ -62,7 +62,9 @@ def test_compatible_kept_changes_are_run_together_against_interleaved_baselines(
         assert "Left out as incompatible: mem-0.8 (sets flag:--mem-fraction-static otherwise)" in (
             text
         )
-        assert "**the combination kept the gain and adds to it: beats `bs-16` alone**" in text
+        # kept the gain; whether it also separates from `bs-16` alone is the statistics' call
+        # (4 requests a run, t intervals from 3 runs): "adds to it" or "not distinguishable"
+        assert "**the combination kept the gain" in text and "LOST" not in text
         assert "vs the baselines around it: better" in text
         assert "Combine the compatible kept changes" not in text  # done, not a todo
     finally:
