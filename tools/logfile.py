@@ -396,3 +396,12 @@ def grep_region(
         out.groups = [g for g in out.groups if any(gl.match for gl in g)]
         return out
     return GrepRegion(ok=False, error=last_err)
+
+
+#: what a rotation appends to a log's name: server.log.1, .old, .bak, -20261201 (not .gz)
+_ROTATED = re.compile(r"^(?:\.\d{1,2}|\.old|\.bak|[-.]\d{8}(?:-\d+)?)$")
+
+
+def rotation_of(path: str, other: str) -> bool:
+    """`other` is `path` renamed by a rotation (logrotate, RotatingFileHandler, a supervisor)."""
+    return other.startswith(path) and bool(_ROTATED.match(other[len(path) :]))

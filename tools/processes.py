@@ -24,6 +24,7 @@ from pydantic import BaseModel, Field
 from tools import engines, gpu_status
 from tools.base import ToolResult, ToolSpec, bound_lines
 from tools.host import Host
+from tools.logfile import rotation_of
 
 PS_COMMAND = "ps -ww -eo pid,ppid,user,stat,etimes,pcpu,pmem,rss,args"  # -ww: never cut at $COLUMNS
 PS_FALLBACK = "ps auxww"
@@ -481,14 +482,6 @@ MEM_HOG_PCT = 5.0
 OTHER_LOG_PREFIX = "other:"
 
 
-def _rotation_of(path: str, other: str) -> bool:
-    """`other` is `path` renamed by a rotation (server.log.1, .old, -20261201)."""
-    return other.startswith(path) and bool(_ROTATED.match(other[len(path) :]))
-
-
-_ROTATED = re.compile(r"^(?:\.\d{1,2}|\.old|\.bak|[-.]\d{8}(?:-\d+)?)$")
-
-
 def _writers(
     host: Host,
     logs: list[str],
@@ -519,7 +512,7 @@ def _writers(
             name = wanted.get(target)
             if name is None:
                 # the log was rotated under a running writer: it writes the renamed file still
-                name = next((w for n, w in wanted.items() if _rotation_of(n, target)), None)
+                name = next((w for n, w in wanted.items() if rotation_of(n, target)), None)
                 if name is not None and rotated is not None:
                     rotated[name] = target
             if name is not None and pid not in by_log[name]:

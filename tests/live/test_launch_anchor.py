@@ -8,14 +8,14 @@ process on the box has a `--port` first."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.live import staging as S
-from tests.live.test_verdicts_live import Scene, assert_concluded
-from tests.sshd import Sshd
+
+# `scene`: the verdict tests' busy box (the staged server beside unrelated jobs), shared
+from tests.live.test_verdicts_live import Scene, assert_concluded, scene  # noqa: F401
 
 PROBES = (
     '[2025-06-01 11:43:00] INFO:     127.0.0.1:50312 - "GET /health HTTP/1.1" 503 Service Unavailable\n'
@@ -23,17 +23,7 @@ PROBES = (
 )
 
 
-@pytest.fixture
-def scene(live_server: Sshd, tmp_path: Path) -> Iterator[Scene]:
-    stage = S.new_stage(live_server)
-    try:
-        stage.start_bystanders()
-        yield Scene(live_server, stage, tmp_path / "home")
-    finally:
-        stage.cleanup()
-
-
-def _rotate(log: Path, scene: Scene) -> None:
+def _rotate(log: Path, scene: Scene) -> None:  # noqa: F811
     """logrotate's copy-less rename: the writer keeps its descriptor on the renamed file."""
     log.rename(log.with_name(log.name + ".1"))
     log.write_text(PROBES)
@@ -42,7 +32,7 @@ def _rotate(log: Path, scene: Scene) -> None:
 
 
 @pytest.mark.parametrize("alive", [False, True], ids=["server-dead", "server-alive"])
-def test_a_rotated_log_is_followed_to_the_file_the_server_wrote(scene: Scene, alive: bool) -> None:
+def test_a_rotated_log_is_followed_to_the_file_the_server_wrote(scene: Scene, alive: bool) -> None:  # noqa: F811
     log = scene.stage.logs / "server.log"
     script = [["out", S.startup()], ["out", S.LOADED.lstrip("\n")], ["sleep", 2.0]]
     script += [["out", S.OOM_BLOCK]]
