@@ -18,6 +18,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
+from agent import launch as launch_mod
 from agent import proof, rules_causes, rules_hang, rules_liveness
 from agent.board import related
 from agent.evidence import LOG_TOOLS, last_launch, launch_line, signature_hits, text_lines
@@ -528,6 +529,12 @@ def check_conclusion(action: Action, observations: list[Observation], facts: Fac
     problems = citation_problems(label, evidence, by_id)
     if problems:
         return problems
+    theirs = launch_mod.build(observations, facts).bystander_lines()
+    if evidence and all(str(e.get("line") or "") in theirs for e in evidence):
+        return [
+            f"[{label}] cites only bystanders' lines (other users' processes, other jobs' kernel "
+            "kills, logins): they say nothing about this launch; cite the launch's own lines"
+        ]
     hits = signature_hits(observations)
     rule = RULES.get(label, _crash_rule)
     return rule(action, by_id, facts, hits)

@@ -78,6 +78,11 @@ class Report(BaseModel):
         "unknown, never absent, each with how to read it",
     )
     pending_approval: ApprovalRequest | None = None
+    launch: dict[str, Any] | None = Field(
+        None,
+        description="the launch investigated (agent/launch.Launch): anchor, members, logs, port "
+        "and its holder, GPU holders, configs, and the bystanders set aside",
+    )
 
 
 class ApprovalRequest(BaseModel):

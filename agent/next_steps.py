@@ -85,9 +85,32 @@ def stale_gpu_process(facts: Facts, observations: list[Observation], evidence) -
         "supervisor restarting it while it still loads)"
         for pid, gib in twins.items()
     ]
+    from agent.launch import duplicate_mains, family
+
+    mains = [p for p in duplicate_mains(observations, facts) if p not in twins]
+    same = family(facts, mains)
+    for pid in mains:
+        kids = sorted(p for p in holders if p in same and p != pid)
+        held = sum(holders.get(p, 0.0) for p in [pid, *kids])
+        parts.append(
+            f"pid {pid} runs this launch's own model "
+            f"({str(facts._ps_recs.get(pid, {}).get('command') or '')[:70]}) and holds "
+            f"{held / 1024:.1f} GiB"
+            + (f" with its workers {', '.join(map(str, kids))}" if kids else "")
+            + f": a second instance of the launch; run one (stop the older one, `kill {pid}`, "
+            "and check its workers exit too)"
+        )
+    holders = {p: m for p, m in holders.items() if p not in same}
+    if mains and any(p in facts.leftover_pids for p in holders):
+        # with the launch's own twin named, other users' running jobs are not the holders
+        holders = {
+            p: m
+            for p, m in holders.items()
+            if not facts.co_tenant_pids.get(p, "").startswith("another user")
+        }
     if not holders and not parts:
         return None
-    for pid, mib in sorted(holders.items(), key=lambda x: -x[1])[:3]:
+    for pid, mib in sorted(holders.items(), key=lambda x: -x[1])[:4]:
         if pid in facts.co_tenant_pids:
             parts.append(
                 f"pid {pid} holds {mib / 1024:.1f} GiB and is {facts.co_tenant_pids[pid]}: a "
@@ -292,6 +315,7 @@ def bad_launch_argument(facts: Facts, observations: list[Observation], evidence)
         loopback_across_nodes,
         proxied_own_request,
         unresolvable_rendezvous,
+        unset_devices,
     )
 
     if draftless(observations, signature_hits(observations)) is not None:
@@ -309,6 +333,18 @@ def bad_launch_argument(facts: Facts, observations: list[Observation], evidence)
             f"launch environment (unit file `Environment=`, container env, shell profile) or list "
             f"every GPU it should use (e.g. {var}={','.join(map(str, range(on_host)))}), restart the "
             "service, and check the engine's log reports all of them."
+        )
+    unset = unset_devices(observations)
+    if unset is not None:
+        soid, sline, _, _, why = unset
+        path = next(
+            (str(o["args"].get("path") or "") for o in observations if o["id"] == soid), "its file"
+        )
+        return (
+            f"`{sline.strip()}` in {path} hides every GPU ({why}): export the variable before the "
+            "launcher sources the file (or write the device list there, e.g. "
+            f"CUDA_VISIBLE_DEVICES={','.join(map(str, range(max(1, len(facts.gpus)))))}), relaunch, and "
+            "check the engine's log reports the GPUs."
         )
     lo = loopback_across_nodes(observations)
     if lo is not None:

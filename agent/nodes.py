@@ -24,7 +24,10 @@ from agent.checks import (
 )
 from agent.context import RunContext
 from agent.findings import compute
+from agent.guardrails import INFERRED_CONFIDENCE as INFERRED_AT
 from agent.guardrails import check_conclusion, qualify
+from agent.launch import build as build_launch
+from agent.launch import sourced_files, without_bystanders
 from agent.observe import first_wave, run_many
 from agent.state import Action, Observation, State
 from agent.thresholds import THRESHOLDS
@@ -119,6 +122,14 @@ def sweep(state: State, runtime: Runtime[RunContext]) -> dict[str, Any]:
     for o in obs2:
         _emit("observation", _obs_event(o))
     all_obs = obs1 + obs2
+    # the files the launch's scripts source (an env file, a unit's EnvironmentFile=): a setting
+    # there is the launch's own, so read them now rather than never
+    wave3 = [("config_read", {"path": p}) for p in _sourced(all_obs)][:MAX_CONFIGS]
+    if wave3 and "config_read" in TOOLS:
+        obs3 = run_many(host, wave3, len(all_obs) + 1, 0)
+        for o in obs3:
+            _emit("observation", _obs_event(o))
+        all_obs += obs3
     return {
         "observations": all_obs,
         "tool_calls": len(all_obs),
@@ -352,7 +363,16 @@ def conclude(state: State, runtime: Runtime[RunContext]) -> dict[str, Any]:
                     for k in ("label", "statement", "status", "score", "evidence", "against")
                 },
             )
+    ctx = runtime.context
+    launch = build_launch(
+        obs,
+        facts,
+        list(ctx.extra_logs),
+        list(ctx.extra_configs),
+        _container_name(ctx.host),
+    )
     evidence = _fix_obs_ids(a.get("evidence") or [], obs) if status == "concluded" else []
+    evidence = without_bystanders(evidence, launch)
     if status == "concluded" and a.get("label") == "healthy":
         status = "healthy"  # up and answering: a status a script can tell from "could not tell"
     if status == "concluded" and evidence and float(a.get("confidence") or 0) >= EXPLAINS_AWAY_AT:
@@ -363,6 +383,8 @@ def conclude(state: State, runtime: Runtime[RunContext]) -> dict[str, Any]:
     next_step = a.get("next_step") or ""
     next_step += _changes_said(changes, obs)
     next_step = _rotation_said(obs) + next_step
+    if status != "concluded" or float(a.get("confidence") or 0) <= INFERRED_AT:
+        next_step = _stacks_fix(obs) + next_step
     report = {
         "status": status,
         "root_cause": a.get("label") if status in ("concluded", "healthy") else None,
@@ -390,6 +412,7 @@ def conclude(state: State, runtime: Runtime[RunContext]) -> dict[str, Any]:
         "rounds": state.get("rounds", 0),
         "next_step": next_step.strip(),
         "unknowns": unknowns(obs),
+        "launch": launch.model_dump(mode="json"),
     }
     _emit("conclusion", report)
     # The diagnosis stands on its own; a reversible fix it makes obvious (restore the known-good
@@ -416,6 +439,23 @@ def conclude(state: State, runtime: Runtime[RunContext]) -> dict[str, Any]:
 _UNKNOWN_MATTERS = tool_registry.verdict_needs()
 
 
+def _sourced(obs: list[Observation]) -> list[str]:
+    """Files the configs read so far source and nobody has read yet."""
+    read = {str(o["args"].get("path") or "") for o in obs if o["tool"] == "config_read"}
+    out: list[str] = []
+    for o in obs:
+        if o["tool"] == "config_read" and o["ok"]:
+            path = str(o["args"].get("path") or "")
+            text = "\n".join(o["data"].get("text") or [])
+            out += [p for p in sourced_files(text, posixpath.dirname(path)) if p not in read]
+    return list(dict.fromkeys(out))
+
+
+def _container_name(host: Any) -> str | None:
+    box = container_of(host)
+    return str(getattr(box, "container", "") or "") or None if box is not None else None
+
+
 def unknowns(observations: list[Observation]) -> list[str]:
     """What could not be read, once per tool (the newest failure), with how to read it. A replayed
     card's missing keys say "not recorded"; a live host's refusals say why and how."""
@@ -432,6 +472,16 @@ def unknowns(observations: list[Observation]) -> list[str]:
         fix = str(d.get("fix") or "").strip()
         what = o["tool"] + (f" {key[1]}" if key[1] else "")
         out[what] = f"{what}: {err}" + (f" (to read it: {fix})" if fix else "")
+    for o in observations:
+        # a read that fell back (py-spy missing or not permitted, /proc read instead) answered
+        # only in part: the stacks that would tell a hang from slow work are still unknown
+        d = o["data"] if o["ok"] else {}
+        if d.get("py_spy_missing") or d.get("denied"):
+            why = str(d.get("py_spy_error") or "py-spy could not read the stacks")
+            fix = str(d.get("fix") or "").strip()
+            out[f"stacks {d.get('pid')}"] = f"py_stacks: Python stacks not read: {why}" + (
+                f" (to read them: {fix})" if fix else ""
+            )
     return list(out.values())[:6]
 
 
@@ -482,6 +532,16 @@ def refute_rivals(board: dict[str, Any], action: Action, obs: list[Observation])
             "against": [{"observation": oid, "line": line, "note": note}, *h.get("against", [])],
         }
     return out
+
+
+def _stacks_fix(obs: list[Observation]) -> str:
+    """An unsure verdict whose stacks could not be read says how to read them first: the one
+    read that would tell a hang from slow work."""
+    for o in reversed(obs):
+        d = o["data"] if o["tool"] == "py_stacks" else {}
+        if d.get("py_spy_missing") or d.get("denied"):
+            return f"First read the stacks ({d.get('py_spy_error')}): {d.get('fix')}. "
+    return ""
 
 
 def _rotation_said(obs: list[Observation]) -> str:

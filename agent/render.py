@@ -69,6 +69,12 @@ def print_report(console: Console, r: Report) -> None:
         body.append(f"[bold]Ruled out[/]: {', '.join(r.ruled_out)}")
     if r.next_step:
         body.append(f"[bold]Next step[/]: {esc(r.next_step)}")
+    if r.launch:
+        from agent.launch import Launch, summary_lines
+
+        lines = summary_lines(Launch.model_validate(r.launch))
+        body.append(f"[bold]Launch[/]: {esc(lines[0])}")
+        body += [f"  {esc(x)}" for x in lines[1:]]
     for u in r.unknowns:
         body.append(f"[bold]Unknown[/]: {esc(u)}")
     for s in r.seen_before:

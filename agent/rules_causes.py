@@ -13,7 +13,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from agent import proof
-from agent.evidence import text_lines
+from agent.evidence import LOG_TOOLS, text_lines
 from agent.rules_common import F
 from agent.state import Observation
 from agent.thresholds import THRESHOLDS
@@ -91,6 +91,7 @@ def cause_rules(facts, observations: list[Observation], hits, add) -> None:  # t
     unresolvable_rules(observations, add)
     draftless_rules(observations, hits, add)
     hidden_gpus_rules(facts, observations, add)
+    unset_devices_rules(observations, add)
     arch_beyond_build_rules(facts, observations, add)
     gpus_unused_rules(facts, hits, add)
     if not any(m.label == "nccl_failure" and m.strength in ("fatal", "strong") for _, m in hits):
@@ -797,4 +798,78 @@ def arch_beyond_build_rules(facts, observations: list[Observation], add) -> None
         boid,
         bline,
         f"built with CUDA {cuda:.1f}",
+    )
+
+
+# -- a device list that expands to nothing --------------------------------------------------------
+_EXPANSION = re.compile(r"^\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?$")
+_NO_GPUS = re.compile(
+    r"No CUDA GPUs are available|no CUDA-capable device is detected|found 0 CUDA devices?|"
+    r"(?:Found|Detected) 0 (?:CUDA )?(?:GPUs?|devices?)\b|device_count\(\)\s*[=:]\s*0\b"
+)
+_DEFINED = re.compile(r"^(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)=")
+
+
+def unset_devices(observations: list[Observation]) -> tuple[str, str, str, str, str] | None:
+    """(setting obs, setting line, found obs, found line, why) when the launch's own config sets
+    the visible-devices list to a variable nothing defines (or to nothing) and the engine then
+    found no GPU: the line that hid the GPUs, not only the error it caused."""
+    defined: set[str] = set()
+    candidates: list[tuple[str, str, str]] = []
+    for o in observations:
+        if not o["ok"]:
+            continue
+        if o["tool"] == "config_read":
+            for st in o["data"].get("sources") or []:
+                key, value = str(st.get("key") or ""), str(st.get("value") or "")
+                defined.add(key)
+                if key not in ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES"):
+                    continue
+                m = _EXPANSION.match(value.strip("\"'"))
+                if m:
+                    candidates.append((o["id"], str(st.get("line") or ""), m.group(1)))
+                elif not value.strip("\"' "):
+                    candidates.append((o["id"], str(st.get("line") or ""), ""))
+        elif o["tool"] in ("host_facts", "launch_env"):
+            defined |= {m.group(1) for ln in o["lines"] if (m := _DEFINED.match(ln.strip()))}
+    found = next(
+        (
+            (o["id"], ln)
+            for o in observations
+            if o["ok"] and o["tool"] in LOG_TOOLS
+            for ln in text_lines(o)
+            if _NO_GPUS.search(ln)
+        ),
+        None,
+    )
+    if found is None:
+        return None
+    for oid, line, var in candidates:
+        if var and var in defined:
+            continue
+        why = f"${{{var}}} is set nowhere the launch reads" if var else "it is set to nothing"
+        return oid, line, found[0], found[1], why
+    return None
+
+
+def unset_devices_rules(observations: list[Observation], add) -> None:  # type: ignore[no-untyped-def]
+    hit = unset_devices(observations)
+    if hit is None:
+        return
+    soid, sline, foid, fline, why = hit
+    add(
+        "bad_launch_argument",
+        "cause",
+        _C.names_the_cause,
+        soid,
+        sline,
+        f"the launch's visible-devices list is empty: {why}",
+    )
+    add(
+        "bad_launch_argument",
+        "cause",
+        _C.effect_cited,
+        foid,
+        fline,
+        "the engine found no GPU: the empty device list hid them all",
     )

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from agent.evidence import latest_text_observations, text_lines
 from agent.facts import Facts
+from agent.launch import duplicate_mains, family
 from agent.rules_common import (
     ALLOC,
     MEMORY_LABELS,
@@ -185,6 +186,17 @@ def stale_rules(facts: Facts, observations: list[Observation], hits, add) -> Non
         # another user's or another launch's live job holding its own GPU memory is a co-tenant
         # on a shared box: with nothing short of memory or the port, it is nobody's root cause
         holders = {p: m for p, m in holders.items() if p not in facts.co_tenant_pids}
+    # a second instance of the launch's own command, then an earlier launch's leftovers, hold
+    # what the launch ran short of; with either present, other users' running jobs are
+    # bystanders on a shared box, not the holders to name
+    twins = family(facts, duplicate_mains(observations, facts))
+    if any(p in twins or p in facts.leftover_pids for p in holders):
+        holders = {
+            p: m
+            for p, m in holders.items()
+            if not facts.co_tenant_pids.get(p, "").startswith("another user") or p in twins
+        }
+    holders = dict(sorted(holders.items(), key=lambda kv: (kv[0] not in twins, -kv[1])))
     if holders:
         for pid, mib in holders.items():
             add(
@@ -193,7 +205,10 @@ def stale_rules(facts: Facts, observations: list[Observation], hits, add) -> Non
                 F.proves * scale,
                 facts.gpu_pid_obs,
                 facts.gpu_pid_lines.get(pid, ""),
-                f"pid {pid} holds {mib:.0f} MiB of GPU memory and is not a running server",
+                f"pid {pid} holds {mib:.0f} MiB of GPU memory: another instance of the launch's "
+                "own command"
+                if pid in twins
+                else f"pid {pid} holds {mib:.0f} MiB of GPU memory and is not a running server",
             )
             if pid in facts.procs:
                 add(

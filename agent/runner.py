@@ -328,6 +328,7 @@ class Runner:
             notes=list(dict.fromkeys(values.get("notes") or [])),
             unknowns=base.get("unknowns", []),
             pending_approval=pending,
+            launch=base.get("launch"),
         )
         if not save:  # a prose answer changed nothing: the stored outcome stands as it is
             return report

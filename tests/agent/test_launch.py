@@ -1,0 +1,151 @@
+"""The launch under investigation (agent/launch.py): named from its own reads, with every other
+process on the box set aside as a bystander that no conclusion may rest on."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from agent.facts import derive
+from agent.guardrails import check_conclusion
+from agent.launch import bystander_line, sourced_files
+from agent.runner import investigate
+from agent.settings import Settings
+from cards.model import load_card
+from cards.replay import ReplayHost
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "launch"
+BLIND = Path(__file__).resolve().parents[2] / "evals" / "blind"
+
+
+def _run(card: Any, tmp_path: Path, **kw: Any) -> Any:
+    return investigate(ReplayHost(card), card.symptom, settings=Settings(home=tmp_path / "h"), **kw)
+
+
+def _env_card(defined: bool) -> Any:
+    card = load_card(DATA / "envfile-unset-gpu-ids.yaml")
+    if defined:  # control: the variable is set in the same file, so the list is not empty
+        files = dict(card.host.files)
+        files["/opt/llm/gpu.env"] = "GPU_IDS=0,1\n" + files["/opt/llm/gpu.env"]
+        card = card.model_copy(update={"host": card.host.model_copy(update={"files": files})})
+    return card
+
+
+def test_sourced_files_are_read_and_an_unset_device_list_is_named(tmp_path: Path) -> None:
+    r = _run(_env_card(False), tmp_path, configs=["/opt/llm/start.sh"])
+    assert r.root_cause == "bad_launch_argument"
+    assert any(e.line == "CUDA_VISIBLE_DEVICES=${GPU_IDS}" for e in r.evidence), r.evidence
+    assert "GPU_IDS" in r.next_step and "/opt/llm/gpu.env" in r.next_step
+    assert r.launch and "/opt/llm/gpu.env" in r.launch["configs"]
+    assert r.launch["anchor"].startswith("--config")
+
+
+def test_control_a_defined_variable_is_not_blamed(tmp_path: Path) -> None:
+    r = _run(_env_card(True), tmp_path, configs=["/opt/llm/start.sh"])
+    assert not any(e.line == "CUDA_VISIBLE_DEVICES=${GPU_IDS}" for e in r.evidence)
+    assert "is set nowhere" not in r.next_step
+
+
+def test_sourced_file_forms() -> None:
+    script = (
+        "source ./gpu.env\n. /etc/llm/common.sh\ndocker run --env-file=/srv/vllm.env img\n"
+        "EnvironmentFile=-/etc/default/vllm\nsource $HOME/x.env\n"
+    )
+    assert sourced_files(script, "/opt/llm") == [
+        "/opt/llm/gpu.env",
+        "/etc/llm/common.sh",
+        "/srv/vllm.env",
+        "/etc/default/vllm",
+    ]
+
+
+def test_login_lines_are_bystanders() -> None:
+    assert bystander_line("Dec  1 10:00:01 box sshd[812]: Accepted publickey for bob from 10.0.0.9")
+    assert not bystander_line("ERROR 07-15 08:41:44 [core.py:396] EngineCore failed to start.")
+
+
+def test_another_instance_of_the_launch_holds_the_memory_not_other_users_jobs(
+    tmp_path: Path,
+) -> None:
+    card = load_card(BLIND / "round18" / "r18b-gpustack-orphan-vllm-duplicate.yaml")
+    r = _run(card, tmp_path)
+    assert r.root_cause == "stale_gpu_process"
+    cited = " ".join(e.line for e in r.evidence)
+    assert "848885" in cited and "3318802" not in cited  # liwei's LoRA job is a bystander
+    assert r.launch and r.launch["duplicates"] == [848885]
+    assert "this launch's own model" in r.next_step
+
+
+def test_control_another_model_is_no_duplicate(tmp_path: Path) -> None:
+    card = load_card(BLIND / "round18" / "r18b-gpustack-orphan-vllm-duplicate.yaml")
+    ps = card.host.ps.replace("OpenGVLab/InternVL3-78B --trust", "OpenGVLab/InternVL2-8B --trust")
+    card = card.model_copy(update={"host": card.host.model_copy(update={"ps": ps})})
+    host = ReplayHost(card)
+    r = investigate(host, card.symptom, settings=Settings(home=tmp_path / "h"))
+    assert r.launch and r.launch["duplicates"] == []
+
+
+def test_a_conclusion_on_bystanders_lines_alone_is_refused() -> None:
+    from tests.agent.test_bystanders import LOG, OLD_KILL
+
+    obs = [
+        {
+            "id": "o1",
+            "tool": "log_tail",
+            "ok": True,
+            "args": {"path": "/l"},
+            "lines": LOG.splitlines(),
+            "data": {},
+            "round": 0,
+        },
+        {
+            "id": "o2",
+            "tool": "dmesg",
+            "ok": True,
+            "args": {},
+            "lines": OLD_KILL.splitlines(),
+            "data": {},
+            "round": 0,
+        },
+    ]
+    from agent import kills
+
+    facts = derive([])
+    facts.dmesg_available = True
+    facts.bystander_kills = kills.bystander_kills(obs)  # type: ignore[arg-type]
+    assert OLD_KILL.strip() in facts.bystander_kills
+    action = {
+        "kind": "conclude",
+        "label": "host_oom_killed",
+        "confidence": 0.9,
+        "evidence": [{"observation": "o2", "line": OLD_KILL.strip()}],
+    }
+    problems = check_conclusion(action, obs, facts)  # type: ignore[arg-type]
+    assert any("bystanders" in p for p in problems), problems
+
+
+def test_stacks_that_could_not_be_read_are_named_with_their_fix() -> None:
+    from agent.nodes import _stacks_fix, unknowns
+
+    obs = [
+        {
+            "id": "o9",
+            "tool": "py_stacks",
+            "ok": True,
+            "args": {"pid": 4242},
+            "lines": ["# pid 4242: State S (sleeping)"],
+            "data": {
+                "pid": 4242,
+                "method": "proc",
+                "py_spy_missing": True,
+                "py_spy_error": "py-spy is not installed on gpu-box",
+                "fix": "install py-spy on the host (pip install py-spy), then py-spy dump --pid 4242",
+            },
+            "round": 1,
+        }
+    ]
+    said = " ".join(unknowns(obs))  # type: ignore[arg-type]
+    assert "py-spy is not installed on gpu-box" in said and "pip install py-spy" in said
+    assert "pip install py-spy" in _stacks_fix(obs)  # type: ignore[arg-type]
+    obs[0]["data"] = {"pid": 4242, "method": "py-spy"}  # control: the stacks were read
+    assert unknowns(obs) == [] and _stacks_fix(obs) == ""  # type: ignore[arg-type]
