@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from agent.models import Event, HypothesisView, Report
+from agent.models import AlertRow, Event, HypothesisView, Report
 
 
 class Strict(BaseModel):
@@ -42,6 +42,7 @@ class SessionSummary(BaseModel):
     status: str = ""
     root_cause: str | None = None
     created: str | None = None
+    alertname: str | None = Field(None, description="the alert that started it, if one did")
 
 
 class SessionDetail(BaseModel):
@@ -57,6 +58,7 @@ class SessionDetail(BaseModel):
     report: Report | None = None
     events: list[Event] = Field(default_factory=list)
     error: str | None = None
+    alert: AlertRow | None = Field(None, description="the Alertmanager alert that started it")
 
 
 class DecisionIn(Strict):
