@@ -36,8 +36,10 @@ from server.routers import (
     memory,
     pages,
     sessions,
+    watches,
 )
 from server.runs import RunHub
+from server.watches import WatchBoard
 
 STATIC = Path(__file__).resolve().parent / "static"
 
@@ -131,13 +133,14 @@ def create_app(
     app.state.verifier = verifier
     app.state.catalog = HostCatalog(config)
     app.state.alerts = AlertDesk(shipped_rules())
+    app.state.watches = WatchBoard()
     app.state.evals = {}
     app.state.eval_reports = {}  # eval id -> (report key, the harness's run)
 
     app.include_router(health.router)
     app.include_router(pages.router)
     authed = [Depends(require_token)]
-    for r in (sessions, events, approvals, memory, hosts, evals, loop, alerts):
+    for r in (sessions, events, approvals, memory, hosts, evals, loop, alerts, watches):
         app.include_router(r.router, dependencies=authed)
     app.add_middleware(BodyLimit, max_bytes=config.max_body_bytes)
     app.add_middleware(BearerGate, verifier=verifier, public=("/api/health",))

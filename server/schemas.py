@@ -7,6 +7,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from agent.models import AlertRow, Event, HypothesisView, Report
+from watch.live import LaunchReport
 
 
 class Strict(BaseModel):
@@ -142,3 +143,7 @@ class Ledger(BaseModel):
 class Health(BaseModel):
     status: Literal["ok"] = "ok"
     version: str
+
+
+class WatchedLaunch(LaunchReport):
+    first_seen: str = Field(description="when this service first heard of the launch")
