@@ -24,6 +24,7 @@ from agent.pg import open_pool
 #: Memory's tables in agent/memory.py and agent/memory_pg.py (FTS shadow tables are derived).
 MEMORY_TABLES = [
     "sessions", "events", "todos", "handoffs", "conclusions", "observations", "hypotheses",
+    "alerts",
 ]  # fmt: skip
 #: The loop's ledger (loop/ledger.py); named here so agent/ never imports loop/. A pair is
 #: (SQLite table, PostgreSQL table): the ledger's night events share the team database with

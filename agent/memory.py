@@ -25,15 +25,17 @@ import sqlite_utils
 from pydantic import BaseModel
 
 from agent.memory_codec import (
+    alert_row,
     conclusion_row,
     event_data,
     hypothesis_row,
+    load_alert,
     load_event,
     load_observation,
     observation_row,
     session_outcome,
 )
-from agent.models import Event, Report, now
+from agent.models import AlertRow, Event, Report, now
 
 if TYPE_CHECKING:
     from agent.settings import Settings
@@ -102,6 +104,9 @@ class MemoryStore(Protocol):
     def handoffs(self, host: str, limit: int = 10) -> list[HandoffRow]: ...
     def last_handoff(self, host: str) -> HandoffRow | None: ...
     def search_conclusions(self, query: str, limit: int = 20) -> list[ConclusionRow]: ...
+    def record_alert(self, alert: AlertRow) -> None: ...
+    def alert(self, session_id: str) -> AlertRow | None: ...
+    def last_alert(self, group_key: str, host: str) -> AlertRow | None: ...
     def close(self) -> None: ...
 
 
@@ -208,11 +213,35 @@ def _m003_host_spec(db: sqlite_utils.Database) -> None:
     db["sessions"].add_column("host_spec", str)
 
 
+def _m004_alerts(db: sqlite_utils.Database) -> None:
+    """The alert that started a session (Alertmanager's webhook), one row per session."""
+    db["alerts"].create(
+        {
+            "session_id": str,
+            "group_key": str,
+            "host": str,
+            "alertname": str,
+            "fingerprint": str,
+            "status": str,
+            "receiver": str,
+            "generator_url": str,
+            "external_url": str,
+            "labels": str,
+            "annotations": str,
+            "starts_at": str,
+            "received": str,
+        },
+        pk="session_id",
+    )
+    db["alerts"].create_index(["group_key", "host", "received"])
+
+
 #: Named, append-only. Never edit an entry; add a new one.
 MIGRATIONS: list[tuple[str, Callable[[sqlite_utils.Database], None]]] = [
     ("001_core", _m001_core),
     ("002_observations_hypotheses", _m002_observations),
     ("003_host_spec", _m003_host_spec),
+    ("004_alerts", _m004_alerts),
 ]
 
 
@@ -418,6 +447,23 @@ class Memory(MemoryReads):
         except sqlite3.OperationalError:
             return []
         return [ConclusionRow.model_validate(r) for r in rows]
+
+    # -- alerts ----------------------------------------------------------------------------------
+    def record_alert(self, alert: AlertRow) -> None:
+        with self._lock, self.db.conn:
+            self.db["alerts"].upsert(alert_row(alert), pk="session_id")
+
+    def alert(self, session_id: str) -> AlertRow | None:
+        rows = list(self.db["alerts"].rows_where("session_id = ?", [session_id], limit=1))
+        return load_alert(rows[0]) if rows else None
+
+    def last_alert(self, group_key: str, host: str) -> AlertRow | None:
+        rows = list(
+            self.db["alerts"].rows_where(
+                "group_key = ? and host = ?", [group_key, host], order_by="received desc", limit=1
+            )
+        )
+        return load_alert(rows[0]) if rows else None
 
     def close(self) -> None:
         self.db.conn.close()

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from agent.models import Event, HypothesisView, Report, now
+from agent.models import AlertRow, Event, HypothesisView, Report, now
 
 
 def observation_row(session_id: str, obs: dict[str, Any]) -> dict[str, Any]:
@@ -76,3 +76,22 @@ def event_data(event: Event) -> str:
 
 def load_event(r: dict[str, Any]) -> Event:
     return Event(**{**r, "data": json.loads(r["data"])})
+
+
+def alert_row(a: AlertRow) -> dict[str, Any]:
+    """Labels and annotations as JSON text: both backends keep them in a text column."""
+    return {
+        **a.model_dump(),
+        "labels": json.dumps(a.labels),
+        "annotations": json.dumps(a.annotations),
+    }
+
+
+def load_alert(r: dict[str, Any]) -> AlertRow:
+    return AlertRow(
+        **{
+            **r,
+            "labels": json.loads(r["labels"] or "{}"),
+            "annotations": json.loads(r["annotations"] or "{}"),
+        }
+    )

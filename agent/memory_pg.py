@@ -18,15 +18,17 @@ from psycopg import Connection
 
 from agent.memory import ConclusionRow, HandoffRow, MemoryReads, SessionRow, TodoRow
 from agent.memory_codec import (
+    alert_row,
     conclusion_row,
     event_data,
     hypothesis_row,
+    load_alert,
     load_event,
     load_observation,
     observation_row,
     session_outcome,
 )
-from agent.models import Event, Report, now
+from agent.models import AlertRow, Event, Report, now
 from agent.pg import Migration, migrate, open_pool
 
 #: The channel every stored event is announced on; payload `<session_id>:<seq>`.
@@ -79,12 +81,29 @@ def _m003_host_spec(conn: Connection[Any]) -> None:
     conn.execute("alter table sessions add column host_spec text")
 
 
+def _m004_alerts(conn: Connection[Any]) -> None:
+    conn.execute(
+        """
+        create table alerts (
+            session_id text primary key, group_key text, host text, alertname text,
+            fingerprint text, status text, receiver text, generator_url text,
+            external_url text, labels text, annotations text, starts_at text, received text);
+        create index alerts_group on alerts (group_key, host, received);
+        """
+    )
+
+
 #: Named, append-only, and named like their SQLite twins in agent/memory.py.
 MIGRATIONS: list[Migration] = [
     ("001_core", _m001_core),
     ("002_observations_hypotheses", _m002_observations),
     ("003_host_spec", _m003_host_spec),
+    ("004_alerts", _m004_alerts),
 ]
+_ALERT_COLS = (
+    "session_id, group_key, host, alertname, fingerprint, status, receiver, generator_url, "
+    "external_url, labels, annotations, starts_at, received"
+)
 
 _SESSION_COLS = "id, host, symptom, brain, status, created, updated, root_cause"
 
@@ -284,6 +303,31 @@ class PgMemory(MemoryReads):
             [" or ".join(words), limit],
         )
         return [ConclusionRow.model_validate(r) for r in rows]
+
+    # -- alerts ----------------------------------------------------------------------------------
+    def record_alert(self, alert: AlertRow) -> None:
+        row = alert_row(alert)
+        cols = _ALERT_COLS.split(", ")
+        sets = ", ".join(f"{c} = excluded.{c}" for c in cols if c != "session_id")
+        with self.pool.connection() as conn:
+            conn.execute(
+                f"""insert into alerts ({_ALERT_COLS})
+                    values ({", ".join(f"%({c})s" for c in cols)})
+                    on conflict (session_id) do update set {sets}""",
+                row,
+            )
+
+    def alert(self, session_id: str) -> AlertRow | None:
+        row = self._one(f"select {_ALERT_COLS} from alerts where session_id = %s", [session_id])
+        return load_alert(row) if row else None
+
+    def last_alert(self, group_key: str, host: str) -> AlertRow | None:
+        row = self._one(
+            f"""select {_ALERT_COLS} from alerts where group_key = %s and host = %s
+                order by received desc limit 1""",
+            [group_key, host],
+        )
+        return load_alert(row) if row else None
 
     def close(self) -> None:
         self.pool.close()

@@ -111,4 +111,22 @@ class Event(BaseModel):
     at: str = Field(default_factory=now)
 
 
+class AlertRow(BaseModel):
+    """The alert that started a session: what the page links back to, and what dedup reads."""
+
+    session_id: str
+    group_key: str
+    host: str
+    alertname: str = ""
+    fingerprint: str = ""
+    status: str = "firing"
+    receiver: str = ""
+    generator_url: str = ""
+    external_url: str = ""
+    labels: dict[str, str] = Field(default_factory=dict)
+    annotations: dict[str, str] = Field(default_factory=dict)
+    starts_at: str = ""
+    received: str = Field(default_factory=now)
+
+
 Report.model_rebuild()

@@ -2,7 +2,9 @@
 # What the tests need from Debian: a real OpenSSH sshd, a real headless Chromium, a real
 # PostgreSQL server (initdb/pg_ctl, started by tests/postgres.py in a temp dir) and tmux
 # (the `pivot chat` tests drive a real terminal with send-keys and capture-pane), and Podman with
-# runc (the container tests stage real containers; see tests/containers.py).
+# runc (the container tests stage real containers; see tests/containers.py), and Prometheus
+# Alertmanager (tests/alertmanager.py fires real alerts into `pivot serve`; Debian names its
+# binary prometheus-alertmanager, and its postinst may not start the service: none is needed).
 # Installs only what is missing, so repeated runs cost nothing.
 set -euo pipefail
 need=()
@@ -15,6 +17,7 @@ ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)
 command -v tmux >/dev/null 2>&1 || need+=(tmux)
 command -v podman >/dev/null 2>&1 || need+=(podman)
 command -v runc >/dev/null 2>&1 || [ -x /usr/sbin/runc ] || need+=(runc)
+command -v prometheus-alertmanager >/dev/null 2>&1 || need+=(prometheus-alertmanager)
 if [ ${#need[@]} -gt 0 ]; then
   SUDO=""
   [ "$(id -u)" -eq 0 ] || SUDO="sudo"

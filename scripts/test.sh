@@ -3,7 +3,7 @@
 # real (OpenSSH sshd, Chromium), lint, then pytest. CI (.ci/run) calls exactly this.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# a test that needs sshd, Chromium, PostgreSQL or tmux fails instead of skipping (tests/strict_skips.py)
+# a test that needs sshd, Chromium, PostgreSQL, tmux or Alertmanager fails instead of skipping (tests/strict_skips.py)
 export CI="${CI:-1}"
 bash scripts/install.sh
 bash scripts/system-deps.sh

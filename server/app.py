@@ -16,6 +16,8 @@ from typing import Any
 from fastapi import Depends, FastAPI
 from fastapi.staticfiles import StaticFiles
 
+from server.alert_intake import AlertDesk
+from server.alertmanager import shipped_rules
 from server.auth import BearerGate, TokenVerifier, ensure_token
 from server.config import ServeConfig
 from server.deps import require_token
@@ -23,8 +25,21 @@ from server.headers import SecurityHeaders
 from server.hosts import HostCatalog
 from server.inflight import Inflight
 from server.limits import BodyLimit
-from server.routers import approvals, evals, events, health, hosts, loop, memory, pages, sessions
+from server.routers import (
+    alerts,
+    approvals,
+    evals,
+    events,
+    health,
+    hosts,
+    loop,
+    memory,
+    pages,
+    sessions,
+    watches,
+)
 from server.runs import RunHub
+from server.watches import WatchBoard
 
 STATIC = Path(__file__).resolve().parent / "static"
 
@@ -117,13 +132,15 @@ def create_app(
     app.state.settings = settings
     app.state.verifier = verifier
     app.state.catalog = HostCatalog(config)
+    app.state.alerts = AlertDesk(shipped_rules())
+    app.state.watches = WatchBoard()
     app.state.evals = {}
     app.state.eval_reports = {}  # eval id -> (report key, the harness's run)
 
     app.include_router(health.router)
     app.include_router(pages.router)
     authed = [Depends(require_token)]
-    for r in (sessions, events, approvals, memory, hosts, evals, loop):
+    for r in (sessions, events, approvals, memory, hosts, evals, loop, alerts, watches):
         app.include_router(r.router, dependencies=authed)
     app.add_middleware(BodyLimit, max_bytes=config.max_body_bytes)
     app.add_middleware(BearerGate, verifier=verifier, public=("/api/health",))

@@ -11,9 +11,11 @@ from typing import Annotated, Any
 from fastapi import Depends, HTTPException, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
+from server.alert_intake import AlertDesk
 from server.config import ServeConfig
 from server.hosts import HostCatalog
 from server.runs import RunHub
+from server.watches import WatchBoard
 
 bearer = HTTPBearer(auto_error=False, description="the token `pivot serve` printed on first start")
 
@@ -34,6 +36,14 @@ def get_catalog(request: Request) -> HostCatalog:
     return request.app.state.catalog
 
 
+def get_desk(request: Request) -> AlertDesk:
+    return request.app.state.alerts
+
+
+def get_watches(request: Request) -> WatchBoard:
+    return request.app.state.watches
+
+
 def require_token(
     request: Request,
     creds: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
@@ -51,3 +61,5 @@ Config = Annotated[ServeConfig, Depends(get_config)]
 Hub = Annotated[RunHub, Depends(get_hub)]
 Mem = Annotated[Any, Depends(get_memory)]
 Catalog = Annotated[HostCatalog, Depends(get_catalog)]
+Desk = Annotated[AlertDesk, Depends(get_desk)]
+Watches = Annotated[WatchBoard, Depends(get_watches)]

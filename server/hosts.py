@@ -44,8 +44,9 @@ def _ssh_entries(ssh_config: Path | None = None) -> list[Any]:
         mod = None
     fn = getattr(mod, "configured_hosts", None)
     try:
-        if fn is not None and ssh_config is None:
-            return list(fn())
+        if fn is not None and ssh_config is None:  # it names aliases only: add their addresses
+            found = {e["alias"]: e for e in _from_ssh_config(Path.home() / ".ssh" / "config")}
+            return [found.get(e, {"alias": e}) if isinstance(e, str) else e for e in fn()]
         return _from_ssh_config(ssh_config or Path.home() / ".ssh" / "config")
     except Exception:  # a broken ~/.ssh/config must not take the host list down
         return []
@@ -151,6 +152,17 @@ class HostCatalog:
             _field(e, "alias", "name", "host") == name
             for e in _ssh_entries(self._config.ssh_config)
         )
+
+    def alias_for(self, address: str) -> str | None:
+        """The host an address names: a known host name itself, else the SSH alias whose
+        HostName it is (Prometheus's `instance` label carries the scrape address, not the alias)."""
+        if self.known(address):
+            return address
+        try:
+            entries = _from_ssh_config(self._config.ssh_config or Path.home() / ".ssh" / "config")
+        except Exception:  # a broken ~/.ssh/config names nothing
+            return None
+        return next((e["alias"] for e in entries if e["hostname"] == address), None)
 
     def open(self, name: str) -> Host:
         """A fresh Host for `name`; each session gets its own (replay cursors, SSH channels)."""

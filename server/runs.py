@@ -182,7 +182,8 @@ class RunHub:
         return self.phase(session_id) == "awaiting_approval"
 
     # -- starting work ---------------------------------------------------------------------------
-    def start(self, host_name: str, symptom: str, brain: str) -> str:
+    def start(self, host_name: str, symptom: str, brain: str, logs: list[str] | None = None) -> str:
+        """`logs`: log files to read besides those the host's processes name (an alert's)."""
         host = self.catalog.open(host_name)  # UnknownHost propagates to the edge as 404
         session_id = uuid.uuid4().hex[:12]
         if self.cluster is not None:
@@ -206,7 +207,7 @@ class RunHub:
 
         def work(on_event: Callable[[Event], None]) -> Report:
             return self.runner.start(
-                host, symptom, session_id=session_id, brain=brain, on_event=on_event
+                host, symptom, session_id=session_id, brain=brain, on_event=on_event, logs=logs
             )
 
         self._submit(st, work)

@@ -6,7 +6,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from agent.models import Event, HypothesisView, Report
+from agent.models import AlertRow, Event, HypothesisView, Report
+from watch.live import LaunchReport
 
 
 class Strict(BaseModel):
@@ -42,6 +43,7 @@ class SessionSummary(BaseModel):
     status: str = ""
     root_cause: str | None = None
     created: str | None = None
+    alertname: str | None = Field(None, description="the alert that started it, if one did")
 
 
 class SessionDetail(BaseModel):
@@ -57,6 +59,7 @@ class SessionDetail(BaseModel):
     report: Report | None = None
     events: list[Event] = Field(default_factory=list)
     error: str | None = None
+    alert: AlertRow | None = Field(None, description="the Alertmanager alert that started it")
 
 
 class DecisionIn(Strict):
@@ -140,3 +143,7 @@ class Ledger(BaseModel):
 class Health(BaseModel):
     status: Literal["ok"] = "ok"
     version: str
+
+
+class WatchedLaunch(LaunchReport):
+    first_seen: str = Field(description="when this service first heard of the launch")

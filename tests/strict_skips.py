@@ -1,4 +1,5 @@
-"""In CI a test that needs a real component (sshd, Chromium, PostgreSQL, tmux) fails, never skips.
+"""In CI a test that needs a real component (sshd, Chromium, PostgreSQL, tmux, Alertmanager)
+fails, never skips.
 
 A skipped test proves nothing: CI passing on "sshd cannot start here" would hide that the SSH
 path was never exercised. Outside CI (a laptop without Chromium) the skip stays a skip. CI is
@@ -16,7 +17,7 @@ import pytest
 
 #: A skip reason naming one of these is a missing real component.
 REQUIRED = re.compile(
-    r"(?i)\bsshd\b|\bopenssh\b|chrom(?:e|ium)|playwright|postgres|\bpsql\b|tmux|\bpodman\b"
+    r"(?i)\bsshd\b|\bopenssh\b|chrom(?:e|ium)|playwright|postgres|\bpsql\b|tmux|\bpodman\b|alertmanager"
 )
 
 

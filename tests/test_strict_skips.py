@@ -50,3 +50,15 @@ def test_outside_ci_the_skips_stay_skips(tmp_path: Path) -> None:
     res = _run(tmp_path, None)
     assert res.returncode == 0, res.stdout
     assert "3 skipped" in res.stdout, res.stdout
+
+
+def test_every_real_component_the_suite_starts_is_named() -> None:
+    from tests.strict_skips import REQUIRED
+
+    for reason in (
+        "a real prometheus-alertmanager cannot start here: not installed",
+        "a real PostgreSQL cannot start here",
+        "Debian chromium not installed",
+    ):
+        assert REQUIRED.search(reason), reason
+    assert not REQUIRED.search("this card holds no answer text outside its host section")

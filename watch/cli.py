@@ -46,6 +46,20 @@ NotifyOpt = Annotated[
     str | None, typer.Option("--notify", help="POST the outcome as JSON here; rings the bell")
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="print one JSON object (the outcome)")]
+ServeOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--serve",
+        envvar="PIVOT_SERVE_URL",
+        help="a running `pivot serve` (http://host:8765) whose page lists this launch live",
+    ),
+]
+ServeTokenOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--serve-token", envvar="PIVOT_SERVE_TOKEN", help="its API token (the one it printed)"
+    ),
+]
 TrustOpt = Annotated[
     bool, typer.Option("--trust-new-host-key", help="accept and record an UNKNOWN SSH host key")
 ]
@@ -68,6 +82,17 @@ def _host(host: str | None, local: bool, trust: bool, as_json: bool) -> Any:
         )
     except (ValueError, OSError) as exc:
         raise _bad(str(exc), as_json) from exc
+
+
+def _reporter(url: str | None, token: str | None, as_json: bool) -> Any:
+    """The reporter to a running `pivot serve`, when asked for one."""
+    if not url:
+        return None
+    if not url.startswith(("http://", "https://")):
+        raise _bad(f"--serve {url!r} is not an http(s) URL of a running pivot serve", as_json)
+    from watch.serve_report import ServeReporter
+
+    return ServeReporter(url, token)
 
 
 def _limits(
@@ -118,24 +143,35 @@ def follow_and_report(
     as_json: bool,
     echo: bool = False,
     on_stop: Any = None,
+    serve: Any = None,
 ) -> int:
-    """Follow, diagnose a failure at once, print, notify; returns the exit code."""
+    """Follow, diagnose a failure at once, print, notify; returns the exit code.
+
+    `serve`: a watch.serve_report.ServeReporter told of every change the watch prints."""
+    import uuid
+
     from rich.console import Console
 
     from agent.render import live_printer, print_report
     from watch.diagnose import Diagnoser
     from watch.follow import Follower
+    from watch.live import ended, watching
 
     console = Console(stderr=as_json, highlight=False)
     out = sys.stderr if as_json else sys.stdout
 
     mid_line = [False]  # the echoed log ended without a newline (a tqdm bar)
 
+    watch_id = uuid.uuid4().hex[:12]
+    follower: Follower | None = None
+
     def note(text: str) -> None:
         if mid_line[0] and not as_json:
             out.write("\n")
             mid_line[0] = False
         console.print(text, markup=False, soft_wrap=True)
+        if serve is not None and follower is not None:
+            serve.update(watching(watch_id, follower))
 
     def echo_bytes(text: str) -> None:
         out.write(text)
@@ -146,12 +182,18 @@ def follow_and_report(
     report = None
     try:
         try:
-            outcome = Follower(host, target, limits, note, echo_bytes if echo else None).run()
+            follower = Follower(host, target, limits, note, echo_bytes if echo else None)
+            if serve is not None:
+                serve.update(watching(watch_id, follower))
+            outcome = follower.run()
         except KeyboardInterrupt:
             if on_stop is None:
                 raise
             outcome = _stopped(target, on_stop())
+        follower = None  # from here on the outcome speaks, not the follower
         if outcome.status in FAILED:
+            if serve is not None:
+                serve.update(ended(watch_id, outcome, investigating=True))
             note(f"{outcome.status.value}: {outcome.detail}; investigating now")
             try:
                 outcome.diagnosis, report = diag.diagnose(
@@ -163,6 +205,11 @@ def follow_and_report(
         diag.close()
     if report is not None and not as_json:
         print_report(console, report)
+    if serve is not None:
+        serve.update(ended(watch_id, outcome))
+        problem = serve.close()
+        if problem:
+            note(problem)
     if notify:
         from watch.notify import bell, post
 
@@ -192,6 +239,8 @@ def watch(
     notify: NotifyOpt = None,
     as_json: JsonOpt = False,
     trust_new_host_key: TrustOpt = False,
+    serve: ServeOpt = None,
+    serve_token: ServeTokenOpt = None,
 ) -> None:
     """Follow one launch until it is ready (exit 0), or diagnose it the moment it dies or stalls
     (exit 1). Exit 2: bad input; exit 3: gave up (timeout, host lost), with the reason."""
@@ -201,6 +250,7 @@ def watch(
         raise _bad(f"unknown brain {brain!r}: use rulebook or llm", as_json)
     if pid is not None and pid <= 0:
         raise _bad(f"--pid {pid} is not a process id", as_json)
+    reporter = _reporter(serve, serve_token, as_json)
     h = _host(host, local, trust_new_host_key, as_json)
     target = Target(
         host=h.name,
@@ -217,6 +267,7 @@ def watch(
         brain=brain,
         notify=notify,
         as_json=as_json,
+        serve=reporter,
     )
     h.close()
     raise typer.Exit(code)
@@ -242,6 +293,8 @@ def launch(
     notify: NotifyOpt = None,
     as_json: JsonOpt = False,
     trust_new_host_key: TrustOpt = False,
+    serve: ServeOpt = None,
+    serve_token: ServeTokenOpt = None,
 ) -> None:
     """Start a server under watch: `pivot launch [--log F] -- vllm serve M --port 8000`.
 
@@ -254,6 +307,7 @@ def launch(
         raise _bad("no command: pivot launch [OPTIONS] -- CMD ARGS...", as_json)
     if brain not in (None, "rulebook", "llm"):
         raise _bad(f"unknown brain {brain!r}: use rulebook or llm", as_json)
+    reporter = _reporter(serve, serve_token, as_json)
     h = _host(host, local or not host, trust_new_host_key, as_json)
     path = log or launching.default_log(get_settings().home, command, local=not host)
     started = launching.start(h, command, path)
@@ -282,6 +336,7 @@ def launch(
                 notify=notify,
                 as_json=as_json,
                 echo=True,
+                serve=reporter,
                 on_stop=lambda: launching.stop(h, started),
             )
         except KeyboardInterrupt:  # before the watch began or during a diagnosis

@@ -65,6 +65,7 @@ def list_sessions(
         if len(out) >= limit:
             break
         phase = hub.phase(row.id)
+        alert = mem.alert(row.id)
         out.append(
             SessionSummary(
                 session_id=row.id,
@@ -73,6 +74,7 @@ def list_sessions(
                 status=_status(row.status, phase),
                 root_cause=row.root_cause,
                 created=row.created,
+                alertname=alert.alertname if alert else None,
             )
         )
     return out
@@ -115,6 +117,7 @@ def get_session(session_id: SessionId, mem: Mem, hub: Hub) -> SessionDetail:
         report=report,
         events=traj.get("events", []),
         error=st.error if st else None,
+        alert=mem.alert(session_id),
     )
 
 

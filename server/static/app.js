@@ -347,6 +347,7 @@ async function openSession(id, push = true) {
   if (id !== S.session) return;
   S.sessionHost = d.host;
   if (d.host !== S.host && [...$("#host").options].some((o) => o.value === d.host)) { $("#host").value = d.host; S.host = d.host; loadNotes(); }
+  if (d.alert) showAlert(d.alert);
   if (!d.events.some((e) => e.type === "session")) { say("user", d.symptom); S.symptomShown = true; }
   for (const e of d.events) handle(e);
   if (d.status === "error" && d.error && !d.events.some((e) => e.type === "error")) say("error", d.error);
@@ -450,7 +451,7 @@ async function loadSessions() {
     waiting = waiting || r.status === "awaiting_approval";
     const b = el("button", { type: "button", "data-session": r.session_id },
       el("span", { class: `st-${r.status}` }, statusWord(r.status)), r.root_cause ? ` · ${r.root_cause}` : "",
-      el("span", { class: "meta" }, `${when(r.created)} · ${r.host}`),
+      el("span", { class: "meta" }, `${when(r.created)} · ${r.host}${r.alertname ? " · alert " + r.alertname : ""}`),
       el("span", { class: "meta" }, (r.symptom || "").slice(0, 120)));
     b.addEventListener("click", () => openSession(r.session_id));
     if (r.session_id === S.session) b.setAttribute("aria-current", "true");
@@ -458,6 +459,47 @@ async function loadSessions() {
   }
   if (!rows.length) ul.append(el("li", { class: "muted" }, q ? "no session matches" : "no sessions yet"));
   document.querySelector('#tabs button[data-tab="sessions"]').classList.toggle("badge", waiting);
+}
+
+// -- alerts and watched launches ---------------------------------------------------------------
+const webLink = (url, text) => (/^https?:\/\//i.test(url || "") ? el("a", { href: url, target: "_blank", rel: "noopener noreferrer" }, text) : null);
+
+function showAlert(a) {
+  // The session was started by an Alertmanager alert: say which, and link back to it.
+  const links = [webLink(a.generator_url, "the alert's rule"), webLink(a.external_url, "Alertmanager")].filter(Boolean);
+  const li = el("li", { class: "alert-link", "data-group": a.group_key },
+    `Started by the alert ${a.alertname || "(unnamed)"} (group ${a.group_key})`);
+  for (const l of links) li.append(" · ", l);
+  add(li);
+}
+
+const WATCH_WORDS = { watching: "loading", investigating: "failed: investigating", ready: "ready", died: "died",
+  crashed: "crashed", stalled: "stalled", gave_up: "gave up", stopped: "stopped" };
+const secs = (s) => (s == null ? "" : s < 90 ? `${Math.round(s)} s` : `${Math.round(s / 60)} min`);
+
+async function loadWatches() {
+  // Launches that `pivot watch --serve` / `pivot launch --serve` report: phase and ETA while
+  // they load, then the verdict with a link to its investigation.
+  const rows = S.token ? await api("/api/watches").catch(() => null) : null;
+  if (!rows) return;
+  const ul = $("#watches"); ul.replaceChildren();
+  for (const w of rows) {
+    const t = w.target, what = t.pid ? `pid ${t.pid}` : t.port ? `port ${t.port}` : base(t.log) || "a launch";
+    const now = [w.phase && `phase ${w.phase}`, w.progress, w.eta_s != null && `about ${secs(w.eta_s)} left`].filter(Boolean);
+    const li = el("li", { "data-watch": w.watch_id },
+      el("span", { class: `st-${w.status}` }, WATCH_WORDS[w.status] || w.status), ` · ${what} on ${t.host}`,
+      el("span", { class: "meta" }, now.join(" · ") || `${secs(w.elapsed_s)} in`));
+    if (!w.live || w.status === "investigating") li.append(el("span", { class: "meta" }, w.detail));
+    const d = w.diagnosis;
+    if (d) {
+      const a = el("a", { href: `/s/${d.session_id}`, "data-session": d.session_id },
+        d.root_cause ? `${d.root_cause} (${Math.round(100 * d.confidence)}%)` : `session ${d.session_id}`);
+      a.addEventListener("click", (e) => { e.preventDefault(); openSession(d.session_id); });
+      li.append(el("span", { class: "meta verdict" }, "verdict: ", a));
+    }
+    ul.append(li);
+  }
+  if (!rows.length) ul.append(el("li", { class: "muted" }, "none yet: pivot watch or pivot launch with --serve"));
 }
 
 function renderSeen(list) {
@@ -591,7 +633,8 @@ function boot() {
 async function start() {
   try {
     await loadHosts();
-    await Promise.all([loadSessions(), loadNotes(), loadLoop()]);
+    await Promise.all([loadSessions(), loadNotes(), loadLoop(), loadWatches()]);
+    if (!S.watchTimer) S.watchTimer = setInterval(loadWatches, 2000);
     conn(""); if (!S.session) status("Pick a host and describe the symptom.");
     route(false);
   } catch (err) { status(err.message); }

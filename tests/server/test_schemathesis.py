@@ -35,6 +35,7 @@ RESOURCES = (
     "/api/loop/status",
     "/api/loop/ledger",
     "/api/health",
+    "/api/alerts",
 )
 
 

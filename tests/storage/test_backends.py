@@ -11,7 +11,7 @@ import pytest
 
 from agent.memory import Memory, open_memory
 from agent.memory_pg import PgMemory
-from agent.models import Event, Evidence, Report
+from agent.models import AlertRow, Event, Evidence, Report
 from agent.runner import Runner
 from agent.settings import Settings
 from cards.model import load_card
@@ -86,6 +86,34 @@ def test_sessions_events_todos_and_search_answer_alike(tmp_path: Path) -> None:
         mem.add_handoff("node-17", "second")
         last = mem.last_handoff("node-17")
         assert last is not None and last.text == "second"
+    finally:
+        mem.close()
+
+
+def test_alerts_link_sessions_and_answer_the_group_alike(tmp_path: Path) -> None:
+    """The alert that started a session, read back by session and as its group's latest."""
+    mem = open_memory(Settings(home=tmp_path / "home"))
+    try:
+        for sid, at in (
+            ("a1", "2025-06-01T10:00:00.000+00:00"),
+            ("a2", "2025-06-01T11:00:00.000+00:00"),
+        ):
+            mem.create_session("gpu-7", "alert", "rulebook", sid)
+            mem.record_alert(
+                AlertRow(
+                    session_id=sid, group_key='{}:{alertname="Down"}', host="gpu-7",
+                    alertname="Down", generator_url="http://prom:9090/graph?g0.expr=up",
+                    labels={"host": "gpu-7", "alertname": "Down"},
+                    annotations={"summary": "it's down"}, received=at,
+                )
+            )  # fmt: skip
+        got = mem.alert("a1")
+        assert got is not None and got.labels == {"host": "gpu-7", "alertname": "Down"}
+        assert got.annotations == {"summary": "it's down"} and got.generator_url.endswith("=up")
+        last = mem.last_alert('{}:{alertname="Down"}', "gpu-7")
+        assert last is not None and last.session_id == "a2"
+        assert mem.last_alert('{}:{alertname="Down"}', "gpu-8") is None
+        assert mem.alert("nope") is None
     finally:
         mem.close()
 
