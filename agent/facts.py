@@ -227,7 +227,12 @@ def derive(observations: list[Observation]) -> Facts:
     _tenancy(f)
     _keep_plausible_workloads(f, log_reads)
     _writers_named_by_log(f, log_reads)
-    _other_ports(f, log_reads)
+    if _other_ports(f, log_reads):
+        # a process taken for the launch was another launch: who the launch is (its user, its
+        # ranks) and who the other holders are follow from what remains
+        _identity(f)
+        _ranks(f, [ln for reads in log_reads.values() for ln in reads[-1][2]])
+        _tenancy(f)
     for path, reads in log_reads.items():
         if len(reads) >= 2:
             (_, s0, t0), (oid, s1, t1) = reads[-2], reads[-1]
@@ -294,12 +299,12 @@ _LOG_PORT = re.compile(
 _CMD_PORT = re.compile(r"--port[ =](\d{2,5})\b")
 
 
-def _other_ports(f: Facts, log_reads: LogReads) -> None:
+def _other_ports(f: Facts, log_reads: LogReads) -> bool:
     """A server launch given another port than the one the log under investigation names is
     another launch: a second server (another team's, a test's) cannot keep this one "alive",
     even where its fds cannot be read (another user's process)."""
     if not f.server_main_pids or not log_reads:
-        return
+        return False
     ports = {
         int(m.group(1))
         for reads in log_reads.values()
@@ -307,7 +312,7 @@ def _other_ports(f: Facts, log_reads: LogReads) -> None:
         for m in _LOG_PORT.finditer(ln)
     }
     if len(ports) != 1:
-        return  # no port named, or several (a log of several launches): no verdict from ports
+        return False  # no port named, or several (a log of several launches): no verdict from ports
     (ours,) = ports
     theirs: set[int] = set()
     for pid in f.server_main_pids:
@@ -316,7 +321,7 @@ def _other_ports(f: Facts, log_reads: LogReads) -> None:
         if m and int(m.group(1)) != ours and rec.get("ours") is not True:
             theirs.add(int(rec.get("launch") or pid))
     if not theirs:
-        return
+        return False
     for pid in list(f.server_pids):
         rec = f._ps_recs.get(pid, {})
         if int(rec.get("launch") or pid) in theirs or pid in theirs:
@@ -325,6 +330,7 @@ def _other_ports(f: Facts, log_reads: LogReads) -> None:
                 if pid in group:
                     group.remove(pid)
             f.other_launch_pids.append(pid)
+    return True
 
 
 def _dmesg(f: Facts, o: Observation, _logs: LogReads) -> None:
@@ -477,6 +483,12 @@ def _ps(f: Facts, o: Observation, _logs: LogReads) -> None:
         f.server_pids.append(pid)
         (f.server_main_pids if role in ("main", "launcher") else f.server_worker_pids).append(pid)
     _older_than_the_launch(f)
+    _identity(f)
+
+
+def _identity(f: Facts) -> None:
+    """The launch's engine and user, from its main processes (recomputed when another launch
+    is told apart later: a neighbour's server must not lend the launch its user)."""
     mains = [f._ps_recs[p] for p in f.server_main_pids] or [f._ps_recs[p] for p in f.server_pids]
     known = [r["server"] for r in mains if r["server"] not in (None, "unknown")]
     f.server_engine = known[0] if known else (mains[0]["server"] if mains else None)

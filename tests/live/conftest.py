@@ -69,3 +69,12 @@ def live_server(request: pytest.FixtureRequest) -> Sshd:
 def live_user_server() -> Sshd:
     """The real sshd logged in as the unprivileged test user only."""
     return _sshd("user")
+
+
+@pytest.fixture(scope="session")
+def bystander_kill() -> str:
+    """Once per session, a real kernel OOM kill of an unrelated process (tests/live/staging.py):
+    every staged failure after it runs on a box whose kernel log holds another job's kill."""
+    from tests.live.staging import oom_kill_a_bystander
+
+    return oom_kill_a_bystander()

@@ -136,6 +136,33 @@ print(os.read(r, 64).decode().strip(), flush=True)
 """
 
 
+#: Another user's model server: binds its own --port and keeps writing its own log (engine
+#: metrics, access lines), as a neighbour's server on a shared box does.
+OTHER_SERVER = r"""
+import socket, sys, time
+port = int(sys.argv[sys.argv.index("--port") + 1])
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", port)); s.listen()
+print("INFO 12-02 09:00:00 [api_server.py:1043] vLLM API server version 0.8.5", flush=True)
+i = 0
+while True:
+    i += 1
+    print("INFO 12-02 09:%02d:%02d [loggers.py:116] Engine 000: Avg prompt throughput: 812.4 "
+          "tokens/s, Avg generation throughput: 95.1 tokens/s, Running: 3 reqs, Waiting: 0 reqs"
+          % (i // 60 % 60, i % 60), flush=True)
+    time.sleep(0.3)
+"""
+#: A test run printing progress into its output file (a growing file that is not a server log).
+TEST_RUNNER = r"""
+import time
+i = 0
+while True:
+    i += 1
+    print("tests/test_tokenizer.py::test_roundtrip[%d] PASSED  [%3d%%]" % (i, i % 100), flush=True)
+    time.sleep(0.3)
+"""
+
+
 def _ppid(pid: int) -> int | None:
     try:
         return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
@@ -313,6 +340,48 @@ class Stage:
         self.procs["sleep # vllm"] = subprocess.Popen(
             ["bash", "-c", "sleep 600 # vllm"], user=uid, group=gid, **quiet
         )
+        # another user's (root's) vLLM server on its own port, with a growing log of its own
+        other = self.root / "other"
+        other.mkdir(mode=0o755)
+        pkg = other / "vllm" / "entrypoints" / "openai"
+        pkg.mkdir(parents=True)
+        for d in (other / "vllm", other / "vllm" / "entrypoints", pkg):
+            (d / "__init__.py").write_text("")
+        (pkg / "api_server.py").write_text(OTHER_SERVER)
+        port = _free_port()
+        with (other / "vllm-neighbour.log").open("ab") as fh:
+            self.procs["other user's server"] = subprocess.Popen(
+                [PY, "-m", "vllm.entrypoints.openai.api_server", "--model", "/models/Qwen2.5-7B"]
+                + ["--port", str(port)],
+                **{
+                    **quiet,
+                    "cwd": str(other),
+                    "env": {**self.env(), "PYTHONPATH": str(other)},
+                    "stdout": fh,
+                    "stderr": subprocess.STDOUT,
+                },
+            )
+        # a test run of the SSH user's, writing a growing output file beside the logs
+        runner = self.root / "ci"
+        runner.mkdir(mode=0o755)
+        self.chown(runner)
+        (runner / "run_tests.py").write_text(TEST_RUNNER)
+        out = runner / "test-run.out"
+        with out.open("ab") as fh:
+            self.procs["test runner"] = subprocess.Popen(
+                [PY, str(runner / "run_tests.py"), "-x", "tests/"],
+                user=uid,
+                group=gid,
+                **{**quiet, "stdout": fh},
+            )
+        self.chown(out)
+        # a Ray daemon of root's, idle
+        self.procs["ray daemon"] = subprocess.Popen(
+            [PY, "-c", "import time; time.sleep(3600)"]
+            + ["/usr/lib/python3/dist-packages/ray/_private/log_monitor.py"]
+            + ["--session-dir=/tmp/ray/session_latest", "--logs-dir=/tmp/ray/session_latest/logs"],
+            **quiet,
+        )
         self.procs["cc1plus"] = subprocess.Popen(
             ["/usr/lib/gcc/x86_64-linux-gnu/12/cc1plus", "-c", "import time; time.sleep(600)"]
             + ["-quiet", "/src/sglang/srt/layers/sglang.launch_server.cpp", "-o", "/tmp/x.s"],
@@ -321,11 +390,7 @@ class Stage:
         )
 
     def bystanders_alive(self) -> dict[str, bool]:
-        return {
-            n: p.poll() is None
-            for n, p in self.procs.items()
-            if n in ("http.server", "sleep # vllm", "cc1plus")
-        }
+        return {n: p.poll() is None for n, p in self.procs.items() if n in BYSTANDERS}
 
     def tree(self, proc: subprocess.Popen[bytes]) -> list[int]:
         return [proc.pid, *_children(proc.pid)]
@@ -355,6 +420,53 @@ class Stage:
                 os.kill(pid, signal.SIGKILL)
         self.orphans.clear()
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+#: The unrelated jobs every staged failure runs beside (Stage.start_bystanders).
+BYSTANDERS = (
+    "http.server",
+    "sleep # vllm",
+    "cc1plus",
+    "other user's server",
+    "test runner",
+    "ray daemon",
+)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def oom_kill_a_bystander() -> str:
+    """A real kernel OOM kill of an unrelated process: `memhog` in a memory cgroup limited to
+    64 MiB allocates until the kernel kills it, so the box's kernel log holds another job's kill
+    line, as a busy shared host's does. Returns the kernel's line naming it."""
+    base = Path("/sys/fs/cgroup/memory")
+    v1 = base.is_dir()
+    group = (base if v1 else Path("/sys/fs/cgroup")) / f"pivot-bystander-{os.getpid()}"
+    group.mkdir(exist_ok=True)
+    (group / ("memory.limit_in_bytes" if v1 else "memory.max")).write_text(str(64 << 20))
+    if v1:
+        with contextlib.suppress(OSError):
+            (group / "memory.memsw.limit_in_bytes").write_text(str(64 << 20))
+    tmp = Path(tempfile.mkdtemp(prefix="pivot-memhog-"))
+    hog = tmp / "memhog"
+    hog.symlink_to(PY)  # the kernel names the victim by the program it ran: memhog
+    code = (
+        f"import os; open('{group}/cgroup.procs','w').write(str(os.getpid()));"
+        "b=[];\nwhile True: b.append(bytearray(8<<20))"
+    )
+    proc = subprocess.run([str(hog), "-c", code], capture_output=True, timeout=60)
+    shutil.rmtree(tmp, ignore_errors=True)
+    with contextlib.suppress(OSError):
+        group.rmdir()
+    assert proc.returncode == -signal.SIGKILL, (proc.returncode, proc.stderr[-300:])
+    dmesg = subprocess.run(["dmesg", "-T"], capture_output=True, text=True).stdout
+    lines = [ln for ln in dmesg.splitlines() if "(memhog)" in ln and "Killed process" in ln]
+    assert lines, "the kernel log does not show the memhog kill"
+    return lines[-1]
 
 
 def new_stage(sshd: Sshd) -> Stage:

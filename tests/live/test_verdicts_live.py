@@ -66,6 +66,10 @@ class Scene:
         """Every unrelated job still runs, and no line cited from ps names one of them."""
         alive = self.stage.bystanders_alive()
         assert alive and all(alive.values()), alive
+        # no bystander's line is evidence: not their ps rows, not another job's kernel kill
+        cited = " ".join(e["line"] for e in v.report["evidence"])
+        assert "(memhog)" not in cited and "test_tokenizer.py" not in cited, cited
+        assert "vllm-neighbour" not in cited and "Avg prompt throughput" not in cited, cited
         tools = obs_tools(v)
         others = {str(p.pid) for n, p in self.stage.procs.items() if n in alive}
         for e in v.report["evidence"]:
@@ -75,7 +79,7 @@ class Scene:
 
 
 @pytest.fixture
-def scene(live_server: Sshd, tmp_path: Path) -> Iterator[Scene]:
+def scene(live_server: Sshd, tmp_path: Path, bystander_kill: str) -> Iterator[Scene]:
     stage = S.new_stage(live_server)
     try:
         stage.start_bystanders()
@@ -85,7 +89,7 @@ def scene(live_server: Sshd, tmp_path: Path) -> Iterator[Scene]:
 
 
 @pytest.fixture
-def user_scene(live_user_server: Sshd, tmp_path: Path) -> Iterator[Scene]:
+def user_scene(live_user_server: Sshd, tmp_path: Path, bystander_kill: str) -> Iterator[Scene]:
     stage = S.new_stage(live_user_server)
     try:
         stage.start_bystanders()
