@@ -85,7 +85,8 @@ def notes(c: ContainerState, cli: str, port: int | None = None) -> list[str]:
 def own_container_hits(facts, hits):  # type: ignore[no-untyped-def]
     """A container's investigation reads the host's kernel log, which also holds other
     containers' OOM kills: those are not this container's, when its record shows it exited on
-    its own (an exit code of its own, not 137) or the line names another container's id."""
+    its own (an exit code of its own, not 137) or the kill names another container's id, on its
+    own line or on the `oom-kill:` line the kernel prints just before it (task_memcg=...)."""
     c = facts.container
     if c is None:
         return hits
@@ -94,13 +95,32 @@ def own_container_hits(facts, hits):  # type: ignore[no-untyped-def]
     def foreign(o, m) -> bool:  # type: ignore[no-untyped-def]
         if o["tool"] != "dmesg" or m.label != "host_oom_killed":
             return False
-        other = _CONTAINER_ID.search(m.line)
-        return own_exit or bool(other and c.id and not other.group(1).startswith(c.id))
+        other = _killed_in(o["lines"], m.line)
+        return own_exit or bool(other and c.id and not other.startswith(c.id))
 
     return [(o, m) for o, m in hits if not foreign(o, m)]
 
 
 _CONTAINER_ID = re.compile(r"(?:libpod|docker)-([0-9a-f]{12,64})")
+#: the kernel's report of one kill spans a few lines: the memcg line is at most this far above
+KILL_REPORT_LINES = 3
+
+
+def _killed_in(lines: list[str], line: str) -> str | None:
+    """The container id a kernel OOM kill line belongs to: on the line itself, or on the
+    `oom-kill:` line just above it that names the killed task's memory cgroup."""
+    m = _CONTAINER_ID.search(line)
+    if m:
+        return m.group(1)
+    try:
+        at = lines.index(line)
+    except ValueError:
+        return None
+    for above in reversed(lines[max(0, at - KILL_REPORT_LINES) : at]):
+        if "oom-kill:" in above:
+            m = _CONTAINER_ID.search(above.split("task_memcg=", 1)[-1])
+            return m.group(1) if m else None
+    return None
 
 
 def _line(lines: list[str], key: str) -> str:
