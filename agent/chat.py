@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Annotated, TextIO
 import typer
 
 from agent.chat_view import ChatView, Kind
+from agent.cli_investigate import ContainerOpt, in_container
 from agent.models import Decision, Event, Report
 from agent.narrate import conclusion, sentence
 from tools.host import Host
@@ -320,6 +321,7 @@ def chat(
     config: Annotated[
         list[str] | None, typer.Option("--config", help="a config to read (repeatable)")
     ] = None,
+    container: ContainerOpt = None,
 ) -> None:
     """Talk to Pivot in the terminal: type the symptom, watch the steps, approve, ask why.
 
@@ -345,6 +347,9 @@ def chat(
             if probe.fix:
                 typer.echo(f"fix: {probe.fix}", err=True)
             raise typer.Exit(2)
+    if container:
+        # the same view `pivot investigate --container` reads through; an unknown one exits 2
+        h, spec = in_container(h, container), f"{spec}|container={container}"
     with contextlib.suppress(ImportError):
         import readline  # noqa: F401  (line editing and history for input())
     from agent.runner import Runner

@@ -22,7 +22,20 @@ SWEEP_SYMPTOM = "Fleet health sweep: is anything wrong with the inference server
 STYLE = {Health.healthy: "green", Health.unhealthy: "bold red", Health.no_answer: "yellow"}
 
 HostsOpt = Annotated[
-    str, typer.Option("--hosts", help="a group of fleet.yaml, or SSH aliases a,b,c (may mix)")
+    str,
+    typer.Option(
+        "--hosts",
+        help="a group of fleet.yaml, or SSH aliases a,b,c (may mix); ALIAS:CONTAINER reads "
+        "inside that container on that host",
+    ),
+]
+FleetContainerOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--container",
+        help="on every host the server runs in this Docker/Podman container (a target's own "
+        "ALIAS:CONTAINER wins)",
+    ),
 ]
 MaxConnOpt = Annotated[
     int, typer.Option("--max-connections", min=1, help="SSH connections open at once")
@@ -75,6 +88,7 @@ def run_and_print(
     max_connections: int,
     deadline: float,
     as_json: bool,
+    container: str | None = None,
 ) -> None:
     from agent.fleet import run_fleet
 
@@ -90,6 +104,7 @@ def run_and_print(
     report = run_fleet(
         aliases,
         symptom,
+        container=container,
         brain=brain,
         logs=logs or [],
         configs=configs or [],
@@ -118,11 +133,17 @@ def sweep(
     max_connections: MaxConnOpt = MAX_CONNECTIONS,
     deadline: DeadlineOpt = DEADLINE_S,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
+    container: FleetContainerOpt = None,
 ) -> None:
     """Sweep a fleet: investigate every host at once, one table of which are unhealthy and why."""
+    from tools.inventory import CONTAINER_NAME  # paramiko: loaded only when a sweep runs
+
+    if container and not CONTAINER_NAME.match(container):
+        raise typer.BadParameter(f"{container!r} is not a container name", param_hint="--container")
     run_and_print(
         hosts,
         SWEEP_SYMPTOM,
+        container=container,
         brain=brain,
         logs=log,
         configs=config,

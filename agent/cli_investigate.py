@@ -164,6 +164,7 @@ def investigate(
             max_connections=max_connections,
             deadline=deadline,
             as_json=as_json,
+            container=container,
         )
     console = Console(stderr=as_json)
     h = prefetch = None

@@ -68,11 +68,12 @@ def notes(c: ContainerState, cli: str, port: int | None = None) -> list[str]:
     k, out = knowledge().notes, []
     if c.restart_count >= RESTART_LOOP:
         out.append(k["restart_loop"].format(**_words(c, cli)))
-    if not c.gpus_requested:
-        out.append(k["no_gpu"].format(**_words(c, cli)))
     published = {p.container_port.split("/")[0] for p in c.ports if p.host_port}
     if port is not None and not c.network_host and str(port) not in published:
+        # first: a known port means the engine got far enough to name it, so GPUs came later
         out.append(k["port_not_published"].format(**_words(c, cli, port)))
+    if not c.gpus_requested:
+        out.append(k["no_gpu"].format(**_words(c, cli)))
     cache = [m for m in c.mounts if any(x in m.destination for x in MODEL_CACHE)]
     if not cache:
         out.append(k["cache_not_mounted"].format(**_words(c, cli)))
@@ -85,7 +86,8 @@ def notes(c: ContainerState, cli: str, port: int | None = None) -> list[str]:
 def own_container_hits(facts, hits):  # type: ignore[no-untyped-def]
     """A container's investigation reads the host's kernel log, which also holds other
     containers' OOM kills: those are not this container's, when its record shows it exited on
-    its own (an exit code of its own, not 137) or the line names another container's id."""
+    its own (an exit code of its own, not 137) or the kill names another container's id, on its
+    own line or on the `oom-kill:` line the kernel prints just before it (task_memcg=...)."""
     c = facts.container
     if c is None:
         return hits
@@ -94,13 +96,32 @@ def own_container_hits(facts, hits):  # type: ignore[no-untyped-def]
     def foreign(o, m) -> bool:  # type: ignore[no-untyped-def]
         if o["tool"] != "dmesg" or m.label != "host_oom_killed":
             return False
-        other = _CONTAINER_ID.search(m.line)
-        return own_exit or bool(other and c.id and not other.group(1).startswith(c.id))
+        other = _killed_in(o["lines"], m.line)
+        return own_exit or bool(other and c.id and not other.startswith(c.id))
 
     return [(o, m) for o, m in hits if not foreign(o, m)]
 
 
 _CONTAINER_ID = re.compile(r"(?:libpod|docker)-([0-9a-f]{12,64})")
+#: the kernel's report of one kill spans a few lines: the memcg line is at most this far above
+KILL_REPORT_LINES = 3
+
+
+def _killed_in(lines: list[str], line: str) -> str | None:
+    """The container id a kernel OOM kill line belongs to: on the line itself, or on the
+    `oom-kill:` line just above it that names the killed task's memory cgroup."""
+    m = _CONTAINER_ID.search(line)
+    if m:
+        return m.group(1)
+    try:
+        at = lines.index(line)
+    except ValueError:
+        return None
+    for above in reversed(lines[max(0, at - KILL_REPORT_LINES) : at]):
+        if "oom-kill:" in above:
+            m = _CONTAINER_ID.search(above.split("task_memcg=", 1)[-1])
+            return m.group(1) if m else None
+    return None
 
 
 def _line(lines: list[str], key: str) -> str:
@@ -147,7 +168,8 @@ def container_rules(  # type: ignore[no-untyped-def]
         hit = next(((o, ln) for o, ln in log_lines if rx.search(ln)), None)
         if hit is not None:
             why = f"container {c.name} was given no GPU (no --gpus / device request) and its engine sees none"
-            add("bad_launch_argument", "fact", F.supports_clearly, hit[0], hit[1], why)
+            # the record and the engine's own words together name the cause: the run command
+            add("bad_launch_argument", "fact", F.proves, hit[0], hit[1], why)
             for label in ("dependency_error", "cuda_driver_mismatch"):
                 none = next((ln for ln in lines if "NONE passed" in ln), "")
                 add(label, "fact", F.refutes, obs, none or hit[1], why)
@@ -162,3 +184,46 @@ def container_rules(  # type: ignore[no-untyped-def]
             _line(lines, "ExitCode"),
             f"container {c.name} exited {c.exit_code} on its own, OOMKilled false",
         )
+
+
+#: a ready line that names where it listens: `Uvicorn running on http://0.0.0.0:8000`
+_LISTEN_URL = re.compile(r"https?://[^\s/]+:(\d{1,5})")
+
+
+def unpublished(c: ContainerState | None, observations) -> tuple[str, str, int] | None:  # type: ignore[no-untyped-def]
+    """Ready inside, unreachable outside: (observation, ready line, port) when a running
+    container's engine said it serves on a port that the run command publishes on no host port
+    (no `-p`, no --network host). Requests from the host or the network get nothing."""
+    if c is None or not c.running or c.network_host:
+        return None
+    from tools import engines
+
+    ready = [p for e in engines.registry().engines.values() for p in e.ready_markers]
+    logs = [o for o in observations if o["tool"] == "container_logs" and o["ok"]]
+    hit = next(
+        (
+            (o["id"], ln, int(m.group(1)))
+            for o in reversed(logs)
+            for ln in reversed(o["lines"])
+            if any(p.search(ln) for p in ready) and (m := _LISTEN_URL.search(ln))
+        ),
+        None,
+    )
+    if hit is None:
+        return None
+    published = {p.container_port.split("/")[0] for p in c.ports if p.host_port}
+    return None if str(hit[2]) in published else hit
+
+
+def unpublished_port(c: ContainerState | None, observations, add) -> None:  # type: ignore[no-untyped-def]
+    """The run command's missing `-p`, proven by the record and the engine's own ready line."""
+    hit = unpublished(c, observations)
+    if hit is None or c is None:
+        return
+    obs, line, port = hit
+    why = (
+        f"the server in container {c.name} is ready on port {port} inside, and the run command "
+        "publishes no host port for it: nothing outside the container can reach it"
+    )
+    add("bad_launch_argument", "fact", F.proves, obs, line, why)
+    add("healthy", "fact", F.refutes, obs, line, why)

@@ -7,6 +7,12 @@ has its own deadline from the moment it starts (`DeadlineHost` clips every read 
 that refuses, times out or drops packets is reported with its error and fix and never holds up
 the rest. Every host's outcome lands in memory under its alias, through the same Memory API as a
 single investigation: the session and, when a failure is proven, its conclusion.
+
+A target `alias:container` (fleet.yaml or `--hosts`), or every alias under `--container NAME`,
+is investigated inside that Docker/Podman container (`ContainerHost` over the deadline-clipped
+SSH host: exec, inspect and logs ride the same connection and the same deadline); its row and
+session are named `alias/container`, as `pivot investigate --host alias --container NAME` names
+them.
 """
 
 from __future__ import annotations
@@ -98,6 +104,11 @@ def classify(report: Report, seconds: float) -> HostOutcome:
     return row
 
 
+def _shown(target: str) -> str:
+    """A row's name: `alias`, or `alias/container` as ContainerHost names it."""
+    return target.replace(":", "/", 1)
+
+
 def _alone(alias: str) -> str:
     return f"investigate {alias} alone (pivot investigate --host {alias}) or raise --deadline"
 
@@ -121,6 +132,7 @@ def run_fleet(
     aliases: Sequence[str],
     symptom: str,
     *,
+    container: str | None = None,
     brain: str | None = None,
     logs: Sequence[str] = (),
     configs: Sequence[str] = (),
@@ -133,10 +145,13 @@ def run_fleet(
 ) -> FleetReport:
     """Investigate every alias concurrently; one outcome per alias, in the order given.
 
-    `logs`/`configs` may contain `{host}`, replaced by each alias (per-node paths on shared
-    storage). `on_done` is called from the calling thread as each host finishes.
+    `aliases` are SSH aliases or `alias:container` targets; `container` applies to those that
+    name none. `logs`/`configs` may contain `{host}`, replaced by each alias (per-node paths on
+    shared storage). `on_done` is called from the calling thread as each host finishes.
     """
     from agent.runner import Runner  # langgraph: loaded only when a fleet really runs
+    from tools.container_host import ContainerHost
+    from tools.inventory import split_target
 
     s = settings or get_settings()
     s = s.model_copy(
@@ -154,22 +169,31 @@ def run_fleet(
     # compiled graph and one set of database connections instead of one per host.
     runner = Runner(s)
 
-    def one(alias: str) -> HostOutcome:
+    def one(target: str) -> HostOutcome:
         t0 = time.monotonic()
-        started[alias] = t0
+        started[target] = t0
+        alias, inside = split_target(target)
+        inside = inside or container
+        name = f"{alias}/{inside}" if inside else alias
+        spec = f"ssh:{alias}|container={inside}" if inside else f"ssh:{alias}"
         host = DeadlineHost(
             opener(alias, min(connect_timeout, deadline_s)), t0 + deadline_s, deadline_s
         )
-        opened[alias] = host
+        opened[target] = host
         try:
             # the connect is bounded by connect_timeout inside SSHHost; `true` by the deadline
             probe = host.run("true", timeout=deadline_s)
+            view: Host = host
+            if not probe.error and probe.rc == 0 and inside:
+                box = ContainerHost(host, inside)
+                probe = box.unavailable() or probe  # no CLI knows it: the row says so
+                view = box
             if probe.error or probe.rc != 0:
-                sid = runner.memory.create_session(alias, symptom, brain_name)
-                runner.memory.set_host_spec(sid, f"ssh:{alias}")
+                sid = runner.memory.create_session(name, symptom, brain_name)
+                runner.memory.set_host_spec(sid, spec)
                 runner.memory.set_status(sid, NO_ANSWER_STATUS)
                 return HostOutcome(
-                    host=alias,
+                    host=name,
                     health=Health.no_answer,
                     status=NO_ANSWER_STATUS,
                     error=probe.error or f"`true` exited {probe.rc}: {probe.stderr.strip()}",
@@ -178,10 +202,10 @@ def run_fleet(
                     seconds=time.monotonic() - t0,
                 )
             report = runner.start(
-                host,
+                view,
                 symptom,
                 brain=brain_name,
-                host_spec=f"ssh:{alias}",
+                host_spec=spec,
                 logs=[p.replace("{host}", alias) for p in logs],
                 configs=[p.replace("{host}", alias) for p in configs],
             )
@@ -190,7 +214,7 @@ def run_fleet(
                 # reads were cut short: "no failure proven" would be a guess, not a finding
                 row.health = Health.no_answer
                 row.error = (
-                    f"{alias} had not finished its reads when its {deadline_s:g}s deadline "
+                    f"{name} had not finished its reads when its {deadline_s:g}s deadline "
                     "passed; the reads left were cut short"
                 )
                 row.fix = _alone(alias)
@@ -213,7 +237,7 @@ def run_fleet(
                     row = f.result()
                 except Exception as exc:  # a bug on one host must not lose the others
                     row = HostOutcome(
-                        host=alias,
+                        host=_shown(alias),
                         health=Health.no_answer,
                         status="error",
                         error=f"{type(exc).__name__}: {exc}",
@@ -235,7 +259,7 @@ def run_fleet(
                         # may wait for a connect in progress, so not on this thread
                         threading.Thread(target=opened[alias].close, daemon=True).start()
                     row = HostOutcome(
-                        host=alias,
+                        host=_shown(alias),
                         health=Health.no_answer,
                         status=NO_ANSWER_STATUS,
                         error=f"no result within its {deadline_s:g}s deadline",

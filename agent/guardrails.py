@@ -18,8 +18,8 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
+from agent import containers, proof, rules_causes, rules_hang, rules_liveness
 from agent import launch as launch_mod
-from agent import proof, rules_causes, rules_hang, rules_liveness
 from agent.board import related
 from agent.evidence import LOG_TOOLS, last_launch, launch_line, signature_hits, text_lines
 from agent.facts import Facts
@@ -465,6 +465,8 @@ def _bad_launch(
         return []  # the resolver's own error names the rendezvous host: the ranks retry forever
     if rules_causes.hidden_gpus(facts, obs) is not None:
         return []  # the engine's own count against nvidia-smi's: it runs, on too few GPUs
+    if containers.unpublished(facts.container, obs) is not None:
+        return []  # ready inside a container whose run command publishes no port for it
     return _crash_rule(action, by_id, facts, hits)
 
 

@@ -77,6 +77,11 @@ class Report(BaseModel):
         description="reads that could not be made (permissions, missing tools, bad paths): "
         "unknown, never absent, each with how to read it",
     )
+    where: str = Field(
+        "",
+        description="which container the server was read inside, and how that was known "
+        "(--container, or detected from /proc/PID/cgroup); empty for a plain host",
+    )
     pending_approval: ApprovalRequest | None = None
     launch: dict[str, Any] | None = Field(
         None,

@@ -138,6 +138,7 @@ def conclusion(r: Report | dict[str, Any]) -> list[str]:
         out = [f"I ran out of budget before a conclusion: {rep.summary}"]
     else:
         out = [f"Not enough evidence to name a cause: {rep.summary}".rstrip(": ")]
+    out += [rep.where] if rep.where else []
     out += [f'  {e.observation}: "{e.line}"' for e in rep.evidence]
     if rep.ruled_out:
         out.append(f"Ruled out: {', '.join(rep.ruled_out)}.")

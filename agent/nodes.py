@@ -12,6 +12,7 @@ from langgraph.runtime import Runtime
 from langgraph.types import interrupt
 
 from agent import board as board_mod
+from agent import detected
 from agent.brains.base import BrainContext
 from agent.checks import (
     ABS_PATH,
@@ -28,11 +29,12 @@ from agent.guardrails import INFERRED_CONFIDENCE as INFERRED_AT
 from agent.guardrails import check_conclusion, qualify
 from agent.launch import build as build_launch
 from agent.launch import sourced_files, without_bystanders
-from agent.observe import first_wave, run_many
+from agent.observe import first_wave, inside_wave, run_many
 from agent.state import Action, Observation, State
 from agent.thresholds import THRESHOLDS
 from tools import registry as tool_registry
 from tools.container_host import container_of
+from tools.host import Host
 from tools.registry import TOOLS
 
 MAX_LOGS, MAX_CONFIGS = 3, 4
@@ -75,6 +77,10 @@ def sweep(state: State, runtime: Runtime[RunContext]) -> dict[str, Any]:
     obs1 = early if early is not None else run_many(host, wave1, 1, 0)
     for o in obs1:
         _emit("observation", _obs_event(o))
+    inside = detected.run_host(host, obs1)
+    if inside is not host:
+        obs1 = _read_inside(inside, obs1, list(ctx.extra_logs))
+        host = inside
     paths = listed_paths(obs1)
     symptom_paths = ABS_PATH.findall(state.get("symptom", ""))
     logs, configs = split_paths(list(dict.fromkeys([*ctx.extra_logs, *symptom_paths, *paths])))
@@ -136,6 +142,32 @@ def sweep(state: State, runtime: Runtime[RunContext]) -> dict[str, Any]:
         "rounds": 0,
         "done_checks": done,
     }
+
+
+def _read_inside(inside: Host, obs1: list[Observation], extra_logs: list[str]) -> list[Observation]:
+    """The server was found in a container (agent/detected): read it again inside, as
+    `--container` would have from the start; the host-side reads of the same tools are kept in
+    place as superseded, so nothing is concluded from the host's view of a container's server."""
+    box = container_of(inside)
+    assert box is not None
+    _emit(
+        "message",
+        {
+            "role": "agent",
+            "text": f"{detected.where(inside, obs1)} Reading the server inside {box.container}: "
+            "processes, /dev/shm, ports, files, the container's record and log.",
+        },
+    )
+    again = inside_wave(extra_logs)
+    obs_in = run_many(inside, again, len(obs1) + 1, 0)
+    for o in obs_in:
+        _emit("observation", _obs_event(o))
+    by_tool = {o["tool"]: o["id"] for o in obs_in}
+    kept = [
+        detected.supersede(o, box.container, by_tool[o["tool"]]) if o["tool"] in by_tool else o
+        for o in obs1
+    ]
+    return kept + obs_in
 
 
 # -- analyze --------------------------------------------------------------------------------------
@@ -292,7 +324,8 @@ def act(state: State, runtime: Runtime[RunContext]) -> dict[str, Any]:
         return {}
     obs = state.get("observations", [])
     rnd = state.get("rounds", 0) + 1
-    new = run_many(ctx.host, [(x["tool"], x.get("args", {})) for x in todo], len(obs) + 1, rnd)
+    host = detected.run_host(ctx.host, obs)  # inside the container the sweep found, if any
+    new = run_many(host, [(x["tool"], x.get("args", {})) for x in todo], len(obs) + 1, rnd)
     for o in new:
         _emit("observation", _obs_event(o))
     keys = [f"{x.get('label') or x['tool']}:{sorted(x.get('args', {}).items())}" for x in todo]
@@ -413,6 +446,7 @@ def conclude(state: State, runtime: Runtime[RunContext]) -> dict[str, Any]:
         "next_step": next_step.strip(),
         "unknowns": unknowns(obs),
         "launch": launch.model_dump(mode="json"),
+        "where": detected.where(detected.run_host(runtime.context.host, obs), obs),
     }
     _emit("conclusion", report)
     # The diagnosis stands on its own; a reversible fix it makes obvious (restore the known-good

@@ -70,6 +70,16 @@ def first_wave(extra_logs: list[str], container: bool = False) -> list[tuple[str
     """Round 0's first reads, as each tool's spec places itself in the sweep; the operator's
     logs go to `processes` so it can tie them to their writers; a container's record and log
     join them when the investigation is of a container."""
+    return _calls(tool_registry.first_sweep(container), extra_logs)
+
+
+def inside_wave(extra_logs: list[str]) -> list[tuple[str, dict[str, Any]]]:
+    """The first wave again inside a container the sweep found the server in (agent/detected):
+    the reads of the server and of the container, not those of the machine."""
+    return _calls(tool_registry.inside_sweep(), extra_logs)
+
+
+def _calls(specs: list[Any], extra_logs: list[str]) -> list[tuple[str, dict[str, Any]]]:
     return [
         (
             s.name,
@@ -77,7 +87,7 @@ def first_wave(extra_logs: list[str], container: bool = False) -> list[tuple[str
             if s.name == "processes" and extra_logs
             else dict(s.first_sweep_args),
         )
-        for s in tool_registry.first_sweep(container)
+        for s in specs
     ]
 
 

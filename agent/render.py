@@ -62,6 +62,8 @@ def print_report(console: Console, r: Report) -> None:
         "awaiting_approval": "[bold magenta]Waiting for approval[/]",
     }.get(r.status, r.status)
     body = [head, ""]
+    if r.where:
+        body += [esc(r.where), ""]
     if r.evidence:
         body.append("[bold]Evidence[/] (verbatim):")
         body += [f"  {e.observation}: {esc(e.line)}" for e in r.evidence]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 
-from agent.containers import container_rules
+from agent.containers import container_rules, unpublished_port
 from agent.facts import Facts
 from agent.rules_common import (
     HW_ERROR,
@@ -99,6 +99,8 @@ def host_rules(facts: Facts, hits, add, observations: list[Observation] | None =
         add,
         [(o["id"], m.line) for o, m in hits if m.strength in ("fatal", "strong")],
     )
+    if observations:
+        unpublished_port(facts.container, observations, add)
     oom_fatal = any(m.label == "host_oom_killed" and m.strength == "fatal" for _, m in hits)
     if observations and not oom_fatal:
         _k8s_rules(observations, add)

@@ -327,6 +327,7 @@ class Runner:
             next_step=base.get("next_step", ""),
             notes=list(dict.fromkeys(values.get("notes") or [])),
             unknowns=base.get("unknowns", []),
+            where=base.get("where", ""),
             pending_approval=pending,
             launch=base.get("launch"),
         )

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from agent.brains import make_brain
 from agent.models import ApprovalRequest, Decision, Event, Report
-from server.hosts import HostCatalog
+from server.hosts import HostCatalog, UnknownHost
 from server.inflight import Inflight
 from tools.host import Host
 
@@ -64,6 +64,8 @@ class SessionState:
     host_name: str
     brain: str
     host: Host | None = None
+    #: the Docker/Podman container on `host_name` the server runs in, read inside (or None)
+    container: str | None = None
     phase: Phase = "queued"
     report: Report | None = None
     error: str | None = None
@@ -71,6 +73,9 @@ class SessionState:
     #: answers to questions asked while the run went on, not yet said: streams stay open for them
     answering: int = 0
 
+
+#: Between the catalog host and the container in a stored host spec (as the CLI writes it).
+CONTAINER_SEP = "|container="
 
 #: Event types after which a session run elsewhere sends nothing more by itself.
 LAST_TYPES = ("conclusion", "error")
@@ -126,8 +131,13 @@ class RunHub:
             req = self.runner.pending(row.id)
             if req is None:
                 continue
+            host_name, container = self._where(row.id, row.host)
             self._sessions[row.id] = SessionState(
-                session_id=row.id, host_name=row.host, brain=row.brain, phase="awaiting_approval"
+                session_id=row.id,
+                host_name=host_name,
+                container=container,
+                brain=row.brain,
+                phase="awaiting_approval",
             )
             self._pending[req.id] = req
             found += 1
@@ -182,14 +192,29 @@ class RunHub:
         return self.phase(session_id) == "awaiting_approval"
 
     # -- starting work ---------------------------------------------------------------------------
-    def start(self, host_name: str, symptom: str, brain: str, logs: list[str] | None = None) -> str:
+    def start(
+        self,
+        host_name: str,
+        symptom: str,
+        brain: str,
+        container: str | None = None,
+        logs: list[str] | None = None,
+    ) -> str:
         """`logs`: log files to read besides those the host's processes name (an alert's)."""
-        host = self.catalog.open(host_name)  # UnknownHost propagates to the edge as 404
+        host = self._open(host_name, container)  # UnknownHost propagates to the edge as 404
         session_id = uuid.uuid4().hex[:12]
         if self.cluster is not None:
             self.cluster.hold(session_id)  # before the row says running: nobody adopts it
-        session_id = self.memory.create_session(host_name, symptom, brain, session_id)
-        st = SessionState(session_id=session_id, host_name=host_name, brain=brain, host=host)
+        session_id = self.memory.create_session(host.name, symptom, brain, session_id)
+        if container:  # how to reach it again: another process or replica resumes it
+            self.memory.set_host_spec(session_id, f"{host_name}{CONTAINER_SEP}{container}")
+        st = SessionState(
+            session_id=session_id,
+            host_name=host_name,
+            brain=brain,
+            host=host,
+            container=container,
+        )
         self._sessions[session_id] = st
         try:  # before any thread: a brain that cannot start ends the session now, by name
             make_brain(brain, self.runner.settings)
@@ -286,9 +311,11 @@ class RunHub:
         row = self.memory.get_session(session_id)  # a session from an earlier process or the CLI
         if row is None:
             raise NotFound(f"no session {session_id}")
+        host_name, container = self._where(session_id, row.host)
         st = SessionState(
             session_id=session_id,
-            host_name=row.host,
+            host_name=host_name,
+            container=container,
             brain=getattr(row, "brain", None) or "rulebook",
             phase="done",
         )
@@ -347,8 +374,36 @@ class RunHub:
 
     def _host(self, st: SessionState) -> Host:
         if st.host is None:
-            st.host = self.catalog.open(st.host_name)
+            st.host = self._open(st.host_name, st.container)
         return st.host
+
+    def _open(self, host_name: str, container: str | None) -> Host:
+        """The catalog's host, or a view inside one of its containers (the same ContainerHost
+        `pivot investigate --container` reads through); a container no CLI there knows is an
+        unknown host, said with what to do."""
+        host = self.catalog.open(host_name)
+        if not container:
+            return host
+        from tools.container_host import ContainerHost
+
+        try:
+            box = ContainerHost(host, container, own_outer=True)
+        except ValueError as exc:
+            host.close()
+            raise UnknownHost(str(exc)) from exc
+        down = box.unavailable()
+        if down is not None:
+            host.close()
+            raise UnknownHost(f"{down.error}; {down.fix}")
+        return box
+
+    def _where(self, session_id: str, row_host: str) -> tuple[str, str | None]:
+        """(catalog host, container) of a stored session: its host spec names the container."""
+        spec = self.memory.host_spec(session_id) or ""
+        if CONTAINER_SEP in spec:
+            host_name, _, container = spec.partition(CONTAINER_SEP)
+            return host_name, container
+        return row_host, None
 
     # -- the worker side -------------------------------------------------------------------------
     def _submit(

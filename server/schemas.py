@@ -18,6 +18,14 @@ class SessionCreate(Strict):
     host: str = Field(min_length=1, max_length=200, examples=["replay:seed-sglang-fewchan-kv-oom"])
     symptom: str = Field(min_length=1, max_length=8000)
     brain: Literal["rulebook", "llm"] | None = None
+    container: str | None = Field(
+        None,
+        max_length=200,
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$",
+        description="the server runs in this Docker/Podman container on the host: read it inside "
+        "(with its record and log), the GPUs and kernel log outside",
+        examples=["vllm-0"],
+    )
 
 
 class SessionCreated(BaseModel):

@@ -68,6 +68,54 @@ while True:
 """
 
 
+#: `python -m vllm.entrypoints.openai.api_server MODE`: the stand-in engine under the command line
+#: of a real vLLM launch (so the engine registry knows its processes, from the host too), mounted
+#: into the container at run time (the image stays as built). Its own modes, on top of ENGINE's:
+#:   nogpu     - what vLLM prints when CUDA finds no device (no nvidia-smi, no /dev/nvidia*), exit 1
+#:   shm-stay  - the engine's /dev/shm failure in a worker, while the API server stays up (as
+#:               vLLM's frontend lingers after its engine core dies): the container keeps running
+#: Outside a container (no /engine.py) any mode only prints a start line and sleeps: a host launch.
+VLLM_SHIM = r"""
+import os, runpy, shutil, subprocess, sys, time
+mode = sys.argv[1] if len(sys.argv) > 1 else "serve"
+log = lambda m: print(m, flush=True)
+if not os.path.exists("/engine.py"):
+    log("INFO:     Started server process [%d]" % os.getpid())
+    while True:
+        time.sleep(1)
+if mode == "nogpu":
+    log("INFO:     Started server process [%d]" % os.getpid())
+    log("INFO vllm.engine: Initializing an LLM engine (v0.6.3) with config: model='/models/tiny'")
+    smi = shutil.which("nvidia-smi")
+    seen = bool(smi) and subprocess.run([smi, "-L"], capture_output=True).returncode == 0
+    if not seen and not os.path.exists("/dev/nvidia0"):
+        log("RuntimeError: Found no NVIDIA driver on your system. Please check that you have an "
+            "NVIDIA GPU and installed a driver from http://www.nvidia.com/Download/index.aspx")
+        sys.exit(1)
+    mode = "serve"
+if mode == "shm-stay":
+    subprocess.run([sys.executable, "/engine.py", "shm"])
+    log("ERROR vllm.engine: Engine core died; the API server keeps running")
+    while True:
+        time.sleep(1)
+sys.argv = ["/engine.py", mode]
+runpy.run_path("/engine.py", run_name="__main__")
+"""
+#: where the shim package is mounted inside the container
+SHIM_DIR = "/opt/stand-in"
+
+
+def shim_tree(root: Path) -> Path:
+    """Write the `vllm.entrypoints.openai.api_server` package under ROOT; returns ROOT."""
+    pkg = root / "vllm" / "entrypoints" / "openai"
+    pkg.mkdir(parents=True, exist_ok=True)
+    for d in (root / "vllm", root / "vllm" / "entrypoints", pkg):
+        (d / "__init__.py").write_text("")
+    (pkg / "api_server.py").write_text(VLLM_SHIM)
+    root.chmod(0o755)
+    return root
+
+
 def available() -> str | None:
     """Why Podman cannot run here, or None when it can."""
     if PODMAN is None:
@@ -175,25 +223,21 @@ def python_in_image() -> str:
 
 @contextlib.contextmanager
 def container(*run_args: str, mode: str = "serve", wait_for: str | None = None,
-              timeout: float = 60) -> Iterator[str]:  # fmt: skip
+              timeout: float = 60, as_vllm: bool = False) -> Iterator[str]:  # fmt: skip
     """Run the stand-in engine in MODE in a fresh container (`podman run -d RUN_ARGS`), yield its
-    name once WAIT_FOR holds ("exited", "running", "restarted" or None), remove it after."""
+    name once WAIT_FOR holds ("exited", "running", "restarted" or None), remove it after.
+    AS_VLLM: under vLLM's command line (VLLM_SHIM, mounted), so its processes are an engine's."""
     podman = need_podman()
     tag = image()
     name = f"pivot-test-{mode}-{uuid.uuid4().hex[:8]}"
+    shim = Path(tempfile.mkdtemp(prefix="pivot-shim-")) if as_vllm else None
+    cmd = [python_in_image(), "/engine.py", mode]
+    if shim is not None:
+        shim_tree(shim)
+        run_args = (*run_args, "-v", f"{shim}:{SHIM_DIR}:ro", "-e", f"PYTHONPATH={SHIM_DIR}")
+        cmd = [python_in_image(), "-m", "vllm.entrypoints.openai.api_server", mode]
     subprocess.run(
-        [
-            podman,
-            "run",
-            "-d",
-            "--name",
-            name,
-            *run_args,
-            tag,
-            python_in_image(),
-            "/engine.py",
-            mode,
-        ],
+        [podman, "run", "-d", "--name", name, *run_args, tag, *cmd],
         check=True,
         capture_output=True,
     )
@@ -214,6 +258,8 @@ def container(*run_args: str, mode: str = "serve", wait_for: str | None = None,
         yield name
     finally:
         subprocess.run([podman, "rm", "-f", "-t", "0", name], capture_output=True)
+        if shim is not None:
+            shutil.rmtree(shim, ignore_errors=True)
 
 
 def inspect(name: str) -> dict:  # type: ignore[type-arg]

@@ -61,6 +61,11 @@ class ToolSpec(Generic[A, R]):
     first_sweep_args: dict[str, Any] = field(default_factory=dict)
     #: it reads a container's record (inspect, logs): in the first sweep only with --container
     container_only: bool = False
+    #: it reads the host's view of the processes (which container holds them): never inside one
+    host_only: bool = False
+    #: it reads the machine (GPUs, kernel log), the same view inside a container or out: a
+    #: container found by the sweep does not read it again
+    reads_machine: bool = False
     #: its lines are scanned for failure signatures (agent/knowledge/signatures/)
     scanned: bool = False
     #: its lines are a launch's own log: read from the last launch on, the launch's verdict

@@ -48,10 +48,14 @@ def first_program(command: str) -> str:
 class ContainerHost:
     """Reads inside container `container` on `outer`; the machine's own reads stay outside."""
 
-    def __init__(self, outer: Host, container: str, cli: str | None = None) -> None:
+    def __init__(
+        self, outer: Host, container: str, cli: str | None = None, own_outer: bool = False
+    ) -> None:
         if not SAFE_NAME.match(container):
             raise ValueError(f"{container!r} is not a container name or id")
         self.outer = outer
+        #: close the outer host with this one (the service opens one host per session)
+        self.own_outer = own_outer
         self.container = container
         self.name = f"{outer.name}/{container}"
         self._cli = cli
@@ -161,7 +165,8 @@ class ContainerHost:
         self.outer.sleep(seconds)
 
     def close(self) -> None:
-        return None  # the outer host belongs to whoever opened it
+        if self.own_outer:
+            self.outer.close()  # else the outer host belongs to whoever opened it
 
 
 _STOPPED = re.compile(

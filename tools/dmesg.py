@@ -275,6 +275,7 @@ SPEC = ToolSpec(
     result=Result,
     fn=run,
     first_sweep=3,
+    reads_machine=True,
     scanned=True,
     verdict_needs=True,
     facts=("dmesg_lines", "dmesg_summary"),

@@ -473,6 +473,7 @@ SPEC = ToolSpec(
     result=Result,
     fn=run,
     first_sweep=1,
+    reads_machine=True,
     verdict_needs=True,
     facts=("gpus", "gpu_pids", "gpu_pid_lines", "graphics_mib", "gpu_error"),
 )

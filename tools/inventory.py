@@ -7,19 +7,32 @@ Groups come from a small YAML file (`$PIVOT_HOME/fleet.yaml`), validated on load
     groups:
       h200: [node-1, node-2]
       all-gpu: [h200, a100-1]     # a group may name other groups
+      vllm: [node-1:vllm-0, node-2:vllm-0]   # ALIAS:CONTAINER: the server runs in that container
 
-An unknown alias or group is refused with the names that are known, before anything connects.
+`ALIAS:CONTAINER` (in a group or in `--hosts`) investigates the Docker/Podman container of that
+name on that host (tools/container_host.py); a colon never occurs in an SSH alias. An unknown
+alias or group is refused with the names that are known, before anything connects.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from tools.hosts import configured_hosts
+
+#: what `docker run --name` accepts (tools/container_host.SAFE_NAME says the same)
+CONTAINER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,200}$")
+
+
+def split_target(target: str) -> tuple[str, str | None]:
+    """`alias` or `alias:container` -> (alias, container or None)."""
+    alias, _, container = target.partition(":")
+    return alias, container or None
 
 
 class InventoryError(ValueError):
@@ -37,8 +50,8 @@ class FleetFile(BaseModel):
     @classmethod
     def _names_are_plain(cls, groups: dict[str, list[str]]) -> dict[str, list[str]]:
         for name, members in groups.items():
-            if not name or "," in name or any(c.isspace() for c in name):
-                raise ValueError(f"group name {name!r} must be one word without commas")
+            if not name or "," in name or ":" in name or any(c.isspace() for c in name):
+                raise ValueError(f"group name {name!r} must be one word without commas or colons")
             if not members:
                 raise ValueError(f"group {name!r} is empty")
         return groups
@@ -62,6 +75,16 @@ class Inventory(BaseModel):
         return list(dict.fromkeys(out))
 
     def _expand_one(self, name: str, seen: tuple[str, ...]) -> list[str]:
+        alias, colon, container = name.partition(":")
+        if colon:
+            if not container or not CONTAINER_NAME.match(container):
+                raise InventoryError(
+                    f"{name!r}: after the colon comes a container name (ALIAS:CONTAINER)"
+                )
+            members = self._expand_one(alias, seen)
+            if any(":" in m for m in members):
+                raise InventoryError(f"{name!r}: group {alias!r} already names its containers")
+            return [f"{m}:{container}" for m in members]
         if name in seen:
             raise InventoryError(f"group {name!r} includes itself ({' -> '.join(seen + (name,))})")
         if name in self.groups:

@@ -53,15 +53,21 @@ def load(here: Path = Path(__file__).parent, package: str = "tools") -> list[Too
 # -- what the agent asks the registry (each tool says it on its own spec) ---------------------
 def first_sweep(container: bool = False) -> list[ToolSpec]:
     """Round 0's first wave, in the order the tools ask for; a container's own tools only when
-    the investigation is of a container."""
-    return sorted(
-        (
-            s
-            for s in TOOLS.values()
-            if s.first_sweep is not None and (container or not s.container_only)
-        ),
-        key=_sweep_place,
-    )
+    the investigation is of a container, the host-only ones (which container?) only when not."""
+    return sorted((s for s in TOOLS.values() if _joins(s, container)), key=_sweep_place)
+
+
+def _joins(spec: ToolSpec, container: bool) -> bool:
+    if spec.first_sweep is None:
+        return False
+    return not spec.host_only if container else not spec.container_only
+
+
+def inside_sweep() -> list[ToolSpec]:
+    """The first wave again, inside a container the sweep found the server in: what reads the
+    server (its processes, /dev/shm, ports, files) and the container's record and log, not what
+    reads the machine (already read, the same from inside)."""
+    return [s for s in first_sweep(True) if not s.reads_machine]
 
 
 def _sweep_place(spec: ToolSpec) -> int:

@@ -35,7 +35,9 @@ def create_session(
     if not catalog.known(body.host):
         raise HTTPException(404, f"unknown host {body.host!r}; GET /api/hosts lists them")
     try:
-        sid = hub.start(body.host, body.symptom, body.brain or config.default_brain)
+        sid = hub.start(
+            body.host, body.symptom, body.brain or config.default_brain, container=body.container
+        )
     except UnknownHost as exc:
         raise HTTPException(404, str(exc)) from exc
     except BrainFailed as exc:

@@ -89,3 +89,21 @@ def test_no_fleet_file_means_aliases_only(tmp_path: Path, files: tuple[Path, Pat
     assert inv.groups == {} and inv.expand("node-2") == ["node-2"]
     with pytest.raises(InventoryError, match="--hosts needs"):
         inv.expand(" , ")
+
+
+def test_alias_colon_container_targets_expand_through_groups(files: tuple[Path, Path]) -> None:
+    fleet, cfg = files
+    fleet.write_text("groups:\n  h200: [node-1, node-2]\n  vllm: [node-1:vllm-0, a100-1]\n")
+    inv = load_inventory(fleet, cfg)
+    assert inv.expand("node-3:vllm-0,h200:sglang") == [
+        "node-3:vllm-0",
+        "node-1:sglang",
+        "node-2:sglang",
+    ]
+    assert inv.expand("vllm") == ["node-1:vllm-0", "a100-1"]
+    with pytest.raises(InventoryError, match="already names its containers"):
+        inv.expand("vllm:other")
+    with pytest.raises(InventoryError, match="container name"):
+        inv.expand("node-1:bad name")
+    with pytest.raises(InventoryError, match="'node-9'"):
+        inv.expand("node-9:vllm-0")

@@ -34,11 +34,16 @@ def test_the_first_sweep_and_the_scanned_tools_are_what_the_specs_say() -> None:
         "ports",
         "host_facts",
         "find_logs",
+        "container_detect",
     ]
-    # a container's record and log join the sweep only when a container is investigated
-    assert [s.name for s in registry.first_sweep(container=True)][-2:] == [
-        "container_inspect",
-        "container_logs",
+    # a container's record and log join the sweep only when a container is investigated; which
+    # container holds the server is asked only from the host
+    inside = [s.name for s in registry.first_sweep(container=True)]
+    assert inside[-2:] == ["container_inspect", "container_logs"]
+    assert "container_detect" not in inside
+    # a container found by the sweep is read again inside, all but the machine's own reads
+    assert [s.name for s in registry.inside_sweep()] == [
+        n for n in inside if n not in ("gpu_status", "dmesg")
     ]
     assert registry.launch_logs() == {"log_tail", "service_logs", "container_logs"}
     assert registry.launch_logs() <= registry.scanned()
