@@ -709,7 +709,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--spawn-orphan", action="store_true")
     p.add_argument("--die-after", type=float)
     p.add_argument("--bench-client", action="store_true", help="act as the benchmark client")
-    p.add_argument("--requests", type=int, default=3)
+    p.add_argument("--requests", "--num-prompts", type=int, default=3)
     p.add_argument("--tokens", type=int, default=64)
     p.add_argument(
         "--request-rate", type=float, help="requests/s, fixed intervals (default: sequential)"

@@ -19,9 +19,10 @@ from loop.knobs import describe
 from loop.ledger import FAILED, NO_EFFECT, ExperimentRow, Ledger, NightRow
 from loop.pareto import report_lines as pareto_lines
 from loop.plan import Plan
+from loop.samples import too_few
 from loop.slo import missed_by_baseline
 from loop.stats import Summary, axis_range, compare, summarize
-from loop.sweep import point_slos
+from loop.sweep import point_slos, prompt_notes
 from loop.sweep import report_lines as sweep_lines
 from tools.bench_results import unit as unit_of
 
@@ -335,6 +336,13 @@ def write_report(ledger: Ledger, night: NightRow, plan: Plan) -> Path:
             for k, v in r.metrics.items():
                 base_metrics.setdefault(k, []).extend(v)
     lines += [f"- SLO {said}" for said in missed_by_baseline(point_slos(plan), base_metrics)]
+    lines += [f"- load: {note}" for note in prompt_notes(plan)]
+    judged = [plan.objective, *(c.metric for c in point_slos(plan))]
+    lines += [
+        f"- `{m}` of the baseline rests on {few}: lengthen the benchmark (more prompts)"
+        for m in dict.fromkeys(judged)
+        if (few := too_few(m, base_metrics))
+    ]
     stops = [e for e in events if e.kind in ("signal", "killed", "resumed")]
     if stops:
         lines.append(
@@ -434,8 +442,8 @@ def _all_metrics(rows: list[ExperimentRow]) -> list[str]:
         "| metric | unit | " + " | ".join(r.name for r in shown) + " |",
         "|---|---|" + "---|" * len(shown),
     ]
-    for k in names:
-        cells = " | ".join(_median(r.metrics.get(k, [])) for r in shown)
+    for k in names:  # a percentile of too few requests is no number (loop/samples.py)
+        cells = " | ".join(too_few(k, r.metrics) or _median(r.metrics.get(k, [])) for r in shown)
         out.append(f"| {k} | {unit_of(k) or '-'} | {cells} |")
     return out
 
