@@ -29,7 +29,11 @@ Failure modes (all driven by configuration, never by a test hook inside the loop
   holds the H200 spread it was fitted to): EMULATOR_NOISE is each request's rate noise (a
   log-normal sigma), EMULATOR_LAUNCH_NOISE a factor drawn once per server start (a relaunched
   engine is not the same engine: between-launch spread), EMULATOR_DRIFT=FRACTION with
-  EMULATOR_DRIFT_FILE a steady drift of FRACTION per launch through the night.
+  EMULATOR_DRIFT_FILE a steady drift of FRACTION per launch through the night; EMULATOR_SEED=S
+  (with EMULATOR_DRIFT_FILE counting launches) makes a night's draws reproducible.
+- Inter-token latency is per token, not the request's average: each request's decode time is
+  split into token gaps with jitter and, every ITL_SPIKE_EVERY-th gap, a step that also ran
+  another request's prefill, so p99 ITL sits well above p99 TPOT as in real engines.
 - EMULATOR_SPEEDUP=F: F times the throughput, a change of known size for power measurements.
 - --schedule-conservativeness < 0.5: +8% throughput, but a request that arrives with 3 or more
   in flight is retracted and waits 350 ms for its first token (an SLO broken under load only).
@@ -129,25 +133,39 @@ def throughput(args: argparse.Namespace, env: dict[str, str] | None = None) -> f
 
 
 def _launch_factor(env: Any) -> float:
-    """This start's draw of the between-launch spread and its place in the night's drift."""
+    """This start's draw of the between-launch spread and its place in the night's drift.
+
+    EMULATOR_SEED=S makes a night's noise reproducible: each start seeds its random draws
+    (this factor and every request's noise after it) with S and its launch number, so an A/A
+    bench run per seed gives the same night again and seeds can be compared."""
     sigma = float(env.get("EMULATOR_LAUNCH_NOISE", "0") or 0)
     drift = float(env.get("EMULATOR_DRIFT", "0") or 0)
+    seed = env.get("EMULATOR_SEED")
+    n = _count_launch(env.get("EMULATOR_DRIFT_FILE")) if drift or seed else None
+    if seed:
+        random.seed(f"{seed}:{n}")
     f = math.exp(random.gauss(0.0, sigma)) if sigma else 1.0
-    path = env.get("EMULATOR_DRIFT_FILE")
-    if drift and path:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            import fcntl
-
-            fcntl.flock(fd, fcntl.LOCK_EX)  # two starts at once still count two launches
-            n = int(os.read(fd, 32) or b"0")
-            os.lseek(fd, 0, os.SEEK_SET)
-            os.ftruncate(fd, 0)
-            os.write(fd, str(n + 1).encode())
-        finally:
-            os.close(fd)
+    if drift and n is not None:
         f *= 1.0 + drift * n
     return f
+
+
+def _count_launch(path: str | None) -> int | None:
+    """This start's number in the night (0, 1, ...), counted in EMULATOR_DRIFT_FILE."""
+    if not path:
+        return None
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        import fcntl
+
+        fcntl.flock(fd, fcntl.LOCK_EX)  # two starts at once still count two launches
+        n = int(os.read(fd, 32) or b"0")
+        os.lseek(fd, 0, os.SEEK_SET)
+        os.ftruncate(fd, 0)
+        os.write(fd, str(n + 1).encode())
+    finally:
+        os.close(fd)
+    return n
 
 
 #: --schedule-conservativeness below this schedules aggressively.
@@ -172,6 +190,26 @@ def ttft_ms(args: argparse.Namespace, n: int, noise: float) -> float:
     if args.chunked_prefill_size >= BIG_PREFILL_CHUNK and n % STALL_EVERY == STALL_EVERY - 1:
         t += STALL_MS
     return max(1.0, t)
+
+
+#: Token gaps: log-normal jitter per gap, and every ITL_SPIKE_EVERY-th gap ITL_SPIKE times as
+#: long (a decode step that also carried another request's prefill chunk).
+ITL_JITTER = 0.25
+ITL_SPIKE_EVERY = 8
+ITL_SPIKE = 6.0
+
+
+def token_gaps_ms(decode_s: float, tokens: int) -> list[float]:
+    """The gaps between a request's tokens, summing to its decode time: a request's TPOT is
+    their mean, its ITL samples are the gaps themselves (spikes and all)."""
+    if tokens < 2:
+        return []
+    raw = [
+        math.exp(random.gauss(0.0, ITL_JITTER)) * (ITL_SPIKE if i % ITL_SPIKE_EVERY == 3 else 1)
+        for i in range(tokens - 1)
+    ]
+    scale = decode_s * 1000.0 / sum(raw)
+    return [g * scale for g in raw]
 
 
 def _spawn_orphan() -> None:
@@ -398,6 +436,7 @@ def _make_handler(state: dict[str, Any]) -> type[BaseHTTPRequestHandler]:
                         "e2e_latency": took,
                         "ttft": ttft / 1000.0,
                         "model_s": tokens / max(rate, 1.0),  # what the decode "should" take
+                        "itl_ms": token_gaps_ms(took, tokens),
                     },
                 },
             )
@@ -550,7 +589,7 @@ def bench_client(args: argparse.Namespace) -> int:
     body = json.dumps(
         {"text": "hello", "sampling_params": {"max_new_tokens": args.tokens}}
     ).encode()
-    ttfts, e2es, tpots, errors, lens = [], [], [], [], []
+    ttfts, e2es, tpots, itls, errors, lens = [], [], [], [], [], []
     model_s = 0.0
 
     def one(i: int) -> tuple[str, dict[str, Any], float]:
@@ -584,6 +623,7 @@ def bench_client(args: argparse.Namespace) -> int:
         ttfts.append(meta.get("ttft", 0.0) * 1000.0)
         e2es.append(e2e)
         tpots.append((e2e - ttfts[-1]) / max(1, lens[-1] - 1))
+        itls.extend(meta.get("itl_ms") or [tpots[-1]] * max(0, lens[-1] - 1))
     took = time.monotonic() - start
     if args.clock == "model":  # the server's modelled decode time: no host timing jitter
         took = max(model_s / min(max(1, lanes), args.requests), 1e-6)
@@ -618,7 +658,7 @@ def bench_client(args: argparse.Namespace) -> int:
             "ttfts": [t / 1000.0 for t in ttfts],
             "errors": errors,
         }
-        for name, vals in (("ttft", ttfts), ("tpot", tpots), ("itl", tpots), ("e2el", e2es)):
+        for name, vals in (("ttft", ttfts), ("tpot", tpots), ("itl", itls), ("e2el", e2es)):
             out |= _latency(name, "_ms", vals, (50, 90, 99))
     else:  # sglang.bench_serving --output-file (one JSON line per run)
         out = {
@@ -637,7 +677,7 @@ def bench_client(args: argparse.Namespace) -> int:
             **_latency("e2e", "_latency_ms", e2es, (99,)),
             **_latency("ttft", "_ms", ttfts, (99,)),
             **_latency("tpot", "_ms", tpots, (99,)),
-            **_latency("itl", "_ms", tpots, (95, 99)),
+            **_latency("itl", "_ms", itls, (95, 99)),
             "concurrency": sum(e2es) / 1000.0 / took,
         }
     text = json.dumps(out).replace("Infinity", '"inf"')
@@ -669,7 +709,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--spawn-orphan", action="store_true")
     p.add_argument("--die-after", type=float)
     p.add_argument("--bench-client", action="store_true", help="act as the benchmark client")
-    p.add_argument("--requests", type=int, default=3)
+    p.add_argument("--requests", "--num-prompts", type=int, default=3)
     p.add_argument("--tokens", type=int, default=64)
     p.add_argument(
         "--request-rate", type=float, help="requests/s, fixed intervals (default: sequential)"

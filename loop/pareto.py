@@ -20,6 +20,7 @@ from pydantic import BaseModel
 
 from loop.ledger import MEASURED, ExperimentRow, NightRow, study_storage
 from loop.plan import Plan
+from loop.stats import axis_range, summarize
 from tools.bench_results import unit
 
 
@@ -51,6 +52,11 @@ class Point(BaseModel):
     y: float  # second objective
     feasible: bool  # met every SLO the baseline met
     change: dict[str, Any] = {}
+    #: each objective's interval (loop.stats.summarize); a point's own value where unknown
+    x_low: float | None = None
+    x_high: float | None = None
+    y_low: float | None = None
+    y_high: float | None = None
 
 
 def points(rows: list[ExperimentRow], plan: Plan) -> list[Point]:
@@ -61,6 +67,7 @@ def points(rows: list[ExperimentRow], plan: Plan) -> list[Point]:
             continue
         xs, ys = r.metrics.get(mx), r.metrics.get(my)
         if xs and ys:
+            sx, sy = summarize(xs), summarize(ys)
             out.append(
                 Point(
                     name=r.name,
@@ -68,22 +75,46 @@ def points(rows: list[ExperimentRow], plan: Plan) -> list[Point]:
                     y=statistics.median(ys),
                     feasible=r.slo in (None, "met"),
                     change=r.change,
+                    x_low=sx.low,
+                    x_high=sx.high,
+                    y_low=sy.low,
+                    y_high=sy.high,
                 )
             )
     return out
 
 
-def front(pts: list[Point], plan: Plan) -> list[Point]:
-    """The feasible points no other feasible point dominates, by the first objective."""
-    (_, up_x), (_, up_y) = plan.objectives
-    sx, sy = (1 if up_x else -1), (1 if up_y else -1)
+def _separated_better(
+    a: tuple[float, float | None, float | None],
+    b: tuple[float, float | None, float | None],
+    up: bool,
+) -> bool:
+    """a beats b on one objective beyond both intervals (a's worst end past b's best end)."""
+    a_lo, a_hi = (a[1] if a[1] is not None else a[0]), (a[2] if a[2] is not None else a[0])
+    b_lo, b_hi = (b[1] if b[1] is not None else b[0]), (b[2] if b[2] is not None else b[0])
+    return a_lo > b_hi if up else a_hi < b_lo
 
-    def dominates(a: Point, b: Point) -> bool:
-        ge = sx * a.x >= sx * b.x and sy * a.y >= sy * b.y
-        return ge and (sx * a.x > sx * b.x or sy * a.y > sy * b.y)
+
+def dominates(a: Point, b: Point, plan: Plan) -> bool:
+    """a dominates b only where it shows: better beyond the intervals on one objective and
+    not beaten beyond them on the other. Points within each other's noise stay side by side
+    on the front (a front drawn on 0.1 ms of noise ranked noise)."""
+    (_, up_x), (_, up_y) = plan.objectives
+    ax, bx = (a.x, a.x_low, a.x_high), (b.x, b.x_low, b.x_high)
+    ay, by = (a.y, a.y_low, a.y_high), (b.y, b.y_low, b.y_high)
+    better = _separated_better(ax, bx, up_x) or _separated_better(ay, by, up_y)
+    worse = _separated_better(bx, ax, up_x) or _separated_better(by, ay, up_y)
+    return better and not worse
+
+
+def front(pts: list[Point], plan: Plan) -> list[Point]:
+    """The feasible points no other feasible point dominates beyond the noise, by the first
+    objective."""
+    (_, up_x), _ = plan.objectives
+    sx = 1 if up_x else -1
 
     ok = [p for p in pts if p.feasible]
-    nd = [p for p in ok if not any(dominates(q, p) for q in ok if q is not p)]
+    nd = [p for p in ok if not any(dominates(q, p, plan) for q in ok if q is not p)]
     return sorted(nd, key=lambda p: sx * p.x)
 
 
@@ -95,9 +126,7 @@ def svg(pts: list[Point], nd: list[Point], plan: Plan) -> str:
     width, height = left + w + 190, top + h + 60
 
     def span(vals: list[float]) -> tuple[float, float]:
-        lo, hi = min(vals), max(vals)
-        pad = (hi - lo) * 0.12 or abs(hi) * 0.05 or 1.0
-        return lo - pad, hi + pad
+        return axis_range(min(vals), max(vals))
 
     x0, x1 = span([p.x for p in pts])
     y0, y1 = span([p.y for p in pts])

@@ -19,9 +19,10 @@ from loop.knobs import describe
 from loop.ledger import FAILED, NO_EFFECT, ExperimentRow, Ledger, NightRow
 from loop.pareto import report_lines as pareto_lines
 from loop.plan import Plan
+from loop.samples import too_few
 from loop.slo import missed_by_baseline
-from loop.stats import compare, summarize
-from loop.sweep import point_slos
+from loop.stats import Summary, axis_range, compare, summarize
+from loop.sweep import point_slos, prompt_notes
 from loop.sweep import report_lines as sweep_lines
 from tools.bench_results import unit as unit_of
 
@@ -40,15 +41,6 @@ COLORS = {
 
 def report_dir(night: NightRow) -> Path:
     return Path(night.state_dir) / "reports" / night.id
-
-
-def _scale(lo: float, hi: float) -> tuple[float, float]:
-    """Axis limits around the data (never from 0: a 5% win must not look flat), padded."""
-    if hi <= lo:
-        pad = abs(hi) * 0.05 or 1.0
-        return lo - pad, hi + pad
-    pad = (hi - lo) * 0.15
-    return lo - pad, hi + pad
 
 
 def svg_chart(
@@ -70,12 +62,16 @@ def svg_chart(
     w_bar, gap, left, top, h = 44, 14, 78, 34, 220
     width = left + len(shown) * (w_bar + gap) + 150
     pts = [x for s in stats.values() for x in (s.low, s.high, s.center)]
-    base = stats.get("baseline")
+    pooled = [v for r in shown if r.kind == "baseline" and r.status == "ok" for v in runs[r.name]]
+    base = summarize(pooled) if pooled else None  # every baseline launch: the one reference
     if base and noise:
         pts += [base.center - noise, base.center + noise]
     if slo:
         pts.append(slo[1])
-    lo, hi = _scale(min(pts, default=0.0), max(pts, default=1.0))
+    lo = min(pts, default=0.0)
+    if all(v >= 0 for vs in runs.values() for v in vs):  # the noise band may dip below 0
+        lo = max(lo, 0.0)
+    lo, hi = axis_range(lo, max(pts, default=1.0))
 
     def y(v: float) -> float:
         return top + h - (min(max(v, lo), hi) - lo) / (hi - lo) * h
@@ -154,6 +150,25 @@ def svg_chart(
         legend_y += 16
     out.append("</svg>")
     return "\n".join(out)
+
+
+def pooled_baseline(rows: list[ExperimentRow]) -> Summary | None:
+    """Every baseline run of the night, pooled: the one baseline the report speaks of (the
+    night judges each change by it, or, interleaved, by its neighbouring launches of it)."""
+    values = [v for r in rows if r.kind == "baseline" and r.status == "ok" for v in r.metric_values]
+    return summarize(values) if values else None
+
+
+def vs_baseline(r: ExperimentRow, base: float | None, higher_is_better: bool) -> str:
+    """The change against the pooled baseline, from the verdict's own gain (so its sign is the
+    verdict's: a row never reads +0.3% "discarded"), in the metric's direction."""
+    if r.kind == "baseline" or not r.metric_values or not base:
+        return "-"
+    if r.gain is not None:
+        diff = r.gain if higher_is_better else -r.gain
+    else:
+        diff = summarize(r.metric_values).center - base
+    return f"{100 * diff / abs(base):+.1f}%"
 
 
 def one_line(text: str | None, limit: int = 200) -> str:
@@ -292,8 +307,8 @@ def write_report(ledger: Ledger, night: NightRow, plan: Plan) -> Path:
             encoding="utf-8",
         )
         charts.append(f"![{c.metric} per experiment, SLO line]({name})")
-    base = next((r for r in rows if r.kind == "baseline"), None)
-    bm = summarize(base.metric_values).center if base and base.metric_values else None
+    pooled = pooled_baseline(rows)
+    bm = pooled.center if pooled else None
     direction = "maximize" if plan.higher_is_better else "minimize"
     lines = [
         f"# Night report: {plan.name} ({night.id})",
@@ -308,7 +323,8 @@ def write_report(ledger: Ledger, night: NightRow, plan: Plan) -> Path:
         )
         + "; SLOs: "
         + (", ".join(f"`{c}`" for c in plan.constraints) or "none"),
-        f"- baseline: {base.stats if base and base.stats else _fmt(bm)}; noise (2 robust σ): "
+        f"- baseline, every launch pooled (the reference of the verdicts and of 'vs "
+        f"baseline'): {pooled.describe(u) if pooled else '-'}; noise (2 robust σ): "
         f"{_fmt(night.noise)}",
         f"- best: **{best or 'baseline'}**; morning server: "
         + (f"pid {night.final_pid} on {night.final_host}" if night.final_pid else "not running"),
@@ -320,6 +336,13 @@ def write_report(ledger: Ledger, night: NightRow, plan: Plan) -> Path:
             for k, v in r.metrics.items():
                 base_metrics.setdefault(k, []).extend(v)
     lines += [f"- SLO {said}" for said in missed_by_baseline(point_slos(plan), base_metrics)]
+    lines += [f"- load: {note}" for note in prompt_notes(plan)]
+    judged = [plan.objective, *(c.metric for c in point_slos(plan))]
+    lines += [
+        f"- `{m}` of the baseline rests on {few}: lengthen the benchmark (more prompts)"
+        for m in dict.fromkeys(judged)
+        if (few := too_few(m, base_metrics))
+    ]
     stops = [e for e in events if e.kind in ("signal", "killed", "resumed")]
     if stops:
         lines.append(
@@ -340,11 +363,7 @@ def write_report(ledger: Ledger, night: NightRow, plan: Plan) -> Path:
             val = f"{st.center:.4g} [{st.low:.4g}, {st.high:.4g}]"
         else:
             val = "-"
-        rel = (
-            f"{100 * (summarize(r.metric_values).center - bm) / bm:+.1f}%"
-            if r.metric_values and bm and r.kind != "baseline"
-            else "-"
-        )
+        rel = vs_baseline(r, bm, plan.higher_is_better)
         mark = " ★" if r.name == best else ""
         diag = f"{r.label or ''} {('`' + one_line(r.evidence, 80) + '`') if r.evidence else ''}"
         diag = (diag.strip() or one_line(r.diagnosis, 80)).replace("|", "/")
@@ -423,8 +442,8 @@ def _all_metrics(rows: list[ExperimentRow]) -> list[str]:
         "| metric | unit | " + " | ".join(r.name for r in shown) + " |",
         "|---|---|" + "---|" * len(shown),
     ]
-    for k in names:
-        cells = " | ".join(_median(r.metrics.get(k, [])) for r in shown)
+    for k in names:  # a percentile of too few requests is no number (loop/samples.py)
+        cells = " | ".join(too_few(k, r.metrics) or _median(r.metrics.get(k, [])) for r in shown)
         out.append(f"| {k} | {unit_of(k) or '-'} | {cells} |")
     return out
 

@@ -241,3 +241,16 @@ def interleaved_compare(
         gain_high=gain_of(high),
         relative=gain / abs(ref) if ref else 0.0,
     )
+
+
+def axis_range(lo: float, hi: float) -> tuple[float, float]:
+    """A chart axis for values lo..hi: from 0 when nothing is negative (latency, throughput and
+    error counts are never below 0, and a bar that starts above 0 overstates every
+    difference), padded above; around the data, padded, when values go negative."""
+    if lo >= 0:  # below 1e-9 is a zero's rounding (an all-zero error count): a unit axis
+        return 0.0, (hi * 1.1 if hi > 1e-9 else 1.0)
+    if hi <= lo:
+        pad = abs(hi) * 0.05 or 1.0
+        return lo - pad, hi + pad
+    pad = (hi - lo) * 0.15
+    return lo - pad, hi + pad

@@ -15,6 +15,7 @@ import statistics
 
 from loop.ledger import ExperimentRow
 from loop.plan import LoadSweep, Plan
+from loop.samples import enough_prompts
 from loop.slo import Constraint, constraint_values, violations
 from tools.bench_results import unit
 from tools.benchmark import Args, Result, benchmark
@@ -38,11 +39,23 @@ def points(load: LoadSweep | None) -> list[tuple[str, str]]:
 
 
 def point_command(command: str, load: LoadSweep, value: str) -> str:
+    """The command at one point; at a concurrency, `--num-prompts` raised to 5 x it
+    (loop/samples.py; `prompt_notes` says so in the report)."""
     axis = "request_rates" if load.request_rates else "concurrencies"
     _, token, flag = AXES[axis]
+    if axis == "concurrencies":
+        command, _ = enough_prompts(command, int(float(value)))
     if token in command:
         return command.replace(token, value)
     return f"{command} {flag} {value}"
+
+
+def prompt_notes(plan: Plan) -> list[str]:
+    """Where the loop ran more prompts than the plan's command asks for, and why."""
+    if plan.load is None or not plan.load.concurrencies:
+        return []
+    notes = [enough_prompts(plan.baseline.benchmark.command, c)[1] for c in plan.load.concurrencies]
+    return [n for n in notes if n]
 
 
 def measure(host: Host, load: LoadSweep | None, args: Args, deadline: float) -> Result:
