@@ -227,7 +227,7 @@ def derive(observations: list[Observation]) -> Facts:
     _tenancy(f)
     _keep_plausible_workloads(f, log_reads)
     _writers_named_by_log(f, log_reads)
-    if _other_ports(f, log_reads):
+    if _other_ports(f, log_reads) | _other_engines(f, log_reads):
         # a process taken for the launch was another launch: who the launch is (its user, its
         # ranks) and who the other holders are follow from what remains
         _identity(f)
@@ -320,6 +320,53 @@ def _other_ports(f: Facts, log_reads: LogReads) -> bool:
         m = _CMD_PORT.search(str(rec.get("command") or ""))
         if m and int(m.group(1)) != ours and rec.get("ours") is not True:
             theirs.add(int(rec.get("launch") or pid))
+    if not theirs:
+        return False
+    for pid in list(f.server_pids):
+        rec = f._ps_recs.get(pid, {})
+        if int(rec.get("launch") or pid) in theirs or pid in theirs:
+            f.server_pids.remove(pid)
+            for group in (f.server_main_pids, f.server_worker_pids):
+                if pid in group:
+                    group.remove(pid)
+            f.other_launch_pids.append(pid)
+    return True
+
+
+def _log_engine(log_reads: LogReads) -> str | None:
+    """The one engine whose launch banner the logs under investigation print, if exactly one."""
+    found: set[str] = set()
+    reg = engines.registry()
+    for reads in log_reads.values():
+        text = "\n".join(reads[-1][2][:2000])
+        for name, e in reg.engines.items():
+            if not e.generic and any(re.search(m, text) for m in e.launch_markers):
+                found.add(name)
+    return next(iter(found)) if len(found) == 1 else None
+
+
+def _other_engines(f: Facts, log_reads: LogReads) -> bool:
+    """A live server process of another engine, whose command line never names the engine the
+    log under investigation prints, and which does not write that log, is another launch (a
+    neighbour's training job under torchrun is not the dead vLLM server's launch)."""
+    mine = _log_engine(log_reads)
+    if mine is None or not f.server_main_pids:
+        return False
+    names = engines.registry().engines[mine].names
+    writers = {p for ps in f.log_writers.values() for p in ps}
+    theirs: set[int] = set()
+    for pid in f.server_main_pids:
+        rec = f._ps_recs.get(pid, {})
+        engine = rec.get("server")
+        cmd = str(rec.get("command") or "")
+        if (
+            engine in (None, "unknown", mine)
+            or pid in writers
+            or rec.get("ours") is True
+            or any(re.search(n, cmd, re.I) for n in names)
+        ):
+            continue
+        theirs.add(int(rec.get("launch") or pid))
     if not theirs:
         return False
     for pid in list(f.server_pids):
@@ -665,8 +712,25 @@ def _tenancy(f: Facts) -> None:
             f.co_tenant_pids[pid] = f"another user's job ({user})"
         elif engine and role == "worker":
             # a worker with no server process above it (its parent gone, or re-parented to
-            # init) outlived its launch
-            orphan = r.get("ppid") == 1 or r.get("launch") in (None, pid)
+            # init) outlived its launch. Where ps gave no parents, a live main process of the
+            # same engine and user may well be its parent: another launch's worker, not an orphan
+            ppid = r.get("ppid")
+            sibling_main = next(
+                (
+                    m
+                    for m, rm in recs.items()
+                    if m not in ours
+                    and rm.get("server") == engine
+                    and rm.get("role") in ("main", "launcher")
+                    and not rm.get("zombie")
+                    and str(rm.get("user") or "") == user
+                ),
+                None,
+            )
+            if ppid is None and sibling_main is not None:
+                f.co_tenant_pids[pid] = f"a worker of another live launch (main pid {sibling_main})"
+                continue
+            orphan = ppid == 1 or r.get("launch") in (None, pid)
             if orphan:
                 f.leftover_pids[pid] = "a worker whose launch is gone (orphan of an earlier launch)"
             elif running:

@@ -392,3 +392,72 @@ def without_bystanders(evidence: list[dict[str, Any]], launch: Launch) -> list[d
     theirs = launch.bystander_lines()
     kept = [e for e in evidence if str(e.get("line") or "") not in theirs]
     return kept or evidence
+
+
+_DEVICE_LIST = re.compile(r"^\s*\d+(?:\s*,\s*\d+)*\s*$")
+
+
+def launch_gpus(observations: list[Observation]) -> set[int] | None:
+    """The GPU indices the launch's own settings give it (CUDA_VISIBLE_DEVICES in its config,
+    env file or environment), when they all agree; None when unknown. Memory on other GPUs is a
+    neighbour's, whatever it is."""
+    seen: set[str] = set()
+    for o in observations:
+        if not o["ok"]:
+            continue
+        if o["tool"] == "config_read":
+            for st in o["data"].get("sources") or []:
+                if st.get("key") == "CUDA_VISIBLE_DEVICES":
+                    seen.add(str(st.get("value") or "").strip("\"' "))
+        elif o["tool"] in ("launch_env", "host_facts"):
+            for ln in o["lines"]:
+                if ln.startswith("CUDA_VISIBLE_DEVICES="):
+                    seen.add(ln.split("=", 1)[1].strip("\"' "))
+    if len(seen) != 1:
+        return None
+    value = next(iter(seen))
+    if not _DEVICE_LIST.match(value):
+        return None
+    return {int(x) for x in value.split(",")}
+
+
+#: a port the operator names for the launch: "on port 8005", "port 8005", ":8005"
+_SAID_PORT = re.compile(r"(?i)\bport\s*(?:is\s*|=\s*|:\s*)?(\d{4,5})\b|(?<![\d.]):(\d{4,5})\b")
+#: the port a launch serves on, as its own log says it (args dumps, --port, uvicorn's banner)
+LOG_PORT = re.compile(
+    r"(?:--port[ =]|\bport=|'port': |Uvicorn running on https?://[^\s/]+:)(\d{2,5})\b"
+)
+#: what a superseded log read says in the run's state (its text stays in the session's events)
+NOT_THIS_LOG = (
+    "# not this launch's log: {path} serves port {theirs}; the launch in question (port {port}) "
+    "writes {actual}"
+)
+
+
+def said_port(symptom: str) -> int | None:
+    """The one port the operator's words name, if exactly one."""
+    ports = {int(a or b) for a, b in _SAID_PORT.findall(symptom)}
+    return next(iter(ports)) if len(ports) == 1 else None
+
+
+def log_port(lines: list[str]) -> int | None:
+    """The port the newest launch in a log serves on, by its own lines; None when unsaid or
+    when it names several."""
+    tail = lines[last_launch(lines) :][:400]
+    ports = {int(m.group(1)) for ln in tail for m in LOG_PORT.finditer(ln)}
+    return next(iter(ports)) if len(ports) == 1 else None
+
+
+def not_this_log(o: Observation, port: int, theirs: int, actual: str) -> Observation:
+    """A read of a log another launch writes, kept in place with no result: no fact or line of
+    that launch may speak for the launch in question."""
+    line = NOT_THIS_LOG.format(path=o["args"].get("path"), theirs=theirs, port=port, actual=actual)
+    return {**o, "ok": False, "lines": [line], "data": {}}
+
+
+def wrong_log_said(observations: list[Observation]) -> str:
+    """The report's note when the operator's --log was another launch's."""
+    for o in observations:
+        if not o["ok"] and o["lines"] and o["lines"][0].startswith("# not this launch's log:"):
+            return "Note: " + o["lines"][0][2:].replace("not this launch's log: ", "", 1) + ". "
+    return ""

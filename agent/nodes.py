@@ -24,17 +24,26 @@ from agent.checks import (
     split_paths,
 )
 from agent.context import RunContext
+from agent.evidence import text_lines
 from agent.findings import compute
 from agent.guardrails import INFERRED_CONFIDENCE as INFERRED_AT
 from agent.guardrails import check_conclusion, qualify
 from agent.launch import build as build_launch
-from agent.launch import sourced_files, without_bystanders
+from agent.launch import (
+    log_port,
+    not_this_log,
+    said_port,
+    sourced_files,
+    without_bystanders,
+    wrong_log_said,
+)
 from agent.observe import first_wave, inside_wave, run_many
 from agent.state import Action, Observation, State
 from agent.thresholds import THRESHOLDS
 from tools import registry as tool_registry
 from tools.container_host import container_of
 from tools.host import Host
+from tools.logfile import rotation_of
 from tools.registry import TOOLS
 
 MAX_LOGS, MAX_CONFIGS = 3, 4
@@ -88,7 +97,12 @@ def sweep(state: State, runtime: Runtime[RunContext]) -> dict[str, Any]:
     # the operator named the log/config: that is the launch in question, not whatever else
     # happens to be on the box (other servers' logs, old runs)
     if ctx.extra_logs:
-        logs = list(dict.fromkeys([*ctx.extra_logs, *(p for p in symptom_paths if p in logs)]))
+        # a --log that is an earlier rotation (server.log.1) leaves the newest launch in the
+        # live file beside it (server.log): read that one too, or the last start is never seen
+        newer = [b for g in ctx.extra_logs for b in paths if b != g and rotation_of(b, g)]
+        logs = list(
+            dict.fromkeys([*ctx.extra_logs, *newer, *(p for p in symptom_paths if p in logs)])
+        )
     if ctx.extra_configs:
         named = set(ctx.extra_configs)
         configs = [p for p in configs if p in named or any(p.startswith(n) for n in named)]
@@ -128,6 +142,10 @@ def sweep(state: State, runtime: Runtime[RunContext]) -> dict[str, Any]:
     for o in obs2:
         _emit("observation", _obs_event(o))
     all_obs = obs1 + obs2
+    # the operator's --log may be another launch's: the symptom names the launch's port, the log
+    # serves another; then the log the launch in question wrote is found and read instead
+    all_obs += _right_log(host, state.get("symptom", ""), all_obs, obs1, list(ctx.extra_logs))
+    all_obs = _drop_wrong_logs(all_obs)
     # the files the launch's scripts source (an env file, a unit's EnvironmentFile=): a setting
     # there is the launch's own, so read them now rather than never
     wave3 = [("config_read", {"path": p}) for p in _sourced(all_obs)][:MAX_CONFIGS]
@@ -357,6 +375,9 @@ def conclude(state: State, runtime: Runtime[RunContext]) -> dict[str, Any]:
     _, facts = compute(obs)
     kind = a.get("kind")
     if kind == "conclude":
+        # a verbatim line cited under the wrong observation id (the numbering shifted, or the
+        # model misread it) is pointed at where it occurs; the line itself is still checked
+        a = Action(**{**a, "evidence": _fix_obs_ids(a.get("evidence") or [], obs)})
         problems = check_conclusion(a, obs, facts)
         if problems:
             for p in problems:
@@ -415,7 +436,9 @@ def conclude(state: State, runtime: Runtime[RunContext]) -> dict[str, Any]:
     changes = state.get("changes", [])
     next_step = a.get("next_step") or ""
     next_step += _changes_said(changes, obs)
-    next_step = _rotation_said(obs) + next_step
+    next_step = (
+        wrong_log_said(obs) + _rotation_said(obs) + _older_rotation_said(ctx, obs) + next_step
+    )
     if status != "concluded" or float(a.get("confidence") or 0) <= INFERRED_AT:
         next_step = _stacks_fix(obs) + next_step
     report = {
@@ -471,6 +494,72 @@ def conclude(state: State, runtime: Runtime[RunContext]) -> dict[str, Any]:
 
 #: Reads whose failure leaves a hypothesis unknown (not refuted): say so, with the fix.
 _UNKNOWN_MATTERS = tool_registry.verdict_needs()
+
+
+def _right_log(
+    host: Host, symptom: str, obs: list[Observation], obs1: list[Observation], given: list[str]
+) -> list[Observation]:
+    """When every log the operator named serves another port than the one they name, read the
+    other logs the sweep found and keep the one whose launch serves that port (with its writers)."""
+    port = said_port(symptom)
+    read = {str(o["args"].get("path")): o for o in obs if o["tool"] == "log_tail" and o["ok"]}
+    if port is None or not given or not read:
+        return []
+    theirs = {p: log_port(text_lines(o)) for p, o in read.items() if p in given}
+    if not theirs or any(v is None or v == port for v in theirs.values()):
+        return []
+    candidates = [p for p in split_paths(listed_paths(obs1))[0] if p not in read][:MAX_LOGS]
+    if not candidates:
+        return []
+    cand_obs = run_many(host, [("log_tail", {"path": p}) for p in candidates], len(obs) + 1, 0)
+    match = next((o for o in cand_obs if o["ok"] and log_port(text_lines(o)) == port), None)
+    if match is None:
+        return []  # not found: the operator's log stands, and nothing was made up
+    actual = str(match["args"]["path"])
+    out: list[Observation] = [match]
+    if "processes" in TOOLS:
+        out += run_many(host, [("processes", {"logs": [actual]})], len(obs) + len(out) + 1, 0)
+    for o in out:
+        _emit("observation", _obs_event(o))
+    marks = [
+        not_this_log(o, port, theirs.get(str(o["args"].get("path")), 0) or 0, actual)
+        for o in obs
+        if o["tool"] in ("log_tail", "log_search") and str(o["args"].get("path")) in theirs
+    ]
+    return [*marks, *out]
+
+
+def _drop_wrong_logs(obs: list[Observation]) -> list[Observation]:
+    """Replace reads of a log found to be another launch's by their marks (same ids), and the
+    earlier process listing tied to that log by the new one."""
+    marks = {
+        o["id"]: o
+        for o in obs
+        if not o["ok"] and o["lines"][:1] and o["lines"][0].startswith("# not this launch's log:")
+    }
+    if not marks:
+        return obs
+    out: list[Observation] = []
+    seen: set[str] = set()
+    procs = [o for o in obs if o["tool"] == "processes" and o["ok"]]
+    for o in obs:
+        if o["id"] in seen:
+            continue
+        seen.add(o["id"])
+        if o["id"] in marks:
+            out.append(marks[o["id"]])
+        elif o["tool"] == "processes" and len(procs) > 1 and o is not procs[-1]:
+            out.append(
+                {
+                    **o,
+                    "ok": False,
+                    "lines": ["# superseded by the listing tied to the launch's own log"],
+                    "data": {},
+                }
+            )
+        else:
+            out.append(o)
+    return out
 
 
 def _sourced(obs: list[Observation]) -> list[str]:
@@ -575,6 +664,16 @@ def _stacks_fix(obs: list[Observation]) -> str:
         d = o["data"] if o["tool"] == "py_stacks" else {}
         if d.get("py_spy_missing") or d.get("denied"):
             return f"First read the stacks ({d.get('py_spy_error')}): {d.get('fix')}. "
+    return ""
+
+
+def _older_rotation_said(ctx: RunContext, obs: list[Observation]) -> str:
+    """The operator named an earlier rotation of the log: say which file holds the newest start."""
+    read = {str(o["args"].get("path")) for o in obs if o["tool"] == "log_tail" and o["ok"]}
+    for g in ctx.extra_logs:
+        base = next((b for b in read if b != g and rotation_of(b, g)), None)
+        if base is not None:
+            return f"Note: {g} is an earlier rotation of {base}, where the newest start is logged. "
     return ""
 
 

@@ -92,6 +92,7 @@ def cause_rules(facts, observations: list[Observation], hits, add) -> None:  # t
     draftless_rules(observations, hits, add)
     hidden_gpus_rules(facts, observations, add)
     unset_devices_rules(observations, add)
+    tiny_fraction_rules(observations, hits, add)
     arch_beyond_build_rules(facts, observations, add)
     gpus_unused_rules(facts, hits, add)
     if not any(m.label == "nccl_failure" and m.strength in ("fatal", "strong") for _, m in hits):
@@ -873,3 +874,58 @@ def unset_devices_rules(observations: list[Observation], add) -> None:  # type: 
         fline,
         "the engine found no GPU: the empty device list hid them all",
     )
+
+
+# -- a memory fraction too small to hold anything --------------------------------------------------
+_FRACTION = re.compile(
+    r"\b(mem_fraction_static|gpu_memory_utilization)=([0-9.]+)|"
+    r"--(mem-fraction-static|gpu-memory-utilization)[= ]([0-9.]+)"
+)
+
+
+def tiny_fraction(observations: list[Observation], hits) -> tuple[str, str, str, float] | None:  # type: ignore[no-untyped-def]
+    """(obs, line, setting, value) when the launch's last start-up set its memory fraction so
+    low that nothing fits, and it then failed for room: the setting, not the GPU, is the cause."""
+    if not any(m.strength == "fatal" and m.label == "kv_cache_no_room" for _, m in hits):
+        return None
+    from agent.evidence import last_launch
+
+    for o in observations:
+        if not o["ok"] or o["tool"] != "log_tail":
+            continue
+        lines = text_lines(o)
+        for ln in lines[last_launch(lines) :][:200]:
+            m = _FRACTION.search(ln)
+            if m:
+                key = m.group(1) or m.group(3)
+                value = float(m.group(2) or m.group(4))
+                if 0 < value < _C.tiny_memory_fraction:
+                    return o["id"], ln, key, value
+                break
+    return None
+
+
+def tiny_fraction_rules(observations: list[Observation], hits, add) -> None:  # type: ignore[no-untyped-def]
+    hit = tiny_fraction(observations, hits)
+    if hit is None:
+        return
+    oid, line, key, value = hit
+    add(
+        "bad_launch_argument",
+        "cause",
+        _C.proven_setting,
+        oid,
+        line,
+        f"{key}={value} leaves almost no GPU memory to the engine: the setting is why nothing fit",
+    )
+    for o, m in hits:
+        if m.strength == "fatal" and m.label == "kv_cache_no_room":
+            add(
+                "bad_launch_argument",
+                "cause",
+                _C.effect_cited,
+                o["id"],
+                m.line,
+                "no room for the KV cache: what so small a fraction leads to",
+            )
+            break

@@ -4,9 +4,11 @@ hit (weights, KV cache, runtime). Each adds signed findings tied to one verbatim
 
 from __future__ import annotations
 
+import re
+
 from agent.evidence import latest_text_observations, text_lines
 from agent.facts import Facts
-from agent.launch import duplicate_mains, family
+from agent.launch import duplicate_mains, family, launch_gpus
 from agent.rules_common import (
     ALLOC,
     MEMORY_LABELS,
@@ -170,7 +172,45 @@ def duplicate_instances(facts: Facts, observations: list[Observation]) -> dict[i
     return out
 
 
+#: torch's own accounting in an OOM line: the process itself held most of the GPU
+_SELF_HELD = (
+    re.compile(r"([\d.]+) ([GM]iB) is allocated by PyTorch"),
+    re.compile(r"([\d.]+) ([GM]iB) already allocated"),
+)
+_CAPACITY = re.compile(r"([\d.]+) ([GM]iB) total capacity|total capacity of ([\d.]+) ([GM]iB)")
+
+
+def self_filled(hits) -> tuple[Observation, str, float, float] | None:  # type: ignore[no-untyped-def]
+    """(obs, line, held GiB, capacity GiB) when a CUDA OOM line says the process itself held
+    nearly the whole GPU: it filled the GPU on its own, so no other holder is why it ran out."""
+    for o, m in hits:
+        if m.strength != "fatal" or m.label not in MEMORY_LABELS:
+            continue
+        cap = _CAPACITY.search(m.line)
+        held = next((h for p in _SELF_HELD if (h := p.search(m.line))), None)
+        if not cap or not held:
+            continue
+        total = float(cap.group(1) or cap.group(3))
+        unit = cap.group(2) or cap.group(4)
+        total_gib = total / (1024 if unit == "MiB" else 1)
+        held_gib = float(held.group(1)) / (1024 if held.group(2) == "MiB" else 1)
+        if total_gib > 0 and held_gib >= THRESHOLDS.oom.weights_hold_share * total_gib:
+            return o, m.line, held_gib, total_gib
+    return None
+
+
 def stale_rules(facts: Facts, observations: list[Observation], hits, add) -> None:  # type: ignore[no-untyped-def]
+    own = self_filled(hits)
+    if own is not None:
+        o, line, held, total = own
+        add(
+            "stale_gpu_process",
+            "fact",
+            F.refutes,
+            o["id"],
+            line,
+            f"the process itself held {held:.1f} of {total:.1f} GiB: it filled the GPU on its own",
+        )
     launch_died = died_for_memory(hits)
     alive_servers = set() if launch_died else set(facts.server_pids)
     holders = leftover_holders(facts, hits)
@@ -198,19 +238,34 @@ def stale_rules(facts: Facts, observations: list[Observation], hits, add) -> Non
         }
     holders = dict(sorted(holders.items(), key=lambda kv: (kv[0] not in twins, -kv[1])))
     if holders:
+        soft = 0  # live co-tenants and unseen pids lean once between them, never add up to proof
         for pid, mib in holders.items():
+            # a live co-tenant (another user's running job, another launch serving) holds its
+            # memory by design: it is why this launch had less, not a stale process; the
+            # memory failure stays the label and the next step sizes the launch beside it
+            live = pid in facts.co_tenant_pids and pid not in twins
+            # a pid no process list here shows (ps unread, another container or namespace) is
+            # unknown: it may be a live neighbour; "not a running server" would be a guess
+            unseen = pid not in facts._ps_recs
+            if live or unseen:
+                soft += 1
+                if soft > 1:
+                    continue
             add(
                 "stale_gpu_process",
                 "fact",
-                F.proves * scale,
+                (F.leans if live or unseen else F.proves) * scale,
                 facts.gpu_pid_obs,
                 facts.gpu_pid_lines.get(pid, ""),
                 f"pid {pid} holds {mib:.0f} MiB of GPU memory: another instance of the launch's "
                 "own command"
                 if pid in twins
+                else f"pid {pid} holds {mib:.0f} MiB of GPU memory; no process list here says "
+                "what it is (another container or namespace)"
+                if unseen
                 else f"pid {pid} holds {mib:.0f} MiB of GPU memory and is not a running server",
             )
-            if pid in facts.procs:
+            if pid in facts.procs and not live:
                 add(
                     "stale_gpu_process",
                     "fact",
@@ -224,6 +279,8 @@ def stale_rules(facts: Facts, observations: list[Observation], hits, add) -> Non
         and launch_gone(facts, hits)
         and not facts.gpu_pids  # nvidia-smi named nobody: the holder is unseen (another container?)
         and _unexplained_mib(facts) >= 1024
+        and _own_gpus_used(facts, observations)
+        and own is None  # the launch filled its GPU itself: others' memory is beside the point
     ):
         busiest = max(facts.gpus, key=lambda g: g.used_mib or 0)
         add(
@@ -297,3 +354,17 @@ def stale_rules(facts: Facts, observations: list[Observation], hits, add) -> Non
                         facts.procs[pid],
                         f"pid {pid} is alive: a second instance of the launch, started earlier",
                     )
+
+
+def _own_gpus_used(facts: Facts, observations: list[Observation]) -> bool:
+    """Memory sits unused on a GPU the launch was given (all GPUs, when its settings do not say
+    which): memory on a GPU it never used is a neighbour's, and memory on a GPU at work (its
+    utilization up) is someone's live job, not what a dead launch left behind."""
+    mine = launch_gpus(observations)
+    idle = THRESHOLDS.hang.idle_pct
+    return any(
+        (g.used_mib or 0) >= max(1024.0, 0.02 * (g.total_mib or 0))
+        and (g.util_pct is None or g.util_pct < idle)
+        for g in facts.gpus
+        if mine is None or g.index in mine
+    )

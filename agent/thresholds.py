@@ -72,6 +72,7 @@ class Cause(_Strict):
     behind_the_failure: float
     setting_line: float
     effect_cited: float
+    tiny_memory_fraction: float
 
 
 class Oom(_Strict):

@@ -165,8 +165,18 @@ class LLMBrain:
         self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], choice: str
     ) -> dict[str, Any]:
         key = _turn_key(self.model, messages, tools, choice)
+        reuse = Path(self.record_dir) / f"{key}.json" if self.record_dir is not None else None
         if self.replay_dir is not None:
             data = self._replay(Path(self.replay_dir), key, self._seq_rel())
+        elif reuse is not None and reuse.exists():
+            # recording resumes: the very same request was answered in an earlier (interrupted)
+            # recording run; the model is not asked twice
+            data = json.loads(reuse.read_text())
+            seq_rel = self._seq_rel()
+            (reuse.parent / seq_rel).parent.mkdir(parents=True, exist_ok=True)
+            seq = {"hash": key, "tool_choice": choice, "response": data}
+            (reuse.parent / seq_rel).write_text(json.dumps(seq, indent=1))
+            _tally("recorded")
         else:
             data = self._call(messages, tools, choice)  # a failed call takes no turn number
             seq_rel = self._seq_rel()

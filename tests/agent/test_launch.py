@@ -149,3 +149,23 @@ def test_stacks_that_could_not_be_read_are_named_with_their_fix() -> None:
     assert "pip install py-spy" in _stacks_fix(obs)  # type: ignore[arg-type]
     obs[0]["data"] = {"pid": 4242, "method": "py-spy"}  # control: the stacks were read
     assert unknowns(obs) == [] and _stacks_fix(obs) == ""  # type: ignore[arg-type]
+
+
+def _wrong_log_card(port: int) -> Any:
+    card = load_card(DATA / "wrong-log-other-port.yaml")
+    return card.model_copy(update={"symptom": card.symptom.replace("8005", str(port))})
+
+
+def test_a_log_serving_another_port_is_set_aside_for_the_launchs_own(tmp_path: Path) -> None:
+    card = _wrong_log_card(8005)
+    r = _run(card, tmp_path, logs=["/data/logs/vllm-base.log"])
+    assert r.root_cause == "model_load_error", (r.status, r.summary)
+    assert any("config.json" in e.line for e in r.evidence)
+    assert r.next_step.startswith("Note: /data/logs/vllm-base.log serves port 8000"), r.next_step
+    assert "/home/ana/run/nohup.out" in r.next_step
+
+
+def test_control_the_named_port_matches_the_log_so_it_stands(tmp_path: Path) -> None:
+    r = _run(_wrong_log_card(8000), tmp_path, logs=["/data/logs/vllm-base.log"])
+    assert "serves port" not in r.next_step
+    assert r.root_cause != "model_load_error"
