@@ -226,8 +226,9 @@ def derive(observations: list[Observation]) -> Facts:
     _ranks(f, [ln for reads in log_reads.values() for ln in reads[-1][2]])
     _tenancy(f)
     _keep_plausible_workloads(f, log_reads)
+    _keep_plausible_builds(f, log_reads)
     _writers_named_by_log(f, log_reads)
-    if _other_ports(f, log_reads) | _other_engines(f, log_reads):
+    if _other_ports(f, log_reads) | _other_engines(f, log_reads) | _other_users(f, log_reads):
         # a process taken for the launch was another launch: who the launch is (its user, its
         # ranks) and who the other holders are follow from what remains
         _identity(f)
@@ -267,6 +268,24 @@ def _keep_plausible_workloads(f: Facts, log_reads: LogReads) -> None:
         if user in homes or any(w in text for w in words if not w.startswith("python")):
             keep[pid] = line
     f.busy_unknown_pids = keep
+
+
+def _keep_plausible_builds(f: Facts, log_reads: LogReads) -> None:
+    """A compiler working in another user's home (/home/U/src/...) while the log under
+    investigation is not U's is U's own build on a shared box: it cannot be what keeps a dead
+    launch "still building"."""
+    if not f.building_pids or not log_reads:
+        return
+    homes = {m.group(1) for p in log_reads if (m := _HOME.match(p))}
+    for pid in list(f.building_pids):
+        rec = f._ps_recs.get(pid, {})
+        if rec.get("ppid") not in (None, 1) and f.server_pids:
+            continue  # a child of a server process: the tree says whose it is
+        cmd = str(rec.get("command") or "")
+        theirs = {m.group(1) for m in re.finditer(r"(?:^|\s)/home/([^/\s]+)/", cmd)}
+        user = str(rec.get("user") or "")
+        if theirs and user in theirs and not theirs & homes:
+            del f.building_pids[pid]
 
 
 def _writers_named_by_log(f: Facts, log_reads: LogReads) -> None:
@@ -367,6 +386,36 @@ def _other_engines(f: Facts, log_reads: LogReads) -> bool:
         ):
             continue
         theirs.add(int(rec.get("launch") or pid))
+    if not theirs:
+        return False
+    for pid in list(f.server_pids):
+        rec = f._ps_recs.get(pid, {})
+        if int(rec.get("launch") or pid) in theirs or pid in theirs:
+            f.server_pids.remove(pid)
+            for group in (f.server_main_pids, f.server_worker_pids):
+                if pid in group:
+                    group.remove(pid)
+            f.other_launch_pids.append(pid)
+    return True
+
+
+def _other_users(f: Facts, log_reads: LogReads) -> bool:
+    """A live server of another (non-root) user than the one whose home the log under
+    investigation lives in is another user's launch, not this one (a neighbour's vLLM on a
+    shared box)."""
+    homes = {m.group(1) for p in log_reads if (m := _HOME.match(p))}
+    if len(homes) != 1:
+        return False
+    (owner,) = homes
+    if any(not _HOME.match(p) for p in log_reads):
+        return False
+    writers = {p for ps in f.log_writers.values() for p in ps}
+    theirs: set[int] = set()
+    for pid in f.server_main_pids:
+        rec = f._ps_recs.get(pid, {})
+        user = str(rec.get("user") or "")
+        if user and user not in (owner, "root") and pid not in writers and rec.get("ours") is not True:
+            theirs.add(int(rec.get("launch") or pid))
     if not theirs:
         return False
     for pid in list(f.server_pids):

@@ -191,11 +191,15 @@ def liveness_rules(facts: Facts, observations: list[Observation], hits, add) -> 
             # an error of its own is a line fatal by its shape since the launch (a benign
             # "Ignore import error ..." warning is not one; a signal line from outside is not one)
             since = text[last_launch(text) :]
+            # what is printed after a stop signal from outside (a harness reporting its own
+            # timeout, a job failing because of it) is fallout, not an error of the server's
+            stop = next((i for i, ln in enumerate(since) if proof.external_end(ln)), None)
+            scope = since[: stop + 1] if stop is not None else since
             own_error = any(
                 kind != "exit_signal"
-                and not proof.external_end(since[i])
-                and not proof.peer_lost(since[i])
-                for i, kind in proof.fatal_lines(since)
+                and not proof.external_end(scope[i])
+                and not proof.peer_lost(scope[i])
+                for i, kind in proof.fatal_lines(scope)
             )
             if not own_error:  # an error of its own is weighed by the structure rules
                 add(
@@ -203,8 +207,10 @@ def liveness_rules(facts: Facts, observations: list[Observation], hits, add) -> 
                     "fact",
                     F.supports_clearly,
                     o["id"],
-                    last,
-                    "the server is gone and its log ends without an error of its own",
+                    since[stop] if stop is not None else last,
+                    "the server was stopped from outside before any error of its own"
+                    if stop is not None
+                    else "the server is gone and its log ends without an error of its own",
                 )
 
 

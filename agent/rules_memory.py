@@ -156,6 +156,19 @@ def duplicate_instances(facts: Facts, observations: list[Observation]) -> dict[i
             continue
         lines = text_lines(o)
         cut = last_launch(lines)
+        for ln in lines[cut:]:
+            # the line names the process that failed (pid=M) and another, N, holding memory: a
+            # live server process N is then another instance, even in a one-launch log
+            failed = {int(x) for x in _FAILED_PID.findall(ln)}
+            for m in OTHER_PROC_MEM.finditer(ln) if failed else ():
+                pid = int(m.group(1))
+                gib = float(m.group(2)) / (1024 if m.group(3) == "MiB" else 1)
+                if (
+                    pid not in failed
+                    and pid in facts.server_pids
+                    and gib >= THRESHOLDS.oom.duplicate_gib
+                ):
+                    out[pid] = gib
         if cut == 0:
             continue  # one launch in this log: the named pid may be itself
         own = set(log_pids(lines[cut:]))
@@ -171,6 +184,9 @@ def duplicate_instances(facts: Facts, observations: list[Observation]) -> dict[i
                     out[pid] = gib
     return out
 
+
+#: the pid of the process an error line is about: "pid=1291230", "[pid 1291230]", "(pid 42)"
+_FAILED_PID = re.compile(r"\bpid[= ](\d+)\b")
 
 #: torch's own accounting in an OOM line: the process itself held most of the GPU
 _SELF_HELD = (
@@ -329,7 +345,17 @@ def stale_rules(facts: Facts, observations: list[Observation], hits, add) -> Non
             pid = int(m.group(1))
             gib = float(m.group(2)) / (1024 if m.group(3) == "MiB" else 1)
             duplicate = pid in twins
-            if pid in holders or (
+            # the OOM line names the process that failed (pid=M, "[pid M]") and another, N, that
+            # holds memory: N is someone else, whatever ps calls it, unless another user's job
+            failed = {int(x) for x in _FAILED_PID.findall(ln)}
+            other = (
+                bool(failed)
+                and pid not in failed
+                and pid in facts.procs
+                and not facts.co_tenant_pids.get(pid, "").startswith("another user")
+                and gib >= THRESHOLDS.oom.duplicate_gib
+            )
+            if pid in holders or other or (
                 pid in facts.procs
                 and (pid not in alive_servers or duplicate)
                 and not facts.gpu_clean
