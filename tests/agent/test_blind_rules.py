@@ -1,0 +1,136 @@
+"""Rules added after blind rounds 19 and 20 (scored before any change), each with a control
+that must not trigger it: a fix is a general form or fact, never an answer keyed to one card."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.agent.test_rules import GPU_CLEAN, PS_IDLE, _card, _run
+
+SGL_ARGS = (
+    "[09:58:40] server_args=ServerArgs(model_path='/data/models/Qwen2.5-72B-Instruct-AWQ', "
+    "host='0.0.0.0', port=30000, mem_fraction_static={frac}, tp_size=2)\n"
+)
+NO_ROOM = "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static.\n"
+
+
+@pytest.mark.parametrize(
+    ("frac", "label"), [(0.01, "bad_launch_argument"), (0.85, "kv_cache_no_room")]
+)
+def test_a_tiny_memory_fraction_is_the_setting_not_the_gpu(
+    tmp_path: Any, frac: float, label: str
+) -> None:
+    log = SGL_ARGS.format(frac=frac) + "[09:59:10 TP0] Load weight end.\n" + NO_ROOM
+    r = _run(_card({"/srv/sgl/logs/server.log": log}, PS_IDLE, GPU_CLEAN), tmp_path)
+    assert r.root_cause == label, (r.status, r.summary)
+
+
+TRITON = (
+    "I0625 08:07:30.000000 1073 server.cc:674] Started tritonserver\n"
+    "E0625 08:07:36.583107 1073 model_lifecycle.cc:638] \"failed to load 'tensorrt_llm' version 1: "
+    "Invalid argument: unable to find backend library for backend '{backend}', try specifying "
+    'runtime on the model configuration."\n'
+    "error: creating server: Internal - failed to load all models\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("backend", "label"),
+    [("${triton_backend}", "bad_launch_argument"), ("vllm", "dependency_error")],
+)
+def test_an_unfilled_template_placeholder_is_the_config(
+    tmp_path: Any, backend: str, label: str
+) -> None:
+    card = _card({"/var/log/triton/server.log": TRITON.format(backend=backend)}, PS_IDLE, GPU_CLEAN)
+    r = _run(card.model_copy(update={"engine": "trtllm"}), tmp_path)
+    assert r.root_cause == label, (r.status, r.summary)
+
+
+@pytest.mark.parametrize(
+    ("err", "label"),
+    [
+        (
+            "ERROR:    [Errno 13] error while attempting to bind on address ('0.0.0.0', 80): permission denied",
+            "bad_launch_argument",
+        ),
+        (
+            "ERROR:    [Errno 98] error while attempting to bind on address ('0.0.0.0', 8000): address already in use",
+            "port_in_use",
+        ),
+    ],
+)
+def test_a_denied_bind_is_the_privileged_port_not_a_taken_one(
+    tmp_path: Any, err: str, label: str
+) -> None:
+    log = (
+        "INFO:     Started server process [5120]\nINFO:     Waiting for application startup.\n"
+        + err
+        + "\n"
+    )
+    r = _run(_card({"/var/log/vllm/server.log": log}, PS_IDLE, GPU_CLEAN), tmp_path)
+    assert r.root_cause == label, (r.status, r.summary)
+
+
+VLLM_DEAD = (
+    "INFO 08-27 17:02:10 api_server.py:339] vLLM API server version 0.5.5\n"
+    "INFO 08-27 17:02:10 api_server.py:340] args: Namespace(host=None, port=8030, model='/srv/models/llama')\n"
+    "INFO 08-27 17:02:19 model_runner.py:890] Loading model weights took 14.9888 GB\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("cmd", "alive"),
+    [
+        # a neighbour's training job under torchrun: another launch, the vLLM server is gone
+        ("python -m torch.distributed.run --nproc_per_node 2 pretrain.py --gpus 0,1", False),
+        # torchrun that runs vLLM itself is the launch
+        (
+            "python -m torch.distributed.run --nproc_per_node 2 -m vllm.entrypoints.openai.api_server --port 8030",
+            True,
+        ),
+    ],
+)
+def test_a_live_server_of_another_engine_is_another_launch(
+    tmp_path: Any, cmd: str, alive: bool
+) -> None:
+    from agent.facts import derive
+    from agent.runner import Runner
+    from agent.settings import Settings
+
+    ps = PS_IDLE + f"tli        220110 98.0  3.0 40112230 15602210 ?   Rl   Aug26 2011:40 {cmd}\n"
+    card = _card({"/srv/eval/vllm.log": VLLM_DEAD}, ps, GPU_CLEAN)
+    r = _run(card, tmp_path)
+    runner = Runner(Settings(home=tmp_path / "h"))
+    try:
+        obs = runner.graph.get_state(runner._config(r.session_id)).values["observations"]
+    finally:
+        runner.close()
+    assert (220110 in derive(obs).server_pids) is alive
+
+
+STOPPED = (
+    "INFO 01-16 02:10:16 model_runner.py:1056] Starting to load model meta-llama/Llama-3.1-8B-Instruct...\n"
+    "model-00002-of-00004.safetensors:  58%|#####     | 2.89G/5.00G [04:47<03:30, 10.0MB/s]\n"
+    "{middle}"
+    "Signal (15) received.\n"
+    "E                   RuntimeError: Server failed to start in time.\n"
+    "ERROR: Job failed: exit code 1\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("middle", "killed"),
+    [
+        ("", True),  # stopped from outside while downloading; the harness's errors follow
+        (
+            "RuntimeError: CUDA error: an illegal memory access was encountered\n",
+            False,
+        ),  # its own error first
+    ],
+)
+def test_errors_after_a_stop_signal_are_fallout(tmp_path: Any, middle: str, killed: bool) -> None:
+    log = STOPPED.format(middle=middle)
+    r = _run(_card({"/srv/ci/logs/job.log": log}, PS_IDLE, GPU_CLEAN), tmp_path)
+    assert (r.root_cause == "killed_externally") is killed, (r.status, r.root_cause, r.summary)
