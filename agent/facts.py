@@ -414,7 +414,12 @@ def _other_users(f: Facts, log_reads: LogReads) -> bool:
     for pid in f.server_main_pids:
         rec = f._ps_recs.get(pid, {})
         user = str(rec.get("user") or "")
-        if user and user not in (owner, "root") and pid not in writers and rec.get("ours") is not True:
+        if (
+            user
+            and user not in (owner, "root")
+            and pid not in writers
+            and rec.get("ours") is not True
+        ):
             theirs.add(int(rec.get("launch") or pid))
     if not theirs:
         return False

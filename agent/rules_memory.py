@@ -355,10 +355,14 @@ def stale_rules(facts: Facts, observations: list[Observation], hits, add) -> Non
                 and not facts.co_tenant_pids.get(pid, "").startswith("another user")
                 and gib >= THRESHOLDS.oom.duplicate_gib
             )
-            if pid in holders or other or (
-                pid in facts.procs
-                and (pid not in alive_servers or duplicate)
-                and not facts.gpu_clean
+            if (
+                pid in holders
+                or other
+                or (
+                    pid in facts.procs
+                    and (pid not in alive_servers or duplicate)
+                    and not facts.gpu_clean
+                )
             ):
                 add(
                     "stale_gpu_process",

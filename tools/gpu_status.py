@@ -227,10 +227,31 @@ def parse_compute_apps(text: str) -> list[GpuProcess]:
         try:
             pid = int(cols[cols_of["pid"]])
         except (ValueError, IndexError):
+            # a headerless capture in another column order (a card's `gpu_bus_id,pid,...`):
+            # each field says what it is (digits, "N MiB", a bus id)
+            guess = _guess_columns(cols)
+            if guess is None:
+                continue
+            pid, name, mem = guess
+            procs.append(GpuProcess(pid=pid, name=name, used_mib=_num(mem)))
             continue
         name = _col(cols, cols_of.get("name"))
         procs.append(GpuProcess(pid=pid, name=name, used_mib=_num(_col(cols, cols_of.get("mem")))))
     return procs
+
+
+_BUS_ID = re.compile(r"^[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f]$")
+_MIB_FIELD = re.compile(r"^\d+(?:\.\d+)?\s*MiB$")
+
+
+def _guess_columns(cols: list[str]) -> tuple[int, str, str] | None:
+    """(pid, name, memory) from a row whose columns are in an unknown order."""
+    pid = next((c for c in cols if c.isdigit()), None)
+    mem = next((c for c in cols if _MIB_FIELD.match(c)), "")
+    if pid is None:
+        return None
+    rest = [c for c in cols if c not in (pid, mem) and not _BUS_ID.match(c)]
+    return int(pid), (rest[0] if rest else ""), mem
 
 
 def _col(cols: list[str], i: int | None) -> str:
@@ -249,6 +270,11 @@ def _bus_ids_of_apps(text: str) -> dict[int, str]:
             continue
         if bus_col is not None and bus_col < len(cols) and cols[0].isdigit():
             out[int(cols[0])] = cols[bus_col]
+        elif bus_col is None:
+            bus = next((c for c in cols if _BUS_ID.match(c)), None)
+            pid = next((c for c in cols if c.isdigit()), None)
+            if bus and pid:
+                out[int(pid)] = bus
     return out
 
 
