@@ -461,3 +461,34 @@ def wrong_log_said(observations: list[Observation]) -> str:
         if not o["ok"] and o["lines"] and o["lines"][0].startswith("# not this launch's log:"):
             return "Note: " + o["lines"][0][2:].replace("not this launch's log: ", "", 1) + ". "
     return ""
+
+
+#: where a launch script sends its output: `> F`, `>> F`, `| tee [-a] F`, `--log-file F`
+_LOG_TARGET = re.compile(
+    r"(?:(?<![0-9&])>>?|\btee(?:\s+-a)?)\s*['\"]?([^\s'\";|&<>]+\.(?:log|out|txt))\b"
+    r"|--log[-_]?file[= ]['\"]?([^\s'\"]+)"
+)
+
+
+def script_log_targets(text: str, script: str) -> list[tuple[str, list[str]]]:
+    """(file name, directories to look in) for each log a launch script writes: an absolute
+    target's own directory; a relative one's, resolved against the script's directory and the
+    three above it (scripts are often run from the repository root: `bash scripts/x/run.sh`)."""
+    out: list[tuple[str, list[str]]] = []
+    base = posixpath.dirname(script)
+    for m in _LOG_TARGET.finditer(text):
+        target = m.group(1) or m.group(2)
+        if "$" in target or target.startswith("/dev/"):
+            continue
+        name = posixpath.basename(target)
+        if target.startswith("/"):
+            dirs = [posixpath.dirname(target)]
+        else:
+            sub = posixpath.dirname(target)
+            ups, d = [], base
+            for _ in range(4):
+                ups.append(posixpath.normpath(posixpath.join(d, sub)) if sub else d)
+                d = posixpath.dirname(d)
+            dirs = list(dict.fromkeys(ups))
+        out.append((name, dirs))
+    return out

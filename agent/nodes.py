@@ -33,6 +33,7 @@ from agent.launch import (
     log_port,
     not_this_log,
     said_port,
+    script_log_targets,
     sourced_files,
     without_bystanders,
     wrong_log_said,
@@ -146,6 +147,10 @@ def sweep(state: State, runtime: Runtime[RunContext]) -> dict[str, Any]:
     # serves another; then the log the launch in question wrote is found and read instead
     all_obs += _right_log(host, state.get("symptom", ""), all_obs, obs1, list(ctx.extra_logs))
     all_obs = _drop_wrong_logs(all_obs)
+    # the log the launch's own script writes (`| tee logs/x.log`), when no --log was given and
+    # the sweep's search did not reach it (a project tree deeper than it looks)
+    if not ctx.extra_logs:
+        all_obs += _script_logs(host, all_obs)
     # the files the launch's scripts source (an env file, a unit's EnvironmentFile=): a setting
     # there is the launch's own, so read them now rather than never
     wave3 = [("config_read", {"path": p}) for p in _sourced(all_obs)][:MAX_CONFIGS]
@@ -560,6 +565,33 @@ def _drop_wrong_logs(obs: list[Observation]) -> list[Observation]:
         else:
             out.append(o)
     return out
+
+
+def _script_logs(host: Host, obs: list[Observation]) -> list[Observation]:
+    """Read the logs that the launch scripts read so far say they write, where they exist."""
+    read = {str(o["args"].get("path")) for o in obs if o["tool"] == "log_tail"}
+    wanted: dict[str, list[str]] = {}
+    for o in obs:
+        if o["tool"] == "config_read" and o["ok"]:
+            text = "\n".join(o["data"].get("text") or [])
+            for name, dirs in script_log_targets(text, str(o["args"].get("path") or "")):
+                wanted.setdefault(name, [])
+                wanted[name] += [d for d in dirs if d not in wanted[name]]
+    if not wanted or "find_logs" not in TOOLS or "log_tail" not in TOOLS:
+        return []
+    roots = list(dict.fromkeys(d for ds in wanted.values() for d in ds))[:12]
+    found = run_many(
+        host, [("find_logs", {"roots": roots, "max_depth": 1, "kind": "logs"})], len(obs) + 1, 0
+    )
+    paths = [p for p in listed_paths(found) if posixpath.basename(p) in wanted and p not in read][
+        :MAX_LOGS
+    ]
+    if not paths:
+        return found
+    tails = run_many(host, [("log_tail", {"path": p}) for p in paths], len(obs) + len(found) + 1, 0)
+    for o in [*found, *tails]:
+        _emit("observation", _obs_event(o))
+    return [*found, *tails]
 
 
 def _sourced(obs: list[Observation]) -> list[str]:

@@ -436,7 +436,14 @@ class ReplayHost:
             # Every leading operand is a root (find A B -maxdepth ...); globs match as the
             # shell would have expanded them.
             roots = [a.rstrip("/") or "/" for a in _find_roots(args)]
-            hits = [p for p in self.file_paths() if any(_under(p, r) for r in roots)]
+            depth = _find_maxdepth(args)
+            # -maxdepth as find applies it: a file directly under a root is at depth 1; a card
+            # must not find deeper than the live host would (a replay easier than live is a bug)
+            hits = [
+                p
+                for p in self.file_paths()
+                if any(_under(p, r) and (depth is None or _depth(p, r) <= depth) for r in roots)
+            ]
             return "".join(f"{p}\n" for p in hits)
         closest = self._closest_command(prog, args, t)
         return unrecorded if closest is None else closest
@@ -473,3 +480,16 @@ class ReplayHost:
         if best is None:
             return None
         return self._cursor.read(f"cmd:{best[1]}", commands[best[1]], t)
+
+
+def _find_maxdepth(args: list[str]) -> int | None:
+    """find's -maxdepth N, if given."""
+    for i, a in enumerate(args[:-1]):
+        if a == "-maxdepth" and args[i + 1].isdigit():
+            return int(args[i + 1])
+    return None
+
+
+def _depth(path: str, root: str) -> int:
+    """How far below `root` find would meet `path` (its direct children are at depth 1)."""
+    return len([c for c in path.split("/") if c]) - len([c for c in root.split("/") if c])

@@ -28,6 +28,13 @@
 #   s11 rotated   the server's log renamed to server.log.1 under it; a fresh server.log gets two
 #                 probe lines; the server then dies of a real CUDA OOM into server.log.1, and
 #                 Pivot is given --log server.log                            -> cuda_oom_runtime from .1
+#   s12 env file  start.sh sources gpu.env, whose CUDA_VISIBLE_DEVICES=${GPU_IDS} expands to nothing
+#                 (GPU_IDS unset); torch then finds no GPU; Pivot is given --config start.sh
+#                                                                            -> bad_launch_argument, the
+#                                                                            env file's line cited
+#   s13 wrong log the operator passes a neighbour's log (its server serves :8000, alive) and says
+#                 the launch was on :8005; that launch wrote run/nohup.out and died -> its own error,
+#                                                                            the --log named as not its log
 # GL_ONE_GPU=1 (one H200 lent): every rank on GPU 0 with gloo between them; for s3 only.
 # Everything goes to $OUT/gpu-live.tar.gz (+ $OUT/summary.txt). Needs wheels in .whl/ (no network
 # there). GL_DRY=1 runs the orchestration without torch/GPUs (to test the script anywhere).
@@ -35,7 +42,7 @@ set -u
 OUT=${OUT:-/tmp/gpu-live-out}
 W=/tmp/gl
 DRY=${GL_DRY:-0}
-GL_ONLY=${GL_ONLY:-"s1 s2 s3 s4 s5 s6 s7 s8 s9 s10 s11"}
+GL_ONLY=${GL_ONLY:-"s1 s2 s3 s4 s5 s6 s7 s8 s9 s10 s11 s12 s13"}
 rm -rf "$W"; mkdir -p "$OUT" "$W/logs" "$W/res" "$W/srv" "$W/bin" "$W/stage"
 chmod 1777 "$W/stage"; chmod 755 "$W" "$W/srv"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -429,7 +436,8 @@ investigate() {   # investigate NAME LOG SYMPTOM...
     echo "$*" > "$d/symptom.txt"
     snapshot "$d" before
     local t0; t0=$(date +%s.%N)
-    timeout 240 $PIVOT investigate --local --json --log "$logf" "$*" > "$d/report.json" 2> "$d/pivot.stderr"
+    # shellcheck disable=SC2086  # GL_EXTRA: extra flags for one scenario (--config FILE)
+    timeout 240 $PIVOT investigate --local --json --log "$logf" ${GL_EXTRA:-} "$*" > "$d/report.json" 2> "$d/pivot.stderr"
     local rc=$?
     echo "rc=$rc wall_s=$("$PYBIN" -c "print(round($(date +%s.%N)-$t0, 1))")" > "$d/run.txt"
     snapshot "$d" after
@@ -624,6 +632,51 @@ if [[ " $GL_ONLY " == *" s11 "* ]]; then
     investigate s11_rotated "$L" "The SGLang server died during start-up; its log only shows health checks. Why did it die?"
     cp "$L.1" "$W/res/s11_rotated/server.log.1" 2>/dev/null
     stop_group "$G"; wait_for 30 gpu_idle; pack
+fi
+
+# -- s12: an env file whose device list expands to nothing -------------------------------------------
+if [[ " $GL_ONLY " == *" s12 "* ]]; then
+    say "s12 start"
+    S12=$W/srv/s12; mkdir -p "$S12/logs"
+    printf '%s\n' '# which GPUs this box gives us (set GPU_IDS before starting)' 'CUDA_VISIBLE_DEVICES=${GPU_IDS}' 'VLLM_LOGGING_LEVEL=INFO' > "$S12/gpu.env"
+    cat > "$S12/serve.py" <<'PY'
+import time, torch
+print(f"INFO {time.strftime('%m-%d %H:%M:%S')} [api_server.py:1044] args: Namespace(subparser='serve', model_tag='/models/qwen', port=30000, tensor_parallel_size=1)", flush=True)
+torch.zeros(1, device="cuda")
+PY
+    printf '%s\n' '#!/bin/bash' 'cd "$(dirname "$0")"' 'set -a' 'source ./gpu.env' 'set +a' "exec $SYSPY serve.py" > "$S12/start.sh"
+    chmod +x "$S12/start.sh"
+    L=$S12/logs/server.log
+    env -u GPU_IDS bash "$S12/start.sh" > "$L" 2>&1; say "s12: start.sh exited $?"
+    GL_EXTRA="--config $S12/start.sh" investigate s12_env_file "$L" "my launch via start.sh dies right away, why?"
+    pack
+fi
+
+# -- s13: the operator's --log is a neighbour's --------------------------------------------------------
+if [[ " $GL_ONLY " == *" s13 "* ]]; then
+    say "s13 start"
+    S13=$W/srv/s13; mkdir -p "$S13/run" "$S13/logs"
+    cat > "$S13/neighbour.py" <<'PY'
+import socket, sys, time
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(("0.0.0.0", 8000)); s.listen()
+print("INFO 04-24 09:00:01 api_server.py:150] args: Namespace(host=None, port=8000, model='/models/base-7b', tensor_parallel_size=1)", flush=True)
+print("INFO:     Application startup complete.", flush=True)
+print("INFO:     Uvicorn running on http://0.0.0.0:8000 (Press CTRL+C to quit)", flush=True)
+while True:
+    time.sleep(1)
+PY
+    cat > "$S13/sft.py" <<'PY'
+import os, sys
+print("INFO 04-26 10:14:33 api_server.py:150] args: Namespace(host=None, port=8005, model='/data/ft/sft-0426', tensor_parallel_size=1)", flush=True)
+path = "/data/ft/sft-0426"
+if not os.path.exists(os.path.join(path, "config.json")):
+    raise OSError(f"{path} does not appear to have a file named config.json. Checkout 'https://huggingface.co/{path}/None' for available files.")
+PY
+    NB=$(start_group "$S13/logs/vllm-base.log" "$SYSPY" "$S13/neighbour.py")
+    wait_for 20 grep -q "Uvicorn running" "$S13/logs/vllm-base.log" || say "s13: the neighbour never started"
+    (cd "$S13/run" && nohup "$SYSPY" "$S13/sft.py" > nohup.out 2>&1); say "s13: the 8005 launch exited $?"
+    investigate s13_wrong_log "$S13/logs/vllm-base.log" "I started our SFT model with vLLM on port 8005 an hour ago but nothing answers on 8005. The log looks normal. Why?"
+    stop_group "$NB"; pack
 fi
 
 # -- wrap up ----------------------------------------------------------------------------------------

@@ -116,6 +116,18 @@ _PRUNE = [
     "/var/cache",
     "/var/lib/dpkg",
     "/var/lib/apt",
+    # trees that hold code, packages and caches, never a server's own log: pruned wherever they
+    # are, so a deeper search for logs in project directories stays cheap
+    "*/.git",
+    "*/.venv",
+    "*/venv/lib",
+    "*/site-packages",
+    "*/dist-packages",
+    "*/node_modules",
+    "*/__pycache__",
+    "*/.cache/huggingface/hub",
+    "*/.cache/pip",
+    "*/.mirror",
 ]
 #: Lines asked of the host; the classification in Python takes `limit` of each kind from them.
 HOST_LINE_CAP = 4000
@@ -285,5 +297,5 @@ SPEC = ToolSpec(
     # the usual places first, then the whole tree shallowly: containers put logs in /app,
     # /tensorrtllm_backend, /home/<user>/..., wherever the launch script ran
     first_sweep=7,
-    first_sweep_args={"roots": [*DEFAULT_ROOTS, "/home", "/"], "max_depth": 4},
+    first_sweep_args={"roots": [*DEFAULT_ROOTS, "/home", "/"], "max_depth": 6},
 )

@@ -169,3 +169,35 @@ def test_control_the_named_port_matches_the_log_so_it_stands(tmp_path: Path) -> 
     r = _run(_wrong_log_card(8000), tmp_path, logs=["/data/logs/vllm-base.log"])
     assert "serves port" not in r.next_step
     assert r.root_cause != "model_load_error"
+
+
+def test_a_scripts_own_log_target_is_looked_for_beside_it_and_above() -> None:
+    from agent.launch import script_log_targets
+
+    script = "torchrun --nproc_per_node=4 x.py --output_dir=out/ 2>&1 | tee logs/preprocess.log\n"
+    [(name, dirs)] = script_log_targets(script, "/mnt/proj/scripts/preprocess/run.sh")
+    assert name == "preprocess.log"
+    assert "/mnt/proj/logs" in dirs and "/mnt/proj/scripts/preprocess/logs" in dirs
+    assert script_log_targets("python serve.py > /var/log/llm/serve.log 2>&1\n", "/opt/a.sh") == [
+        ("serve.log", ["/var/log/llm"])
+    ]
+    assert (
+        script_log_targets("python serve.py > $LOG 2>&1\necho hi >/dev/null\n", "/opt/a.sh") == []
+    )
+
+
+def test_replayed_find_goes_no_deeper_than_a_live_one() -> None:
+    from cards.model import IncidentCard
+
+    card = IncidentCard.model_validate(
+        {
+            "id": "t",
+            "title": "t",
+            "source": "t",
+            "engine": "vllm",
+            "symptom": "s",
+            "host": {"files": {"/home/u/a/b/c/d/deep.log": "x\n", "/home/u/top.log": "y\n"}},
+        }
+    )
+    out = ReplayHost(card).run("find /home -maxdepth 3 -type f -name '*.log'").stdout
+    assert "/home/u/top.log" in out and "deep.log" not in out
