@@ -304,9 +304,16 @@ def _bystanders(
     if launch.port is not None and launch.port in facts.listener_pids:
         relevant.add(facts.listener_pids[launch.port])
     listed = 0
+    from tools import engines
+
     for pid, rec in facts._ps_recs.items():
         if pid in relevant or pid in facts.busy_unknown_pids:
             continue
+        if (
+            engines.classify(str(rec.get("command") or "")).never
+            and pid not in facts.co_tenant_pids
+        ):
+            continue  # a shell, an editor, this investigation's own reads: counted, not listed
         user = str(rec.get("user") or "")
         if pid in facts.co_tenant_pids:
             why = facts.co_tenant_pids[pid]

@@ -719,6 +719,16 @@ def _rotation_said(obs: list[Observation]) -> str:
                     f"Note: {asked} is not the file the server writes: it was rotated, and the "
                     f"server writes {actual}. "
                 )
+    # the server is gone (nobody's fd to follow), yet its rotation was read: say which file
+    # held its start-up and its end
+    reads = [str(o["args"].get("path")) for o in obs if o["tool"] == "log_tail" and o["ok"]]
+    for asked in reads:
+        rotated = next((r for r in reads if r != asked and rotation_of(asked, r)), None)
+        if rotated is not None and reads.index(asked) < reads.index(rotated):
+            return (
+                f"Note: {asked} holds only what came after a rotation; the launch's start-up and "
+                f"its end are in {rotated}. "
+            )
     return ""
 
 
