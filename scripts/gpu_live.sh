@@ -35,6 +35,10 @@
 #   s13 wrong log the operator passes a neighbour's log (its server serves :8000, alive) and says
 #                 the launch was on :8005; that launch wrote run/nohup.out and died -> its own error,
 #                                                                            the --log named as not its log
+#   s14 watch ETA a loader copying 40 shards of 1 GiB into the GPU at its own uneven pace, then its
+#                 ready line; `pivot watch --local --log --json` follows it from the start
+#                                                                         -> ready; each ETA sample's
+#                                                                            error vs the real ready time
 # GL_ONE_GPU=1 (one H200 lent): every rank on GPU 0 with gloo between them; for s3 only.
 # Everything goes to $OUT/gpu-live.tar.gz (+ $OUT/summary.txt). Needs wheels in .whl/ (no network
 # there). GL_DRY=1 runs the orchestration without torch/GPUs (to test the script anywhere).
@@ -42,7 +46,7 @@ set -u
 OUT=${OUT:-/tmp/gpu-live-out}
 W=/tmp/gl
 DRY=${GL_DRY:-0}
-GL_ONLY=${GL_ONLY:-"s1 s2 s3 s4 s5 s6 s7 s8 s9 s10 s11 s12 s13"}
+GL_ONLY=${GL_ONLY:-"s1 s2 s3 s4 s5 s6 s7 s8 s9 s10 s11 s12 s13 s14"}
 rm -rf "$W"; mkdir -p "$OUT" "$W/logs" "$W/res" "$W/srv" "$W/bin" "$W/stage"
 chmod 1777 "$W/stage"; chmod 755 "$W" "$W/srv"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -677,6 +681,61 @@ PY
     (cd "$S13/run" && nohup "$SYSPY" "$S13/sft.py" > nohup.out 2>&1); say "s13: the 8005 launch exited $?"
     investigate s13_wrong_log "$S13/logs/vllm-base.log" "I started our SFT model with vLLM on port 8005 an hour ago but nothing answers on 8005. The log looks normal. Why?"
     stop_group "$NB"; pack
+fi
+
+# -- s14: pivot watch on a real loader: is its ETA right? -------------------------------------------
+if [[ " $GL_ONLY " == *" s14 "* ]]; then
+    say "s14 start"
+    S14=$W/srv/s14; mkdir -p "$S14"
+    cat > "$S14/loader.py" <<'PY'
+import random, sys, time
+import torch
+n = 40
+random.seed(7)
+print(f"[{time.strftime('%Y-%m-%d %H:%M:%S')}] server_args=ServerArgs(model_path='/models/Llama-3.1-70B-Instruct', port=30014, tp_size=1)", flush=True)
+print(f"[{time.strftime('%Y-%m-%d %H:%M:%S')} TP0] Load weight begin. avail mem=139.10 GB", flush=True)
+held, t0 = [], time.time()
+for i in range(1, n + 1):
+    x = torch.empty(256 * 1024 * 1024, dtype=torch.float32, pin_memory=True).uniform_()
+    held.append(x.to("cuda"))          # 1 GiB host -> GPU, a shard's worth
+    torch.cuda.synchronize()
+    time.sleep(max(0.0, random.uniform(2.0, 4.0)))   # the rest of a shard's read and convert
+    el = time.time() - t0
+    left = el / i * (n - i)
+    sys.stdout.write(f"\rLoading safetensors checkpoint shards: {i * 100 // n:3d}% Completed | {i}/{n} [{int(el)//60:02d}:{int(el)%60:02d}<{int(left)//60:02d}:{int(left)%60:02d}, {el / i:.2f}s/it]")
+    sys.stdout.flush()
+print(f"\n[{time.strftime('%Y-%m-%d %H:%M:%S')} TP0] Load weight end. mem usage={len(held)} GB", flush=True)
+print(f"[{time.strftime('%Y-%m-%d %H:%M:%S')}] The server is fired up and ready to roll!", flush=True)
+time.sleep(600)
+PY
+    L=$W/logs/s14_server.log
+    G=$(start_group "$L" env CUDA_VISIBLE_DEVICES=0 "$SYSPY" "$S14/loader.py")
+    mkdir -p "$W/res/s14_watch"
+    timeout 400 $PIVOT watch --local --log "$L" --json --timeout 380 > "$W/res/s14_watch/outcome.json" 2> "$W/res/s14_watch/watch.stderr"
+    say "s14: watch exited $?"
+    "$PYBIN" - "$W/res/s14_watch/outcome.json" <<'PY' | tee -a "$W/res/driver.txt"
+import json, statistics, sys
+o = json.load(open(sys.argv[1]))
+ready = o["elapsed_s"]
+print(f"  status: {o['status']} after {ready:.1f} s | {o['detail'][:120]}")
+errs = []
+for e in o.get("etas", []):
+    if e.get("eta_s") is None or e["done"] >= e["total"]:
+        continue
+    left = ready - e["elapsed_s"]
+    if left <= 0:
+        continue
+    err = (e["eta_s"] - left) / left
+    errs.append((e["done"] / e["total"], err))
+for frac in (0.25, 0.5, 0.75):
+    near = min(errs, key=lambda fe: abs(fe[0] - frac), default=None)
+    if near:
+        print(f"  ETA at {near[0]:.0%} of shards: off by {near[1]:+.0%} of the real time left")
+if errs:
+    later = [abs(e) for f, e in errs if f >= 0.2]
+    print(f"  ETA error from 20% on: median {statistics.median(later):.0%}, max {max(later):.0%} ({len(later)} samples)")
+PY
+    stop_group "$G"; wait_for 30 gpu_idle; pack
 fi
 
 # -- wrap up ----------------------------------------------------------------------------------------
