@@ -13,9 +13,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from loop.knobs import describe
-from loop.ledger import MEASURED, ExperimentRow
 from loop.plan import Plan
 from loop.stats import compare, summarize
+from store.ledger.base import MEASURED, ExperimentRow
 from tools.bench_results import unit
 
 if TYPE_CHECKING:

@@ -27,7 +27,14 @@ from loop.experiment import (
     run_experiment,
     run_marker,
 )
-from loop.ledger import (
+from loop.pareto import directions, trial_values
+from loop.plan import HostSpec, Plan, SearchParam, plan_digest
+from loop.slo import violations
+from loop.stats import OUTLIER_MIN_RUNS, Launch, Z, compare, interleaved_compare, summarize
+from loop.stopping import Interrupted, interruptible
+from loop.sweep import point_slos, trial_constraints
+from store.factory import open_ledger, study_storage
+from store.ledger.base import (
     FAILED,
     MEASURED,
     NO_EFFECT,
@@ -35,15 +42,7 @@ from loop.ledger import (
     ExperimentRow,
     LeftChange,
     NightRow,
-    open_ledger,
-    study_storage,
 )
-from loop.pareto import directions, trial_values
-from loop.plan import HostSpec, Plan, SearchParam, plan_digest
-from loop.slo import violations
-from loop.stats import OUTLIER_MIN_RUNS, Launch, Z, compare, interleaved_compare, summarize
-from loop.stopping import Interrupted, interruptible
-from loop.sweep import point_slos, trial_constraints
 from tools.bench_results import unit
 from tools.config_store import unified_diff
 from tools.host import Host
@@ -163,7 +162,9 @@ class Night:
         self.plan = plan
         self.state_dir = str(Path(state_dir).resolve())
         Path(self.state_dir).mkdir(parents=True, exist_ok=True)
-        self.ledger = open_ledger(Path(self.state_dir) / "ledger.db")
+        from agent.settings import Settings
+
+        self.ledger = open_ledger(Path(self.state_dir) / "ledger.db", Settings().database_url)
         specs = plan.host_specs()
         self.hosts = hosts or [make_host(h) for h in specs]
         #: The plan as each host slot sees it (its port, workdir, config file, env).
@@ -745,11 +746,13 @@ class Night:
     def _study(self) -> Any:
         import optuna
 
+        from agent.settings import Settings
+
         assert self.plan.search is not None
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         study = optuna.create_study(
             study_name=self.plan.search.study,
-            storage=study_storage(self.state_dir),
+            storage=study_storage(self.state_dir, Settings().database_url),
             **directions(self.plan),  # two objectives: a multi-objective study
             load_if_exists=True,
         )

@@ -35,7 +35,6 @@ from typing import Any
 from loop import configs, launcher
 from loop.experiment import Context, Diagnoser, run_experiment, run_marker
 from loop.fleet import FleetBoard, WorkerRow
-from loop.ledger import TERMINAL, ExperimentRow, NightRow
 from loop.night import (
     INTERRUPTED,
     Night,
@@ -48,6 +47,7 @@ from loop.night import (
 )
 from loop.plan import HostSpec, Plan, PlanError, plan_digest
 from loop.stopping import Interrupted
+from store.ledger.base import TERMINAL, ExperimentRow, NightRow
 from tools.host import Host
 
 #: Kinds a worker claims in each step of the night.
