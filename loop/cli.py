@@ -18,7 +18,8 @@ from rich.live import Live
 from rich.table import Table
 
 from loop.experiment import Diagnoser
-from loop.night import Night, agent_diagnoser, default_state_dir, loop_alive
+from loop.night import Night, default_state_dir, loop_alive
+from loop.night_diagnosis import agent_diagnoser
 from loop.night_lock import NightBusy
 from loop.plan import Plan, PlanError, load_plan
 from loop.stopping import Interrupted

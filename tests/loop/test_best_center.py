@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from loop.night import _center
+from loop.night_judge import _center
 from store.ledger.base import ExperimentRow
 
 

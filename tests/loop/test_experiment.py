@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from loop import launcher
-from loop.night import Night, agent_diagnoser
+from loop.night import Night
+from loop.night_diagnosis import agent_diagnoser
 from tests.loop.conftest import make_plan
 from tools.local_host import LocalHost
 
