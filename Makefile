@@ -11,8 +11,8 @@ test:
 	bash scripts/test.sh
 
 lint: install
-	.venv/bin/ruff check agent cards loop tools server evals bench tests prompts watch
-	.venv/bin/ruff format --check agent cards tools server evals bench tests prompts
+	.venv/bin/ruff check agent cards loop tools server evals bench tests prompts watch store
+	.venv/bin/ruff format --check agent cards tools server evals bench tests prompts store
 
 # Each benchmark ends with one line `PASS|FAIL <metric> <value> (target ...)`.
 bench: install

@@ -16,6 +16,6 @@ approvals are denied unless `approve` says otherwise.
 
 from __future__ import annotations
 
-from agent.models import ApprovalRequest, Decision, Event, Evidence, HypothesisView, Report
+from store.records import ApprovalRequest, Decision, Event, Evidence, HypothesisView, Report
 
 __all__ = ["ApprovalRequest", "Decision", "Event", "Evidence", "HypothesisView", "Report"]

@@ -20,8 +20,8 @@ import typer
 
 from agent.chat_view import ChatView, Kind
 from agent.cli_investigate import ContainerOpt, in_container
-from agent.models import Decision, Event, Report
 from agent.narrate import conclusion, sentence
+from store.records import Decision, Event, Report
 from tools.host import Host
 
 if TYPE_CHECKING:  # the graph machinery loads only when a chat starts, not for every `pivot`

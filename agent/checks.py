@@ -15,6 +15,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from agent.facts import Facts, derive
+from agent.server_port import server_port
 from agent.state import Hypothesis, Observation
 from tools import yamlio
 from tools.log_window import max_window_s
@@ -25,7 +26,6 @@ CONFIG_NAME = re.compile(
 )
 KNOWN_GOOD_SUFFIXES = (".known-good", ".known_good", ".good", ".orig", ".bak")
 ABS_PATH = re.compile(r"(/[\w.@+-]+(?:/[\w.@+-]+)+)")
-PORT = re.compile(r"--port[ =](\d{2,5})\b|\bport=(\d{2,5})\b|:(\d{4,5})\b.*(?:in use|bind)")
 
 
 class CheckOption(BaseModel):
@@ -183,27 +183,6 @@ def primary_log(
             if r >= rank:
                 best, rank = (path, o), r
     return best
-
-
-def server_port(observations: list[Observation], facts: Facts | None = None) -> int | None:
-    """The launch's own port: what its log says (a bind error, `port=`, the address it serves
-    on), else its config, else the command line of one of ITS processes. Never the first
-    process on the box with a `--port`: on a shared host that is someone else's server."""
-    for tools in (("log_tail", "log_window"), ("config_read",)):
-        for o in observations:
-            if o["tool"] not in tools or not o["ok"]:
-                continue
-            for ln in o["lines"]:
-                m = PORT.search(ln)
-                if m:
-                    return int(next(g for g in m.groups() if g))
-    if facts is None:
-        facts = derive(observations)
-    for pid in [*facts.server_main_pids, *facts.server_pids]:
-        m = PORT.search(str(facts._ps_recs.get(pid, {}).get("command") or ""))
-        if m:
-            return int(next(g for g in m.groups() if g))
-    return None
 
 
 def _gpu_busy(observations: list[Observation]) -> bool:

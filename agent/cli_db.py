@@ -22,7 +22,7 @@ def _report(backend: str, before: list[str], after: list[str]) -> str:
 def _pg_names(url: str) -> list[str]:
     import psycopg
 
-    from agent.pg import open_pool
+    from store.pg import open_pool
 
     pool = open_pool(url, max_size=1)
     try:
@@ -62,9 +62,9 @@ def migrate_cmd(
     settings = get_settings()
     url = url or settings.database_url
     if url:
-        from agent.checkpoints_pg import open_postgres_saver
-        from agent.dbcopy import _migrate_ledger
-        from agent.memory_pg import PgMemory
+        from store.checkpoints import open_postgres_saver
+        from store.dbcopy import _migrate_ledger
+        from store.memory.postgres import PgMemory
 
         before = _pg_names(url)
         PgMemory(url, pool_size=1).close()
@@ -73,7 +73,7 @@ def migrate_cmd(
         pool.close()
         typer.echo(_report("postgresql", before, _pg_names(url)))
         return
-    from agent.memory import Memory
+    from store.memory.sqlite import Memory
 
     before = _sqlite_names(settings.memory_path)
     Memory(settings.memory_path).close()
@@ -99,9 +99,9 @@ def copy_cmd(
 
     Safe to run twice: rows already there are kept, nothing is duplicated. Exits 1 if any
     copied table does not hold every source row unchanged."""
-    from agent.dbcopy import copy_home
-    from agent.pg import is_postgres_url
     from agent.settings import get_settings
+    from store.dbcopy import copy_home
+    from store.pg import is_postgres_url
 
     if from_ != "sqlite" or not is_postgres_url(to):
         raise typer.BadParameter("copy goes --from sqlite --to postgresql://…")

@@ -4,17 +4,20 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 
 from agent.cli_fleet import DeadlineOpt, MaxConnOpt, run_and_print
 from agent.fleet import DEADLINE_S, MAX_CONNECTIONS
-from agent.models import Decision
 from agent.render import live_printer, print_report
+from store.records import Decision
 
 DEFAULT_SYMPTOM = "The inference server launch failed or never became ready. Why?"
+
+if TYPE_CHECKING:
+    from store.memory.base import MemoryStore
 
 
 def _host(host: str | None, local: bool, replay: str | None, tofu: bool = False):  # type: ignore[no-untyped-def]
@@ -237,38 +240,26 @@ todo_app = typer.Typer(help="Open todos per host (carried into the next session 
 
 @todo_app.command("list")
 def todo_list(host: str, all_: Annotated[bool, typer.Option("--all")] = False) -> None:
-    from agent.memory import open_memory
-    from agent.settings import get_settings
-
-    for t in open_memory(get_settings()).todos(host, open_only=not all_):
+    for t in _memory().todos(host, open_only=not all_):
         typer.echo(f"#{t.id} [{'x' if t.done else ' '}] {t.text}  ({t.created[:16]})")
 
 
 @todo_app.command("add")
 def todo_add(host: str, text: str) -> None:
-    from agent.memory import open_memory
-    from agent.settings import get_settings
-
-    t = open_memory(get_settings()).add_todo(host, text)
+    t = _memory().add_todo(host, text)
     typer.echo(f"added #{t.id}")
 
 
 @todo_app.command("close")
 def todo_close(todo_id: int) -> None:
-    from agent.memory import open_memory
-    from agent.settings import get_settings
-
-    ok = open_memory(get_settings()).close_todo(todo_id)
+    ok = _memory().close_todo(todo_id)
     typer.echo(f"closed #{todo_id}" if ok else f"no open todo #{todo_id}")
     raise typer.Exit(0 if ok else 1)
 
 
 def handoff(host: str, text: Annotated[str | None, typer.Argument()] = None) -> None:
     """Read the host's handoff notes, or write one (the next session starts from it)."""
-    from agent.memory import open_memory
-    from agent.settings import get_settings
-
-    m = open_memory(get_settings())
+    m = _memory()
     if text:
         h = m.add_handoff(host, text)
         typer.echo(f"handoff #{h.id} saved for {host}")
@@ -279,13 +270,18 @@ def handoff(host: str, text: Annotated[str | None, typer.Argument()] = None) -> 
 
 def sessions(host: Annotated[str | None, typer.Option()] = None, limit: int = 20) -> None:
     """Past investigations, newest first."""
-    from agent.memory import open_memory
-    from agent.settings import get_settings
-
-    for s in open_memory(get_settings()).list_sessions(host, limit):
+    for s in _memory().list_sessions(host, limit):
         typer.echo(
             f"{s.id}  {s.created[:16]}  {s.host:30}  {s.status:22} {s.root_cause or '-'}  {s.symptom[:50]!r}"
         )
+
+
+def _memory() -> MemoryStore:
+    from agent.settings import get_settings
+    from store.factory import open_memory
+
+    s = get_settings()
+    return open_memory(s.database_url, s.memory_path)
 
 
 def register(app: typer.Typer) -> None:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
-from agent.signatures import Match, scan
 from agent.state import Observation
 from tools import engines, logtime
 from tools import registry as tool_registry
@@ -61,32 +60,3 @@ def earlier_run_logs(latest: list[Observation]) -> set[str]:
             if sp is not None:
                 spans[str(o["args"]["path"])] = sp
     return logtime.earlier_logs(spans) if len(spans) > 1 else set()
-
-
-#: what an earlier run's log cannot say about this one: that it is ready, or still going
-_NOW_STRENGTHS = ("ready", "progress")
-
-
-def signature_hits(observations: list[Observation]) -> list[tuple[Observation, Match]]:
-    out: list[tuple[Observation, Match]] = []
-    latest = latest_text_observations(observations)
-    earlier_runs: set[str] = set()  # lines only an earlier launch printed
-    for o in latest:
-        if o["tool"] in LOG_TOOLS:
-            lines = text_lines(o)
-            cut = last_launch(lines)
-            earlier_runs |= set(lines[:cut]) - set(lines[cut:])
-    old_logs = earlier_run_logs(latest)
-    from agent.kills import bystander_kills
-
-    foreign = bystander_kills(latest)  # a kill of another job is never this launch's evidence
-    for o in latest:
-        lines = text_lines(o)
-        start = last_launch(lines) if o["tool"] in LOG_TOOLS else 0
-        old = str(o["args"].get("path", "")) in old_logs
-        for m in scan(lines):
-            if m.line_no >= start and m.line not in earlier_runs and m.line not in foreign:
-                if old and m.strength in _NOW_STRENGTHS:
-                    continue
-                out.append((o, m))
-    return out

@@ -10,8 +10,8 @@ from functools import lru_cache
 
 from agent import proof
 from agent.containers import own_container_hits
-from agent.evidence import signature_hits
 from agent.facts import Facts, derive
+from agent.hits import signature_hits
 from agent.rules import (
     EXCEPTION_LINE,
     OOM_LABELS,

@@ -26,8 +26,8 @@ from enum import StrEnum
 
 from pydantic import BaseModel, Field
 
-from agent.models import Report
 from agent.settings import Settings, get_settings
+from store.records import Report
 from tools.deadline_host import DeadlineHost
 from tools.host import Host
 

@@ -20,7 +20,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from agent.change_diff import changed_lines, config_diff
-from agent.models import ApprovalRequest
+from store.records import ApprovalRequest
 from tools import yamlio
 from tools.taxonomy import TAXONOMY
 

@@ -21,8 +21,9 @@ from collections.abc import Callable
 from agent import containers, proof, rules_causes, rules_hang, rules_liveness
 from agent import launch as launch_mod
 from agent.board import related
-from agent.evidence import LOG_TOOLS, last_launch, launch_line, signature_hits, text_lines
+from agent.evidence import LOG_TOOLS, last_launch, launch_line, text_lines
 from agent.facts import Facts
+from agent.hits import signature_hits
 from agent.rules import HW_ERROR, stale_gpu_possible
 from agent.signatures import Match
 from agent.state import Action, Observation

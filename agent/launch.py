@@ -189,7 +189,7 @@ def build(
     configs_given: list[str] | None = None,
     container: str | None = None,
 ) -> Launch:
-    from agent.checks import server_port  # the port rule lives with the checks that use it
+    from agent.server_port import server_port
 
     logs_given = list(logs_given or [])
     text = _launch_text(observations, facts)

@@ -12,7 +12,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from agent.models import Event, Report
+from store.records import Event, Report
 from tools import yamlio
 
 #: first word of a check's `says` -> how a sentence about doing it starts

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import re
 
-from agent.checks import server_port
 from agent.evidence import text_lines
 from agent.facts import Facts
+from agent.server_port import server_port
 from agent.state import Observation
 
 PORT_IN_LINE = re.compile(r"(?:port[ =:]+|:|', )(\d{2,5})\b")
@@ -307,7 +307,7 @@ def cuda_driver_mismatch(facts: Facts, observations: list[Observation], evidence
 
 
 def bad_launch_argument(facts: Facts, observations: list[Observation], evidence) -> str | None:  # type: ignore[no-untyped-def]
-    from agent.evidence import signature_hits
+    from agent.hits import signature_hits
     from agent.rules_causes import (
         draftless,
         hidden_gpus,

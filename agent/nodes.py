@@ -662,7 +662,7 @@ def refute_rivals(board: dict[str, Any], action: Action, obs: list[Observation])
         if quote_problem(line, o["lines"]) is not None:
             continue
         if hits is None:
-            from agent.evidence import signature_hits
+            from agent.hits import signature_hits
 
             hits = signature_hits(obs)
         # a line that is itself a sign of the rival, or an error line at all, cannot refute it:

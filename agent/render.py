@@ -11,7 +11,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from agent.models import Event, Report
+from store.records import Event, Report
 
 STATUS_STYLE = {
     "confirmed": "bold green",

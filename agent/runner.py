@@ -9,25 +9,24 @@ trajectory survives a crash, and handed to `on_event` for live views (CLI, SSE).
 from __future__ import annotations
 
 import contextlib
-import sqlite3
 import threading
 import time
 import uuid
 from collections.abc import Callable
 from typing import Any
 
-from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.types import Command
 
 from agent.brains import make_brain
 from agent.context import RunContext
 from agent.followup import Answer, Intent, Known, answer, intent_of, known_from_state
 from agent.graph import build_graph
-from agent.memory import MemoryStore, open_memory
-from agent.models import ApprovalRequest, Decision, Event, Evidence, HypothesisView, Report
 from agent.narrate import step
 from agent.observe import Prefetch
 from agent.settings import Settings, get_settings
+from store.factory import open_checkpointer, open_leases, open_memory
+from store.memory.base import MemoryStore
+from store.records import ApprovalRequest, Decision, Event, Evidence, HypothesisView, Report
 from tools.host import Host
 
 EventSink = Callable[[Event], None]
@@ -38,32 +37,20 @@ class Runner:
     def __init__(self, settings: Settings | None = None, memory: MemoryStore | None = None) -> None:
         self.settings = settings or get_settings()
         self.settings.home.mkdir(parents=True, exist_ok=True)
-        self.memory = memory or open_memory(self.settings)
+        self.memory = memory or open_memory(self.settings.database_url, self.settings.memory_path)
         self._closers: list[Callable[[], None]] = []
-        #: with a team database, whoever drives a session holds its run lease (leases_pg.py)
-        self.leases: Any = None
-        if self.settings.database_url:
-            from agent.leases_pg import RunLeases
-
-            self.leases = RunLeases(self.settings.database_url)
+        #: with a team database, whoever drives a session holds its run lease (store/leases.py)
+        self.leases: Any = open_leases(self.settings.database_url)
+        if self.leases is not None:
             self._closers.append(self.leases.close)
         self._saver = self._checkpointer()
         self._lock = threading.Lock()
         self.graph = build_graph(self._saver)
 
     def _checkpointer(self) -> Any:
-        if self.settings.database_url:
-            from agent.checkpoints_pg import open_postgres_saver
-
-            saver, pool = open_postgres_saver(self.settings.database_url)
-            self._closers.append(pool.close)
-            return saver
-        conn = sqlite3.connect(
-            str(self.settings.checkpoint_path), check_same_thread=False, timeout=30
-        )
-        conn.execute("PRAGMA journal_mode=WAL")
-        self._closers.append(conn.close)
-        return SqliteSaver(conn)
+        saver, close = open_checkpointer(self.settings.database_url, self.settings.checkpoint_path)
+        self._closers.append(close)
+        return saver
 
     # -- public API ------------------------------------------------------------------------------
     def start(

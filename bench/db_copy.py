@@ -32,11 +32,11 @@ TABLES = ["sessions", "events", "observations", "hypotheses", "conclusions", "to
 
 
 def build_home(home: Path, sessions: int) -> dict[str, int]:
-    from agent.memory import Memory
     from agent.runner import Runner
     from agent.settings import Settings
     from cards.model import load_card
     from cards.replay import ReplayHost
+    from store.memory.sqlite import Memory
 
     card = load_card(CARD)
     runner = Runner(Settings(home=home, database_url=None))

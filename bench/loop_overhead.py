@@ -20,8 +20,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from loop.cli import prepare_demo  # noqa: E402
-from loop.ledger import ExperimentRow  # noqa: E402
 from loop.night import Night  # noqa: E402
+from store.ledger.base import ExperimentRow  # noqa: E402
 
 TARGET_S = 2.0
 

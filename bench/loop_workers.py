@@ -37,7 +37,7 @@ TARGET = 100.0
 
 def _claimer(url: str, night_id: str, name: str, out: mp.Queue) -> None:  # type: ignore[type-arg]
     from loop.fleet import FleetBoard
-    from loop.ledger_pg import PgLedger
+    from store.ledger.postgres import PgLedger
 
     ledger = PgLedger(url)
     board = FleetBoard(ledger)
@@ -56,8 +56,8 @@ def _claimer(url: str, night_id: str, name: str, out: mp.Queue) -> None:  # type
 
 def claims(url: str, n: int, workers: int) -> tuple[float, list[float], bool]:
     from loop.fleet import FleetBoard
-    from loop.ledger import ExperimentRow
-    from loop.ledger_pg import PgLedger
+    from store.ledger.base import ExperimentRow
+    from store.ledger.postgres import PgLedger
 
     ledger = PgLedger(url)
     FleetBoard(ledger)  # migrations once, before the race

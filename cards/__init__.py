@@ -4,4 +4,6 @@ A card (`cards.model`) freezes a host as an investigation saw it; `cards.replay.
 answers the tools from it; `cards.taxonomy` is the label contract cards and signatures share.
 Depends on `tools` (the Host protocol, the engine registry); `tools.cards`, `tools.taxonomy` and
 `tools.replay_host` remain as aliases of these modules for code written before the move.
+
+May import: `tools` only.
 """

@@ -17,8 +17,8 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from agent.models import Evidence, HypothesisView, Report
 from cards.model import IncidentCard
+from store.records import Evidence, HypothesisView, Report
 
 Outcome = Literal["passed", "wrong", "insufficient", "unproven", "error"]
 INSUFFICIENT = "insufficient"

@@ -64,7 +64,7 @@ class Rates(BaseModel):
 
 
 def _launch(rng: random.Random, noise: Noise, n: int, at: int, effect: float, runs: int) -> Launch:
-    from loop.night import _run_var
+    from loop.night_judge import _run_var
 
     level = math.exp(rng.gauss(0.0, noise.between)) * (1.0 + noise.drift * n) * effect
     vals = [level * math.exp(rng.gauss(0.0, noise.within)) for _ in range(runs)]

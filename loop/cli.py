@@ -18,11 +18,14 @@ from rich.live import Live
 from rich.table import Table
 
 from loop.experiment import Diagnoser
-from loop.ledger import Ledger, NightRow, open_ledger
-from loop.night import Night, agent_diagnoser, default_state_dir, loop_alive
+from loop.night import Night, default_state_dir, loop_alive
+from loop.night_diagnosis import agent_diagnoser
 from loop.night_lock import NightBusy
 from loop.plan import Plan, PlanError, load_plan
 from loop.stopping import Interrupted
+from store.factory import open_ledger
+from store.ledger.base import NightRow
+from store.ledger.sqlite import Ledger
 
 loop_app = typer.Typer(help="Overnight optimization loop: ranked plan, TPE search, morning report.")
 console = Console()
@@ -216,7 +219,9 @@ def _run_or_stop(night: Night, live: bool) -> NightRow:
 def status_cmd(state: Path = typer.Option(None, help="state dir of the plan")) -> None:
     """The latest night's ledger: experiments, status, phase, metric."""
     state_dir = state or _guess_state()
-    ledger = open_ledger(Path(state_dir) / "ledger.db")
+    from agent.settings import Settings
+
+    ledger = open_ledger(Path(state_dir) / "ledger.db", Settings().database_url)
     night = _night_of(ledger, Path(state_dir))
     console.print(_table(ledger, night))
     if night is not None:
@@ -244,7 +249,9 @@ def report_cmd(
     from loop.report import write_report
 
     state_dir = Path(state or _guess_state())
-    ledger = open_ledger(state_dir / "ledger.db")
+    from agent.settings import Settings
+
+    ledger = open_ledger(state_dir / "ledger.db", Settings().database_url)
     night = _night_of(ledger, state_dir)
     if night is None:
         console.print(f"no night in {state_dir}")

@@ -10,16 +10,28 @@ the combination kept the gain of the best single change, and why the others were
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from loop.knobs import describe
-from loop.ledger import MEASURED, ExperimentRow
 from loop.plan import Plan
 from loop.stats import compare, summarize
+from store.ledger.base import MEASURED, ExperimentRow
 from tools.bench_results import unit
 
-if TYPE_CHECKING:
-    from loop.night import Night
+
+class Night(Protocol):
+    """What a combination asks of the night that runs it (loop/night.py's `Night`); named here so
+    this module never imports the night, which imports it."""
+
+    ledger: Any
+    night: Any
+    hosts: list[Any]
+
+    def _row(self, name: str, kind: str, seq: int, change: dict[str, Any], **kw: Any) -> Any: ...
+    def _ranked_worker(self, host: Any) -> None: ...
+    def _judge_baseline(self) -> None: ...
+    def _classify(self, row: ExperimentRow, again: bool = False) -> None: ...
+
 
 COMBINED = "combined"
 #: The baselines measured right before and right after the combination.

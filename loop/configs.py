@@ -13,7 +13,7 @@ import hashlib
 from typing import Any
 
 from loop.knobs import set_env
-from loop.ledger import Ledger
+from store.ledger.sqlite import Ledger
 from tools.host import Host
 
 MAX_CONFIG_BYTES = 4_000_000

@@ -22,11 +22,12 @@ from typing import Any
 
 from loop import configs, launcher
 from loop.knobs import set_flag
-from loop.ledger import FAILED, ExperimentRow, Ledger
 from loop.plan import Plan
 from loop.preflight import run_preflight
 from loop.stopping import Interrupted
 from loop.sweep import measure
+from store.ledger.base import FAILED, ExperimentRow
+from store.ledger.sqlite import Ledger
 from tools.benchmark import Args as BenchArgs
 from tools.host import Host
 

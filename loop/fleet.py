@@ -19,9 +19,9 @@ from typing import Any, Literal
 from psycopg import Connection
 from pydantic import BaseModel, Field
 
-from agent.pg import Migration, migrate
-from loop.ledger import ExperimentRow
-from loop.ledger_codec import load_experiment
+from store.ledger.base import ExperimentRow
+from store.ledger.codec import load_experiment
+from store.pg import Migration, migrate
 
 WorkerStatus = Literal["running", "done", "stopped", "lost"]
 #: The database's clock in epoch seconds: one clock for the whole fleet.
@@ -74,7 +74,7 @@ MIGRATIONS: list[Migration] = [("001_fleet", _m001_fleet)]
 
 class FleetBoard:
     """Claims, liveness and re-queues for the workers of one night; needs the PostgreSQL
-    ledger (`loop/ledger_pg.py`), whose pool it shares."""
+    ledger (`store/ledger/postgres.py`), whose pool it shares."""
 
     def __init__(self, ledger: Any) -> None:
         pool = getattr(ledger, "pool", None)

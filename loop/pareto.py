@@ -18,9 +18,10 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from loop.ledger import MEASURED, ExperimentRow, NightRow, study_storage
 from loop.plan import Plan
 from loop.stats import axis_range, summarize
+from store.factory import study_storage
+from store.ledger.base import MEASURED, ExperimentRow, NightRow
 from tools.bench_results import unit
 
 
@@ -195,9 +196,12 @@ def study_front(night: NightRow, plan: Plan) -> list[Any]:
         return []
     import optuna
 
+    from agent.settings import Settings
+
     try:
         study = optuna.load_study(
-            study_name=plan.search.study, storage=study_storage(night.state_dir)
+            study_name=plan.search.study,
+            storage=study_storage(night.state_dir, Settings().database_url),
         )
     except KeyError:  # the search never started
         return []
@@ -230,7 +234,10 @@ def report_lines(rows: list[ExperimentRow], plan: Plan, night: NightRow, d: Path
         out.append(f"| {p.name} | {describe(p.change)} | {p.x:.4g} | {p.y:.4g} |")
     trials = study_front(night, plan)
     if plan.search is not None:
-        storage = re.sub(r"://([^:/@]+):[^@]*@", r"://\1:***@", study_storage(night.state_dir))
+        from agent.settings import Settings
+
+        url = study_storage(night.state_dir, Settings().database_url)
+        storage = re.sub(r"://([^:/@]+):[^@]*@", r"://\1:***@", url)
         out += [
             "",
             f"Optuna study `{plan.search.study}` (two directions), its non-dominated trials: "

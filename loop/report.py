@@ -16,7 +16,6 @@ from loop.combine import report_lines as combination_lines
 from loop.experiment import reproduce
 from loop.fleet import fleet_lines
 from loop.knobs import describe
-from loop.ledger import FAILED, NO_EFFECT, ExperimentRow, Ledger, NightRow
 from loop.pareto import report_lines as pareto_lines
 from loop.plan import Plan
 from loop.samples import too_few
@@ -24,6 +23,8 @@ from loop.slo import missed_by_baseline
 from loop.stats import Summary, axis_range, compare, summarize
 from loop.sweep import point_slos, prompt_notes
 from loop.sweep import report_lines as sweep_lines
+from store.ledger.base import FAILED, NO_EFFECT, ExperimentRow, NightRow
+from store.ledger.sqlite import Ledger
 from tools.bench_results import unit as unit_of
 
 COLORS = {
@@ -451,7 +452,8 @@ def _all_metrics(rows: list[ExperimentRow]) -> list[str]:
 def handoff(ledger: Ledger, night: NightRow, plan: Plan, memory_path: str | Path | None) -> None:
     """Todos for what needs a decision, one handoff note; skipped when memory is unavailable."""
     try:
-        from agent.memory import Memory, open_memory
+        from store.factory import open_memory
+        from store.memory.sqlite import Memory
     except ImportError:
         return
     from agent.settings import Settings
@@ -464,7 +466,7 @@ def handoff(ledger: Ledger, night: NightRow, plan: Plan, memory_path: str | Path
     rows = ledger.experiments(night.id)
     host = plan.host_specs()[0].name
     if team:
-        mem = open_memory(Settings())
+        mem = open_memory(team, Settings().memory_path)
     else:
         Path(str(memory_path)).parent.mkdir(parents=True, exist_ok=True)
         mem = Memory(str(memory_path))

@@ -13,10 +13,10 @@ from __future__ import annotations
 import re
 import statistics
 
-from loop.ledger import ExperimentRow
 from loop.plan import LoadSweep, Plan
 from loop.samples import enough_prompts
 from loop.slo import Constraint, constraint_values, violations
+from store.ledger.base import ExperimentRow
 from tools.bench_results import unit
 from tools.benchmark import Args, Result, benchmark
 from tools.host import Host

@@ -35,19 +35,11 @@ from typing import Any
 from loop import configs, launcher
 from loop.experiment import Context, Diagnoser, run_experiment, run_marker
 from loop.fleet import FleetBoard, WorkerRow
-from loop.ledger import TERMINAL, ExperimentRow, NightRow
-from loop.night import (
-    INTERRUPTED,
-    Night,
-    _distribution,
-    _enqueue_once,
-    _interrupted,
-    _plain,
-    heartbeat_s,
-    make_host,
-)
+from loop.night import Night, heartbeat_s, make_host
+from loop.night_search import INTERRUPTED, _distribution, _enqueue_once, _interrupted, _plain
 from loop.plan import HostSpec, Plan, PlanError, plan_digest
 from loop.stopping import Interrupted
+from store.ledger.base import TERMINAL, ExperimentRow, NightRow
 from tools.host import Host
 
 #: Kinds a worker claims in each step of the night.

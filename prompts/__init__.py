@@ -1,4 +1,7 @@
-"""Prompts are Jinja2 files beside this module; `render(name, **vars)` is the only way in."""
+"""Prompts are Jinja2 files beside this module; `render(name, **vars)` is the only way in.
+
+May import: nothing of Pivot's (Jinja2 and the standard library only).
+"""
 
 from __future__ import annotations
 

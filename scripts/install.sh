@@ -8,7 +8,7 @@ stamp=.venv/.pivot-installed
 # Pivot's own modules compiled ahead: a shell with PYTHONDONTWRITEBYTECODE set (many images
 # set it) would otherwise recompile ~100 modules from source on every `pivot investigate`
 # (0.15-0.2 s of a 2 s answer). Stale files are ignored by Python, never wrong.
-compile_own() { .venv/bin/python -m compileall -q -j 0 agent tools cards loop server evals watch >/dev/null || true; }
+compile_own() { .venv/bin/python -m compileall -q -j 0 agent tools cards loop server evals watch store >/dev/null || true; }
 if [ -f "$stamp" ] && [ "$stamp" -nt requirements.lock ] && [ "$stamp" -nt pyproject.toml ]; then
   compile_own
   exit 0

@@ -7,5 +7,5 @@ cd "$(dirname "$0")/.."
 export CI="${CI:-1}"
 bash scripts/install.sh
 bash scripts/system-deps.sh
-.venv/bin/ruff check agent cards loop tools server evals bench tests prompts watch
+.venv/bin/ruff check agent cards loop tools server evals bench tests prompts watch store
 exec .venv/bin/python -m pytest tests "$@"

@@ -15,10 +15,10 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from agent.models import AlertRow
 from server.alertmanager import AlertRules, AmAlert, AmWebhook, first
 from server.hosts import HostCatalog, UnknownHost
 from server.runs import BrainFailed
+from store.records import AlertRow
 
 
 class AlertTarget(BaseModel):

@@ -53,9 +53,9 @@ def swagger_ui_static() -> Path:
 
 
 def _open_memory(settings: Any) -> Any:
-    from agent.memory import open_memory
+    from store.factory import open_memory
 
-    return open_memory(settings)
+    return open_memory(settings.database_url, settings.memory_path)
 
 
 def _make_runner(settings: Any, memory: Any) -> Any:

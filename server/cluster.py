@@ -1,9 +1,9 @@
 """What lets several `pivot serve` replicas share one PostgreSQL, with no broker beside it.
 
 Two jobs, both done by PostgreSQL itself:
-- Events: every stored event NOTIFYs `pivot_events` (agent/memory_pg.py). A relay thread here
+- Events: every stored event NOTIFYs `pivot_events` (store/memory/postgres.py). A relay thread here
   LISTENs and hands events of sessions run by *another* replica to this replica's SSE streams.
-- Run leases (agent/leases_pg.py): whoever runs a session, a replica or the CLI, holds a
+- Run leases (store/leases.py): whoever runs a session, a replica or the CLI, holds a
   session-level advisory lock keyed by its id. PostgreSQL drops a dead process's locks with its
   connection, so a `running` session whose lease can be taken has lost its runner; the scanner
   here takes it and continues the run from its checkpoint. No heartbeats, no clocks to agree on.
@@ -17,8 +17,8 @@ from collections.abc import Callable
 
 import psycopg
 
-from agent.leases_pg import RunLeases
-from agent.memory_pg import EVENTS_CHANNEL
+from store.leases import RunLeases
+from store.memory.postgres import EVENTS_CHANNEL
 
 log = logging.getLogger("pivot.cluster")
 
@@ -50,7 +50,7 @@ class Cluster:
         for t in self._threads:
             t.join(timeout=5)
 
-    # -- leases (agent/leases_pg.py; the Runner holds them too, counted) --------------------------
+    # -- leases (store/leases.py; the Runner holds them too, counted) --------------------------
     def hold(self, session_id: str) -> bool:
         """Take (or take again) the session's run lease; False if another process holds it."""
         return self.leases.try_hold(session_id)

@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from agent.models import ApprovalRequest
+from store.records import ApprovalRequest
 from tools.host import Host, decode
 
 NEW_TEXT_KEYS = ("content", "new_text", "text", "data")

@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from agent.brains import make_brain
-from agent.models import ApprovalRequest, Decision, Event, Report
 from server.hosts import HostCatalog, UnknownHost
 from server.inflight import Inflight
+from store.records import ApprovalRequest, Decision, Event, Report
 from tools.host import Host
 
 if TYPE_CHECKING:

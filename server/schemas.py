@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from agent.models import AlertRow, Event, HypothesisView, Report
+from store.records import AlertRow, Event, HypothesisView, Report
 from watch.live import LaunchReport
 
 

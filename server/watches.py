@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 
-from agent.models import now
+from store.records import now
 from watch.live import LaunchReport
 
 #: launches kept; the oldest report drops off first

@@ -4,4 +4,6 @@
 starts one under watch. Both read the launch with the overnight loop's one-round-trip tick
 (loop/launcher.py), judge its pace with the liveness window of tools/log_window.py, and hand a
 death or a stall to the same investigation as `pivot investigate`.
+
+May import: `agent`, `loop`, `tools`, `store`; never `server`, `evals` or `bench`.
 """

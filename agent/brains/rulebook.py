@@ -285,7 +285,7 @@ def _ready_line(state: State) -> tuple[str, str] | None:
 
 def _ready_lines(state: State) -> list[tuple[str, str]]:
     """(observation id, line) of every 'server is up' line of the newest log reads, in order."""
-    from agent.evidence import signature_hits
+    from agent.hits import signature_hits
     from agent.proof import frontend_only
 
     hits = [

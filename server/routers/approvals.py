@@ -7,13 +7,13 @@ from typing import Annotated, Any
 from fastapi import APIRouter, HTTPException, Path, status
 from pydantic import BaseModel
 
-from agent.models import ApprovalRequest, Decision
 from server.deps import Catalog, Config, Hub
 from server.diffs import SOURCE_KEYS, ApprovalDiff, approval_diff
 from server.hosts import UnknownHost
 from server.paths import PathRefused, check_lexical
 from server.runs import Busy, NotFound
 from server.schemas import DecisionIn
+from store.records import ApprovalRequest, Decision
 
 router = APIRouter(prefix="/api/approvals", tags=["approvals"])
 

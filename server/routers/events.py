@@ -14,9 +14,9 @@ from typing import Annotated
 from fastapi import APIRouter, Header, HTTPException, Path, Query
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
-from agent.models import Event
 from server.deps import Config, Hub, Mem
 from server.runs import END, RunHub
+from store.records import Event
 
 router = APIRouter(prefix="/api/sessions", tags=["events"])
 

@@ -1,6 +1,6 @@
 """The overnight loop's status and experiment ledger, read-only, for the page's ledger view.
 
-The ledger is the loop's own SQLite file (loop/ledger.py) under its state root, one
+The ledger is the loop's own SQLite file (store/ledger/sqlite.py) under its state root, one
 directory per plan; the service reads the most recently written one. No loop installed, or no
 night yet, is an empty ledger marked unavailable, never an error. With a team database
 (`PIVOT_DATABASE_URL`) the ledger lives there and the latest night is read from it.
@@ -18,6 +18,7 @@ from starlette.concurrency import run_in_threadpool
 
 from server.deps import Config
 from server.schemas import Ledger, LoopStatus, MorningReport
+from store.factory import open_ledger
 
 router = APIRouter(prefix="/api/loop", tags=["loop"])
 
@@ -41,18 +42,14 @@ def _latest(root: Path) -> Path | None:
 
 def _read(config: Any, database_url: str | None = None) -> tuple[Any, list[Any], Any] | None:
     """(night, experiments, where) of the latest night, or None."""
-    try:
-        ledger_mod = importlib.import_module("loop.ledger")
-    except ModuleNotFoundError:
-        return None
     if database_url:
         db: Any = "team database"
-        ledger = ledger_mod.open_ledger(Path(), database_url)
+        ledger = open_ledger(Path(), database_url)
     else:
         db = _latest(_state_root(config))
         if db is None:
             return None
-        ledger = ledger_mod.Ledger(db)
+        ledger = open_ledger(db, None)
     try:
         night = ledger.night()
         if night is None:

@@ -6,9 +6,9 @@ from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Path, Query, status
 
-from agent.memory import ConclusionRow, HandoffRow, TodoRow
 from server.deps import Mem
 from server.schemas import Closed, HandoffIn, TodoIn
+from store.memory.base import ConclusionRow, HandoffRow, TodoRow
 
 router = APIRouter(prefix="/api", tags=["memory"])
 HostName = Annotated[str, Path(min_length=1, max_length=200)]

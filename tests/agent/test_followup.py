@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from agent.followup import Intent, intent_of
-from agent.models import Event
 from agent.runner import Runner
 from agent.settings import Settings
+from store.records import Event
 from tests.agent.conftest import card_path
 from tests.scripted_llm import serve, text
 from tools.cards import load_card

@@ -12,12 +12,12 @@ from agent import observe
 from agent.brains.base import BrainContext
 from agent.brains.llm import LLMBrain, compact
 from agent.facts import Facts
-from agent.memory import Memory
 from agent.runner import investigate
 from agent.settings import Settings
 from agent.state import State
 from cards.model import load_card
 from cards.replay import ReplayHost
+from store.memory.sqlite import Memory
 from tests.agent.conftest import card_path
 from tests.scripted_llm import board, observation_lines, serve, tool_call
 from tools.base import ToolSpec

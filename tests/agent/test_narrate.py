@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from agent.models import Event
 from agent.narrate import sentence, step
+from store.records import Event
 from tools.registry import TOOLS
 
 

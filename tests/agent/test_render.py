@@ -6,8 +6,8 @@ import io
 
 from rich.console import Console
 
-from agent.models import Event, Evidence, HypothesisView, Report
 from agent.render import live_printer, print_report
+from store.records import Event, Evidence, HypothesisView, Report
 
 HOSTILE = "[/] [red]evil[/red] [link=file:///etc/passwd]x"
 

@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from agent.memory import open_memory
-from agent.models import Decision
 from agent.runner import Runner, investigate
 from agent.settings import Settings
 from cards.model import load_card
 from cards.replay import ReplayHost
+from store.factory import open_memory
+from store.records import Decision
 from tests.agent.conftest import ROOT, card_path
 from tools.local_host import LocalHost
 
@@ -81,7 +81,8 @@ def test_changing_action_pauses_and_resumes_in_a_new_process(tmp_path: Path) -> 
         "Applied with approval: config_apply /usr/lib/python3.12/sitecustomize.py"
         in done["next_step"]
     )
-    events = open_memory(Settings(home=home)).events(done["session_id"])
+    s = Settings(home=home)
+    events = open_memory(s.database_url, s.memory_path).events(done["session_id"])
     kinds = [e.type for e in events]
     assert kinds.count("approval_request") == 1 and "approval" in kinds
 
@@ -127,13 +128,13 @@ def test_memory_carries_todos_handoff_and_seen_before(tmp_path: Path) -> None:
     runner.memory.add_handoff("gpu-box-1", "stale holder found; waiting on its owner")
     second = runner.start(ReplayHost(card, name="gpu-box-1"), card.symptom)
     runner.close()
-    events = open_memory(s).events(second.session_id)
+    events = open_memory(s.database_url, s.memory_path).events(second.session_id)
     notes = events[0].data["notes"]
     assert any("ask who owns pid 471" in n for n in notes)
     assert any("waiting on its owner" in n for n in notes)
     assert first.root_cause == second.root_cause == "stale_gpu_process"
     assert any("seen before on host gpu-box-1" in x for x in second.seen_before)
-    assert open_memory(s).search_conclusions("stale_gpu_process")
+    assert open_memory(s.database_url, s.memory_path).search_conclusions("stale_gpu_process")
 
 
 def test_follow_up_message_runs_the_asked_check(tmp_path: Path) -> None:

@@ -45,7 +45,7 @@ def test_fusion_jit_error_is_found_past_progress_bars_and_is_not_still_starting(
 
 
 def test_every_cited_line_occurs_verbatim_in_its_observation(settings: Settings) -> None:
-    from agent.memory import Memory
+    from store.memory.sqlite import Memory
 
     _, r = _run("seed-sglang-fewchan-kv-oom", settings)
     obs = {o["id"]: o for o in Memory(settings.memory_path).observations(r.session_id)}

@@ -7,10 +7,10 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agent.models import Evidence, HypothesisView, Report
 from cards.model import IncidentCard
 from cards.taxonomy import LABELS
 from evals.scoring import CardResult, confusion, counts_line, pass_at_k, score, summarize
+from store.records import Evidence, HypothesisView, Report
 
 OOM_LINE = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 896.00 MiB"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from agent.fleet import Health, HostOutcome, classify
-from agent.models import Evidence, Report
+from store.records import Evidence, Report
 
 LINE = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB."
 

@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 
 from agent.fleet import Health, open_ssh, run_fleet
-from agent.memory import Memory
 from agent.settings import Settings
+from store.memory.sqlite import Memory
 from tests.fleet.fleetkit import Fleet, running_fleet
 from tests.sshd import SshdUnavailable
 from tools.host import Host

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from agent.fleet import Health, run_fleet
-from agent.memory import Memory
 from agent.settings import Settings
+from store.memory.sqlite import Memory
 from tests import containers
 from tests.server.conftest import start_live, wait_status
 from tools.host import Host

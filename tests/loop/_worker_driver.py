@@ -19,10 +19,10 @@ import sys
 import threading
 from pathlib import Path
 
-from loop.ledger import ExperimentRow
 from loop.plan import load_plan
 from loop.stopping import Interrupted
 from loop.workers import FleetWorker
+from store.ledger.base import ExperimentRow
 
 
 def main() -> None:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from loop.ledger import ExperimentRow
-from loop.night import _center
+from loop.night_judge import _center
+from store.ledger.base import ExperimentRow
 
 
 def _row(name: str, values: list[float]) -> ExperimentRow:

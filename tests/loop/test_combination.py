@@ -94,7 +94,8 @@ def test_kill_9_during_the_combination_then_resume(state: Path, tmp_path: Path) 
 
     import yaml
 
-    from loop.ledger import TERMINAL, Ledger
+    from store.ledger.base import TERMINAL
+    from store.ledger.sqlite import Ledger
     from tests.loop.conftest import REPO
     from tests.loop.test_resume import _loop, _phase_of
 

@@ -9,7 +9,8 @@ from pathlib import Path
 
 from loop import launcher
 from loop.cli import KNOWN_GOOD_SITECUSTOMIZE
-from loop.ledger import TERMINAL, Ledger
+from store.ledger.base import TERMINAL
+from store.ledger.sqlite import Ledger
 from tests.loop.conftest import REPO, free_port
 from tools.local_host import LocalHost
 

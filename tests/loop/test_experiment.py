@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from loop import launcher
-from loop.night import Night, agent_diagnoser
+from loop.night import Night
+from loop.night_diagnosis import agent_diagnoser
 from tests.loop.conftest import make_plan
 from tools.local_host import LocalHost
 
@@ -47,7 +48,7 @@ def test_failed_change_is_reverted_byte_for_byte_and_diagnosed(state: Path, tmp_
     text = Path(report).read_text()
     assert "fewer-channels" in text and "Not enough memory" in text
     assert (Path(report).parent / "chart.svg").read_text().startswith("<svg")
-    from agent.memory import Memory
+    from store.memory.sqlite import Memory
 
     mem = Memory(tmp_path / "mem.db")
     assert mem.last_handoff("local") is not None

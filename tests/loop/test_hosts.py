@@ -16,10 +16,10 @@ import optuna
 
 from loop import launcher
 from loop.cli import KNOWN_GOOD_SITECUSTOMIZE
-from loop.ledger import MEASURED, ExperimentRow
 from loop.night import Night
 from loop.plan import Plan
 from loop.preflight import port_listeners
+from store.ledger.base import MEASURED, ExperimentRow
 from tests.loop.conftest import PY, REPO, free_port
 from tools.local_host import LocalHost
 

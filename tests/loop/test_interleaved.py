@@ -9,7 +9,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from loop.night import Night, launches
+from loop.night import Night
+from loop.night_judge import launches
 from tests.loop.conftest import PY, make_plan
 
 

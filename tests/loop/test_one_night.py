@@ -16,8 +16,8 @@ from pathlib import Path
 import yaml
 
 from loop import launcher
-from loop.ledger import Ledger
 from loop.night_lock import NightBusy, SqliteHold
+from store.ledger.sqlite import Ledger
 from tests.loop.conftest import REPO, make_plan
 from tests.loop.test_resume import EXPERIMENTS, _loop, _phase_of
 from tools.local_host import LocalHost
@@ -98,8 +98,8 @@ def test_a_dead_holder_does_not_lock_the_plan_out(tmp_path: Path) -> None:
 def test_postgres_advisory_lock_names_the_holder_and_frees_with_it() -> None:
     """The team database: a session advisory lock per plan; the second claim is refused naming
     pid, host and start; the lock is gone the moment the holder's connection is."""
-    from loop.ledger_pg import PgLedger
     from loop.night_lock import hold
+    from store.ledger.postgres import PgLedger
     from tests.postgres import start_postgres
 
     pg = start_postgres()

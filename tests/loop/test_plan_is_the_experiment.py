@@ -11,8 +11,8 @@ import pytest
 from loop import launcher
 from loop.experiment import reproduce
 from loop.knobs import read_flags, set_flag
-from loop.ledger import ExperimentRow
 from loop.report import compatible
+from store.ledger.base import ExperimentRow
 from tests.loop.conftest import make_plan
 from tools.local_host import LocalHost
 

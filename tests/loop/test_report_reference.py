@@ -7,10 +7,10 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from loop.ledger import ExperimentRow
 from loop.pareto import Point, front
 from loop.report import pooled_baseline, svg_chart, vs_baseline
 from loop.stats import axis_range
+from store.ledger.base import ExperimentRow
 from tests.loop.conftest import make_plan
 
 

@@ -13,7 +13,8 @@ import pytest
 import yaml
 
 from loop import launcher
-from loop.ledger import TERMINAL, Ledger
+from store.ledger.base import TERMINAL
+from store.ledger.sqlite import Ledger
 from tests.loop.conftest import REPO, make_plan
 from tools.local_host import LocalHost
 

@@ -15,9 +15,11 @@ from pathlib import Path
 import optuna
 import yaml
 
+from agent.settings import Settings
 from loop import launcher
-from loop.ledger import TERMINAL, open_ledger, study_storage
 from loop.preflight import port_listeners
+from store.factory import open_ledger, study_storage
+from store.ledger.base import TERMINAL
 from tests.loop.conftest import REPO, make_plan
 from tests.loop.test_resume import _loop
 from tools.local_host import LocalHost
@@ -57,7 +59,7 @@ def test_kill_9_in_a_trial_fails_it_and_reruns_its_params_once(
     )
     assert done.returncode == 0, done.stderr[-2000:]
 
-    storage = study_storage(state.resolve())
+    storage = study_storage(state.resolve(), Settings().database_url)
     trials = optuna.load_study(study_name="resume", storage=storage).trials
     first = trials[0]
     assert first.state == optuna.trial.TrialState.FAIL
@@ -66,7 +68,7 @@ def test_kill_9_in_a_trial_fails_it_and_reruns_its_params_once(
     assert len(trials) == TRIALS + 1  # the interrupted trial did not use up a slot
     assert sum(t.state == optuna.trial.TrialState.COMPLETE for t in trials) == TRIALS
 
-    ledger = open_ledger(state / "ledger.db")
+    ledger = open_ledger(state / "ledger.db", Settings().database_url)
     night = ledger.night()
     assert night and night.status == "done"
     rows = {r.name: r for r in ledger.experiments(night.id)}

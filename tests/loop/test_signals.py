@@ -17,8 +17,9 @@ import pytest
 import yaml
 
 from loop import launcher
-from loop.ledger import Ledger, NightRow
 from loop.night import default_state_dir, loop_alive
+from store.ledger.base import NightRow
+from store.ledger.sqlite import Ledger
 from tests.loop.conftest import REPO, make_plan
 from tests.loop.test_resume import EXPERIMENTS, _loop, _phase_of
 from tools.local_host import LocalHost

@@ -24,11 +24,12 @@ import yaml
 
 from loop import launcher
 from loop.fleet import FleetBoard, WorkerRow
-from loop.ledger import MEASURED, TERMINAL, study_storage
-from loop.ledger_pg import PgLedger
 from loop.plan import Plan, PlanError, plan_digest
 from loop.preflight import port_listeners
 from loop.workers import FleetWorker, pick_slot
+from store.factory import study_storage
+from store.ledger.base import MEASURED, TERMINAL
+from store.ledger.postgres import PgLedger
 from tests.loop.conftest import PY, REPO
 from tests.loop.test_hosts import _slot
 from tests.postgres import Postgres

@@ -11,9 +11,10 @@ import sys
 import time
 import uuid
 
-from agent.memory import Memory
-from agent.models import Event
-from loop.ledger import ExperimentRow, Ledger
+from store.ledger.base import ExperimentRow
+from store.ledger.sqlite import Ledger
+from store.memory.sqlite import Memory
+from store.records import Event
 
 PHASES = ["preflight", "apply", "launch", "ready", "benchmark", "stop", "revert", "done"]
 

@@ -16,9 +16,9 @@ import sys
 import threading
 from pathlib import Path
 
-from loop.ledger import ExperimentRow
 from loop.night import Night
 from loop.plan import load_plan
+from store.ledger.base import ExperimentRow
 
 
 def main() -> None:

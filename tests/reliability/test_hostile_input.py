@@ -20,12 +20,12 @@ from typing import Any
 
 import pytest
 
-from agent.memory import Memory
-from agent.models import Report
 from agent.runner import investigate
 from agent.settings import Settings
 from cards.model import IncidentCard, load_card
 from cards.replay import ReplayHost
+from store.memory.sqlite import Memory
+from store.records import Report
 from tests.agent.test_llm_brain import _conclude_from_board
 from tests.scripted_llm import observation_lines, serve, tool_call
 from tools.local_host import LocalHost

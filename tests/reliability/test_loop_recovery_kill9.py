@@ -22,8 +22,9 @@ import pytest
 import yaml
 
 from loop import launcher
-from loop.ledger import BEFORE_RESULT, TERMINAL, Ledger
 from loop.plan import Plan
+from store.ledger.base import BEFORE_RESULT, TERMINAL
+from store.ledger.sqlite import Ledger
 from tests.loop.conftest import REPO, make_plan
 from tests.loop.test_resume import EXPERIMENTS, _loop
 from tests.reliability._figures import figure

@@ -174,10 +174,11 @@ def test_loop_ledger_read_from_the_loops_own_ledger(
     tmp_path: Path, database: str | None, request: pytest.FixtureRequest
 ) -> None:
     """On SQLite the service finds the loop's ledger file; on PostgreSQL, the team database."""
-    from loop.ledger import ExperimentRow, open_ledger
+    from store.factory import open_ledger
+    from store.ledger.base import ExperimentRow
 
     state = tmp_path / "loop"
-    ledger = open_ledger(state / "demo-plan" / "ledger.db")
+    ledger = open_ledger(state / "demo-plan" / "ledger.db", database)
     night, _ = ledger.open_night("demo-plan", "digest", str(state / "demo-plan"))
     rows = [
         ("baseline", "baseline", "ok", 100.0),

@@ -179,7 +179,8 @@ def test_full_incident_in_the_page(tmp_path: Path, width: int) -> None:
 
 def _seed_memory(live: Live) -> tuple[str, str]:
     """A ledger night, a todo, a handoff, and two runs of one card (the second has seen-before)."""
-    from loop.ledger import ExperimentRow, open_ledger
+    from store.factory import open_ledger
+    from store.ledger.base import ExperimentRow
 
     # the loop's own ledger: its file, or the team database the service runs on
     team = live.app.state.settings.database_url or ""

@@ -9,15 +9,17 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from agent.memory import Memory, open_memory
-from agent.memory_pg import PgMemory
-from agent.models import AlertRow, Event, Evidence, Report
 from agent.runner import Runner
 from agent.settings import Settings
 from cards.model import load_card
 from cards.replay import ReplayHost
-from loop.ledger import ExperimentRow, Ledger, open_ledger, study_storage
-from loop.ledger_pg import PgLedger
+from store.factory import open_ledger, open_memory, study_storage
+from store.ledger.base import ExperimentRow
+from store.ledger.postgres import PgLedger
+from store.ledger.sqlite import Ledger
+from store.memory.postgres import PgMemory
+from store.memory.sqlite import Memory
+from store.records import AlertRow, Event, Evidence, Report
 from tests.agent.conftest import card_path
 
 pytestmark = pytest.mark.usefixtures("database")
@@ -38,13 +40,13 @@ def _report(sid: str, host: str, cause: str, line: str) -> Report:
 
 def test_env_var_alone_picks_the_backend(tmp_path: Path, database: str | None) -> None:
     s = Settings(home=tmp_path / "home")
-    mem = open_memory(s)
-    ledger = open_ledger(tmp_path / "loop" / "ledger.db")
+    mem = open_memory(s.database_url, s.memory_path)
+    ledger = open_ledger(tmp_path / "loop" / "ledger.db", Settings().database_url)
     try:
         assert isinstance(mem, PgMemory if database else Memory)
         assert isinstance(ledger, PgLedger if database else Ledger)
         assert (tmp_path / "home" / "memory.db").exists() is (database is None)
-        storage = study_storage(tmp_path / "loop")
+        storage = study_storage(tmp_path / "loop", s.database_url)
         assert storage.startswith("postgresql+psycopg://" if database else "sqlite:///")
     finally:
         mem.close()
@@ -52,7 +54,8 @@ def test_env_var_alone_picks_the_backend(tmp_path: Path, database: str | None) -
 
 
 def test_sessions_events_todos_and_search_answer_alike(tmp_path: Path) -> None:
-    mem = open_memory(Settings(home=tmp_path / "home"))
+    s = Settings(home=tmp_path / "home")
+    mem = open_memory(s.database_url, s.memory_path)
     try:
         sid = mem.create_session("node-17", "oom at startup", "rulebook", "s1")
         assert mem.create_session("node-17", "oom at startup", "rulebook", "s1") == "s1"
@@ -92,7 +95,8 @@ def test_sessions_events_todos_and_search_answer_alike(tmp_path: Path) -> None:
 
 def test_alerts_link_sessions_and_answer_the_group_alike(tmp_path: Path) -> None:
     """The alert that started a session, read back by session and as its group's latest."""
-    mem = open_memory(Settings(home=tmp_path / "home"))
+    s = Settings(home=tmp_path / "home")
+    mem = open_memory(s.database_url, s.memory_path)
     try:
         for sid, at in (
             ("a1", "2025-06-01T10:00:00.000+00:00"),
@@ -121,7 +125,10 @@ def test_alerts_link_sessions_and_answer_the_group_alike(tmp_path: Path) -> None
 def test_concurrent_appends_to_one_session_never_share_a_seq(tmp_path: Path) -> None:
     """Two replicas (here: two stores, four threads) append to one session at once."""
     s = Settings(home=tmp_path / "home")
-    stores = [open_memory(s), open_memory(s)]
+    stores = [
+        open_memory(s.database_url, s.memory_path),
+        open_memory(s.database_url, s.memory_path),
+    ]
     sid = stores[0].create_session("h", "x", "rulebook")
 
     def write(k: int) -> None:
@@ -164,7 +171,7 @@ def test_runner_checkpoints_go_to_the_chosen_backend(tmp_path: Path, database: s
 
 
 def test_ledger_answers_alike(tmp_path: Path) -> None:
-    ledger = open_ledger(tmp_path / "loop" / "ledger.db")
+    ledger = open_ledger(tmp_path / "loop" / "ledger.db", Settings().database_url)
     try:
         night, resumed = ledger.open_night("plan-a", "d1", str(tmp_path))
         assert not resumed

@@ -11,12 +11,13 @@ from pathlib import Path
 import optuna
 import psycopg
 
-from agent.memory import Memory
 from agent.runner import Runner
 from agent.settings import Settings
 from cards.model import load_card
 from cards.replay import ReplayHost
-from loop.ledger import ExperimentRow, Ledger
+from store.ledger.base import ExperimentRow
+from store.ledger.sqlite import Ledger
+from store.memory.sqlite import Memory
 from tests.agent.conftest import ROOT, card_path
 from tests.postgres import Postgres
 

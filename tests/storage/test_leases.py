@@ -6,12 +6,12 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from agent.leases_pg import RunLeases
-from agent.models import Event
 from agent.runner import Runner
 from agent.settings import Settings
 from cards.model import load_card
 from cards.replay import ReplayHost
+from store.leases import RunLeases
+from store.records import Event
 from tests.agent.conftest import card_path
 from tests.postgres import Postgres
 

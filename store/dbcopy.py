@@ -19,16 +19,17 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from agent.pg import open_pool
+from store.pg import migrate, open_pool
 
-#: Memory's tables in agent/memory.py and agent/memory_pg.py (FTS shadow tables are derived).
+#: Memory's tables in store/memory/sqlite.py and store/memory/postgres.py (FTS shadow tables are
+#: derived).
 MEMORY_TABLES = [
     "sessions", "events", "todos", "handoffs", "conclusions", "observations", "hypotheses",
     "alerts",
 ]  # fmt: skip
-#: The loop's ledger (loop/ledger.py); named here so agent/ never imports loop/. A pair is
-#: (SQLite table, PostgreSQL table): the ledger's night events share the team database with
-#: memory's `events`, so there they are `night_events` (loop/ledger_pg.py).
+#: The loop's ledger (store/ledger/sqlite.py). A pair is (SQLite table, PostgreSQL table): the
+#: ledger's night events share the team database with memory's `events`, so there they are
+#: `night_events` (store/ledger/postgres.py).
 LEDGER_TABLES: list[str | tuple[str, str]] = [
     "nights", "experiments", "baseline_files", ("events", "night_events"),
 ]  # fmt: skip
@@ -146,7 +147,7 @@ def copy_checkpoints(path: Path, url: str) -> TableCopy:
     """Every checkpoint and pending write of every thread, through the savers' own API."""
     from langgraph.checkpoint.sqlite import SqliteSaver
 
-    from agent.checkpoints_pg import open_postgres_saver
+    from store.checkpoints import open_postgres_saver
 
     src = sqlite3.connect(str(path), check_same_thread=False)
     saver_in = SqliteSaver(src)
@@ -225,7 +226,7 @@ def copy_studies(path: Path, url: str) -> list[TableCopy]:
 
 def copy_home(home: Path, loop_state: Path, url: str) -> list[TableCopy]:
     """Memory, checkpoints, and every night's ledger and study under the loop's state dir."""
-    from agent.memory_pg import PgMemory
+    from store.memory.postgres import PgMemory
 
     PgMemory(url, pool_size=1).close()  # the schema exists before rows arrive
     _migrate_ledger(url)
@@ -242,16 +243,10 @@ def copy_home(home: Path, loop_state: Path, url: str) -> list[TableCopy]:
 
 
 def _migrate_ledger(url: str) -> list[str]:
-    import importlib
+    from store.ledger.postgres import MIGRATIONS
 
-    try:
-        ledger_pg = importlib.import_module("loop.ledger_pg")
-    except ModuleNotFoundError:
-        return []
     pool = open_pool(url, max_size=1, name="pivot-migrate")
     try:
-        from agent.pg import migrate
-
-        return migrate(pool, "ledger", ledger_pg.MIGRATIONS)
+        return migrate(pool, "ledger", MIGRATIONS)
     finally:
         pool.close()

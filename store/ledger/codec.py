@@ -1,11 +1,8 @@
 """How the ledger's rows become columns and back: one place for both backends.
 
-SQLite (loop/ledger.py) and PostgreSQL (loop/ledger_pg.py) store the same columns, so
+SQLite (store/ledger/sqlite.py) and PostgreSQL (store/ledger/postgres.py) store the same columns, so
 `pivot db copy` moves rows unchanged and both answer the same rows; what differs between them is
 the SQL, never the encoding. Everything here is pure: dicts in, dicts or models out.
-
-The row models stay in loop/ledger.py (everyone imports them from there); they are imported
-inside the functions because loop/ledger.py imports this module.
 """
 
 from __future__ import annotations
@@ -14,12 +11,11 @@ import hashlib
 import json
 import time
 import uuid
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import BaseModel
 
-if TYPE_CHECKING:
-    from loop.ledger import ExperimentRow, NightRow
+from store.ledger.base import ExperimentRow, NightRow
 
 #: ExperimentRow fields stored as JSON text, with the value an empty column reads as.
 JSON_FIELDS: dict[str, str] = {
@@ -40,8 +36,6 @@ def dump_experiment(row: ExperimentRow) -> dict[str, Any]:
 
 def load_experiment(r: dict[str, Any]) -> ExperimentRow:
     """Columns back to a row; a NULL column takes the model's default."""
-    from loop.ledger import ExperimentRow
-
     r = dict(r)
     for k, empty in JSON_FIELDS.items():
         r[k] = json.loads(r.get(k) or empty)
@@ -55,8 +49,6 @@ def experiment_fields(fields: dict[str, Any]) -> dict[str, Any]:
 
 def new_night(plan_name: str, digest: str, state_dir: str) -> NightRow:
     """A fresh night: its id sorts by start time and stays unique across machines."""
-    from loop.ledger import NightRow
-
     return NightRow(
         id=time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6],
         plan_name=plan_name,
@@ -80,8 +72,6 @@ def night_fields(fields: dict[str, Any]) -> dict[str, Any]:
 
 
 def load_night(r: dict[str, Any]) -> NightRow:
-    from loop.ledger import NightRow
-
     r = dict(r)
     r["left_in_place"] = json.loads(r.get("left_in_place") or "[]")
     return NightRow(**{k: v for k, v in r.items() if v is not None})

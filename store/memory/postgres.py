@@ -1,4 +1,4 @@
-"""The team backend of memory: the same tables and answers as agent/memory.py, in PostgreSQL.
+"""The team backend of memory: the same tables and answers as store/memory/sqlite.py, in PostgreSQL.
 
 Chosen when `PIVOT_DATABASE_URL` is a postgresql:// URL, so a team's investigations share one
 memory ("seen before on node-17 last Tuesday" from a colleague's session). Columns keep the
@@ -16,8 +16,8 @@ from typing import Any
 
 from psycopg import Connection
 
-from agent.memory import ConclusionRow, HandoffRow, MemoryReads, SessionRow, TodoRow
-from agent.memory_codec import (
+from store.memory.base import ConclusionRow, HandoffRow, MemoryReads, SessionRow, TodoRow
+from store.memory.codec import (
     alert_row,
     conclusion_row,
     event_data,
@@ -28,8 +28,8 @@ from agent.memory_codec import (
     observation_row,
     session_outcome,
 )
-from agent.models import AlertRow, Event, Report, now
-from agent.pg import Migration, migrate, open_pool
+from store.pg import Migration, migrate, open_pool
+from store.records import AlertRow, Event, Report, now
 
 #: The channel every stored event is announced on; payload `<session_id>:<seq>`.
 EVENTS_CHANNEL = "pivot_events"
@@ -93,7 +93,7 @@ def _m004_alerts(conn: Connection[Any]) -> None:
     )
 
 
-#: Named, append-only, and named like their SQLite twins in agent/memory.py.
+#: Named, append-only, and named like their SQLite twins in store/memory/sqlite.py.
 MIGRATIONS: list[Migration] = [
     ("001_core", _m001_core),
     ("002_observations_hypotheses", _m002_observations),

@@ -1,6 +1,6 @@
 """How memory's rows become columns and back: one place for both backends.
 
-SQLite (agent/memory.py) and PostgreSQL (agent/memory_pg.py) keep the same columns with the
+SQLite (store/memory/sqlite.py) and PostgreSQL (store/memory/postgres.py) keep the same columns with the
 same encodings (JSON text, integer booleans, ISO timestamps), so `pivot db copy` moves rows
 unchanged and both return equal rows. Only the SQL differs between the backends; what a column
 holds is decided here. Pure functions: models in, dicts out, and back.
@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from agent.models import AlertRow, Event, HypothesisView, Report, now
+from store.records import AlertRow, Event, HypothesisView, Report, now
 
 
 def observation_row(session_id: str, obs: dict[str, Any]) -> dict[str, Any]:

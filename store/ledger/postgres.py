@@ -1,4 +1,4 @@
-"""The night's ledger in the team's PostgreSQL: the same rows and answers as loop/ledger.py.
+"""The night's ledger in the team's PostgreSQL: the same rows and answers as store/ledger/sqlite.py.
 
 Chosen by `open_ledger` when `PIVOT_DATABASE_URL` is set, so the morning report, the service
 and workers on other machines read one ledger. Every phase change is still committed before
@@ -13,9 +13,8 @@ from typing import Any
 
 from psycopg import Connection
 
-from agent.pg import Migration, migrate, open_pool
-from loop.ledger import Event, ExperimentRow, NightRow, Phase
-from loop.ledger_codec import (
+from store.ledger.base import Event, ExperimentRow, NightRow, Phase
+from store.ledger.codec import (
     baseline_file,
     dump_experiment,
     dump_night,
@@ -25,6 +24,7 @@ from loop.ledger_codec import (
     new_night,
     night_fields,
 )
+from store.pg import Migration, migrate, open_pool
 
 
 def _m001_init(conn: Connection[Any]) -> None:
@@ -54,7 +54,7 @@ def _m002_left_in_place(conn: Connection[Any]) -> None:
 
 
 def _m003_liveness_events(conn: Connection[Any]) -> None:
-    # SQLite's `events`: memory's `events` (agent/memory_pg.py) already has the name here.
+    # SQLite's `events`: memory's `events` (store/memory/postgres.py) already has the name here.
     # The key is the whole row, so a second `pivot db copy` of the same ledger adds nothing.
     conn.execute(
         """
@@ -93,7 +93,7 @@ def _m006_run_launch(conn: Connection[Any]) -> None:
     conn.execute("alter table experiments add column run_launch text")
 
 
-#: Named like their SQLite twins in loop/ledger.py.
+#: Named like their SQLite twins in store/ledger/sqlite.py.
 MIGRATIONS: list[Migration] = [
     ("001_init", _m001_init),
     ("002_left_in_place", _m002_left_in_place),

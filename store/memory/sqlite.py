@@ -1,8 +1,5 @@
-"""What Pivot remembers across sessions: one `MemoryStore` Protocol, two backends.
-
-`Memory` (this file) keeps it in SQLite via sqlite-utils, the embedded default; `PgMemory`
-(agent/memory_pg.py) keeps the same tables in a team's PostgreSQL when `PIVOT_DATABASE_URL` is
-set. `open_memory(settings)` picks one; callers never name a backend.
+"""Memory in SQLite via sqlite-utils, the embedded default (`PgMemory` in
+store/memory/postgres.py keeps the same tables in a team's PostgreSQL).
 
 Tables mirror what happened (sessions, events, observations, hypotheses, conclusions, todos,
 handoffs). Migrations are named and append-only; WAL keeps concurrent writers (the API, the loop)
@@ -12,19 +9,17 @@ to "seen before on host X on date Y: root cause Z".
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import sqlite3
 import threading
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any
 
 import sqlite_utils
-from pydantic import BaseModel
 
-from agent.memory_codec import (
+from store.memory.base import ConclusionRow, HandoffRow, MemoryReads, SessionRow, TodoRow
+from store.memory.codec import (
     alert_row,
     conclusion_row,
     event_data,
@@ -35,107 +30,8 @@ from agent.memory_codec import (
     observation_row,
     session_outcome,
 )
-from agent.models import AlertRow, Event, Report, now
-
-if TYPE_CHECKING:
-    from agent.settings import Settings
-
-
-class SessionRow(BaseModel):
-    id: str
-    host: str
-    symptom: str
-    brain: str
-    status: str
-    created: str
-    updated: str
-    root_cause: str | None = None
-
-
-class TodoRow(BaseModel):
-    id: int
-    host: str
-    text: str
-    done: bool = False
-    created: str
-    session_id: str | None = None
-
-
-class HandoffRow(BaseModel):
-    id: int
-    host: str
-    text: str
-    created: str
-    session_id: str | None = None
-
-
-class ConclusionRow(BaseModel):
-    session_id: str
-    host: str
-    root_cause: str | None
-    summary: str
-    evidence: str
-    created: str
-
-
-class MemoryStore(Protocol):
-    """What the runner, the service, the CLI and the loop ask of memory, whatever the backend."""
-
-    def create_session(
-        self, host: str, symptom: str, brain: str, session_id: str | None = None
-    ) -> str: ...
-    def set_status(self, session_id: str, status: str) -> None: ...
-    def set_host_spec(self, session_id: str, spec: str) -> None: ...
-    def claim_status(self, session_id: str, expected: str, new: str) -> bool: ...
-    def host_spec(self, session_id: str) -> str | None: ...
-    def get_session(self, session_id: str) -> SessionRow | None: ...
-    def list_sessions(self, host: str | None = None, limit: int = 50) -> list[SessionRow]: ...
-    def save_report(self, report: Report) -> None: ...
-    def report(self, session_id: str) -> Report | None: ...
-    def record_observation(self, session_id: str, obs: dict[str, Any]) -> None: ...
-    def observations(self, session_id: str) -> list[dict[str, Any]]: ...
-    def trajectory(self, session_id: str) -> dict[str, Any]: ...
-    def append_event(self, event: Event) -> Event: ...
-    def events(self, session_id: str, after_seq: int = 0) -> list[Event]: ...
-    def add_todo(self, host: str, text: str, session_id: str | None = None) -> TodoRow: ...
-    def todos(self, host: str, open_only: bool = True) -> list[TodoRow]: ...
-    def close_todo(self, todo_id: int) -> bool: ...
-    def add_handoff(self, host: str, text: str, session_id: str | None = None) -> HandoffRow: ...
-    def handoffs(self, host: str, limit: int = 10) -> list[HandoffRow]: ...
-    def last_handoff(self, host: str) -> HandoffRow | None: ...
-    def search_conclusions(self, query: str, limit: int = 20) -> list[ConclusionRow]: ...
-    def record_alert(self, alert: AlertRow) -> None: ...
-    def alert(self, session_id: str) -> AlertRow | None: ...
-    def last_alert(self, group_key: str, host: str) -> AlertRow | None: ...
-    def close(self) -> None: ...
-
-
-class MemoryReads:
-    """Answers built from other answers, the same on both backends."""
-
-    def trajectory(self: Any, session_id: str) -> dict[str, Any]:
-        s = self.get_session(session_id)
-        rep = self.report(session_id)
-        return {
-            "session": s.model_dump() if s else None,
-            "observations": self.observations(session_id),
-            "hypotheses": rep.model_dump()["hypotheses"] if rep else [],
-            "report": rep.model_dump() if rep else None,
-            "events": [e.model_dump() for e in self.events(session_id)],
-        }
-
-    def last_handoff(self: Any, host: str) -> HandoffRow | None:
-        rows = self.handoffs(host, limit=1)
-        return rows[0] if rows else None
-
-
-def open_memory(settings: Settings) -> MemoryStore:
-    """The team's PostgreSQL when `PIVOT_DATABASE_URL` is set, else the home's SQLite file."""
-    if settings.database_url:
-        from agent.memory_pg import PgMemory
-
-        return PgMemory(settings.database_url)
-    return Memory(settings.memory_path)
+from store.records import AlertRow, Event, Report, now
+from store.sqlite_db import migration_lock, open_database
 
 
 def _m001_core(db: sqlite_utils.Database) -> None:
@@ -243,36 +139,6 @@ MIGRATIONS: list[tuple[str, Callable[[sqlite_utils.Database], None]]] = [
     ("003_host_spec", _m003_host_spec),
     ("004_alerts", _m004_alerts),
 ]
-
-
-def open_database(path: Path) -> sqlite_utils.Database:
-    """One connection shared by the threads of a process, its upsert support settled up front.
-
-    sqlite-utils decides whether SQLite has `ON CONFLICT` the first time an upsert runs, by
-    creating and dropping a scratch table on the connection; on a connection another thread is
-    reading through, that drop fails with "database table is locked" (seen with fifty sessions
-    at once). Asking once here, before any thread uses the connection, keeps the probe out of
-    the race."""
-    conn = sqlite3.connect(str(path), check_same_thread=False, timeout=30.0)
-    db = sqlite_utils.Database(conn)
-    _ = db.supports_on_conflict
-    return db
-
-
-@contextlib.contextmanager
-def migration_lock(path: Path) -> Iterator[None]:
-    """One process at a time sets WAL and migrates: two processes creating the same tables at
-    once (the service and the loop starting together) fail with "database is locked", because
-    SQLite does not wait when a reader must upgrade to writer mid-transaction."""
-    if str(path) == ":memory:":
-        yield
-        return
-    with open(f"{path}.migrate.lock", "a") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 class Memory(MemoryReads):

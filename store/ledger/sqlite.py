@@ -1,9 +1,8 @@
-"""The night's ledger: one SQLite file (WAL) in the state dir, one row per experiment.
-(With `PIVOT_DATABASE_URL` set, `open_ledger` returns the same ledger in PostgreSQL instead.)
+"""The night's ledger in one SQLite file (WAL) in the state dir, one row per experiment
+(`PgLedger`, store/ledger/postgres.py, keeps the same tables in a team's PostgreSQL).
 
 Why its own file: the loop writes while the API and the agent's memory write theirs; separate
-files never lock each other. Every phase change is committed before the phase starts, so a
-`kill -9` at any moment leaves a row that says exactly what to undo on restart.
+files never lock each other.
 """
 
 from __future__ import annotations
@@ -12,12 +11,12 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import sqlite_utils
-from pydantic import BaseModel, Field
 
-from loop.ledger_codec import (
+from store.ledger.base import Event, ExperimentRow, NightRow, Phase
+from store.ledger.codec import (
     baseline_file,
     dump_experiment,
     dump_night,
@@ -27,107 +26,7 @@ from loop.ledger_codec import (
     new_night,
     night_fields,
 )
-
-Status = Literal[
-    "pending", "running", "ok", "kept", "discarded", "inconclusive", "failed", "hung",
-    "timeout", "skipped", "no_effect",
-]  # fmt: skip
-Phase = Literal[
-    "pending", "preflight", "apply", "launch", "ready", "benchmark", "stop", "revert",
-    "diagnose", "done",
-]  # fmt: skip
-#: Phases in which the experiment has no result yet: a restart runs it again from scratch.
-BEFORE_RESULT = {"preflight", "apply", "launch", "ready", "benchmark"}
-#: Phases after the result was recorded: a restart only finishes the cleanup (and diagnosis).
-AFTER_RESULT = {"stop", "revert", "diagnose"}
-TERMINAL = {
-    "ok", "kept", "discarded", "inconclusive", "failed", "hung", "timeout", "skipped", "no_effect",
-}  # fmt: skip
-#: A change that provably changed nothing the server sees (loop/effect.py): never launched.
-NO_EFFECT = "no_effect"
-#: Statuses of a measured experiment (its metric is a result, whatever the verdict).
-MEASURED = ("ok", "kept", "discarded", "inconclusive")
-#: Terminal statuses that call for a diagnosis and a line under "Failures" in the report.
-FAILED = ("failed", "hung", "timeout")
-
-
-class ExperimentRow(BaseModel):
-    id: str
-    night_id: str
-    seq: int
-    name: str
-    kind: Literal["baseline", "ranked", "search", "final"]
-    host: str = ""
-    change: dict[str, Any] = Field(default_factory=dict)
-    diff: str = ""
-    expect: str = ""
-    status: Status = "pending"
-    phase: Phase = "pending"
-    metric_mean: float | None = None
-    metric_spread: float | None = None
-    metric_values: list[float] = Field(default_factory=list)
-    #: Every metric the benchmark reported, one value per run (canonical names, see
-    #: tools/bench_results.py): latency percentiles, throughputs, errors.
-    metrics: dict[str, list[float]] = Field(default_factory=dict)
-    slo: str | None = Field(None, description="SLO verdict: 'met', or what the change broke")
-    ci_low: float | None = Field(None, description="interval of the metric's center")
-    ci_high: float | None = None
-    stats: str | None = Field(None, description="the statistical statement, in words")
-    remeasured: int = Field(0, description="launches spent re-measuring an inconclusive result")
-    #: When the launch that made each run started (one per metric_values entry): runs of one
-    #: launch share it, so the judge can tell launches apart (loop/stats.py interleaved_compare).
-    run_launch: list[float] = Field(default_factory=list)
-    gain: float | None = None
-    duration_s: float | None = None
-    label: str | None = None
-    evidence: str | None = None
-    diagnosis: str | None = None
-    log_path: str | None = None
-    pid: int | None = None
-    attempts: int = 0
-    trial_number: int | None = None
-    started: float | None = None
-    ended: float | None = None
-
-
-class LeftChange(BaseModel):
-    """A config file the morning server runs with that differs from the night's baseline."""
-
-    host: str
-    path: str
-    baseline_sha256: str
-    snapshot_id: str | None = Field(None, description="the baseline's snapshot in the store")
-    revert: str = Field(description="the command that puts the baseline back")
-    diff: str = ""
-
-
-class NightRow(BaseModel):
-    id: str
-    plan_name: str
-    plan_digest: str
-    state_dir: str
-    started: float
-    ended: float | None = None
-    status: Literal["running", "done", "blocked"] = "running"
-    noise: float | None = None
-    best: str | None = None
-    final_pid: int | None = None
-    final_host: str | None = None
-    note: str | None = None
-    left_in_place: list[LeftChange] = Field(default_factory=list)
-    heartbeat: float | None = Field(None, description="last time the running loop said so")
-    loop_pid: int | None = None
-    loop_host: str | None = None
-
-
-class Event(BaseModel):
-    """Something that happened to the night rather than to one experiment: an interruption
-    (signal or kill -9) and what the stop or the next start did about it."""
-
-    night_id: str
-    at: float
-    kind: Literal["signal", "killed", "resumed"]
-    detail: str
+from store.sqlite_db import migration_lock, open_database
 
 
 def _m001_init(db: sqlite_utils.Database) -> None:
@@ -208,8 +107,6 @@ class Ledger:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.RLock()
-        from agent.memory import migration_lock, open_database
-
         with migration_lock(self.path):  # the service may open the ledger while the loop starts
             self.db = open_database(self.path)
             self.db.execute("PRAGMA journal_mode=WAL")
@@ -317,29 +214,3 @@ class Ledger:
 
     def close(self) -> None:
         self.db.conn.close()
-
-
-def open_ledger(path: str | Path, database_url: str | None = None) -> Any:
-    """The team's PostgreSQL ledger when `PIVOT_DATABASE_URL` is set (or `database_url` given),
-    else the SQLite file at `path`. Both answer the same methods (loop/ledger_pg.py)."""
-    if database_url is None:
-        from agent.settings import Settings
-
-        database_url = Settings().database_url
-    if database_url:
-        from loop.ledger_pg import PgLedger
-
-        return PgLedger(database_url)
-    return Ledger(path)
-
-
-def study_storage(state_dir: str | Path, database_url: str | None = None) -> str:
-    """Optuna's RDB storage URL: the team's PostgreSQL (through psycopg 3) when set, so workers
-    on several machines share one study; else a SQLite file beside the ledger."""
-    if database_url is None:
-        from agent.settings import Settings
-
-        database_url = Settings().database_url
-    if database_url:
-        return "postgresql+psycopg://" + database_url.split("://", 1)[1]
-    return f"sqlite:///{state_dir}/optuna.db"
