@@ -42,12 +42,15 @@ def pending(hub: Hub) -> list[ApprovalRequest]:
 def diff(
     approval_id: Annotated[str, Path(max_length=100)], hub: Hub, catalog: Catalog, config: Config
 ) -> ApprovalDiff:
-    """The unified diff of the file change a pending approval would make (read on the host)."""
+    """The unified diff of the file change a pending approval would make, read on the session's
+    host by whichever replica answers: where it runs comes from the database, not memory."""
     req = next((a for a in hub.pending() if a.id == approval_id), None)
     if req is None:
         raise HTTPException(404, f"no pending approval {approval_id}")
-    st = hub.state(req.session_id)
-    host_name = st.host_name if st else "*"
+    try:  # the session's own host, also when another replica paused it (from the database)
+        host_name, _ = hub.location(req.session_id)
+    except NotFound as exc:
+        raise HTTPException(404, str(exc)) from exc
     roots, protected = catalog.roots(host_name), config.protected_now()
     try:  # the same paths an approval may touch, and only those, are read for the diff
         for p in _paths(req.args) + [v for k, v in req.args.items() if k in SOURCE_KEYS]:
@@ -55,7 +58,7 @@ def diff(
     except PathRefused as exc:
         raise HTTPException(exc.status, exc.message) from exc
     try:
-        host = catalog.open(host_name)
+        host = hub.open_for(req.session_id)  # inside the session's container when it has one
     except UnknownHost as exc:
         raise HTTPException(409, f"the session's host is gone: {exc}") from exc
     try:
@@ -77,8 +80,10 @@ def decide(
     if req is None:
         raise HTTPException(404, f"no pending approval {approval_id}")
     if body.approve:
-        st = hub.state(req.session_id)
-        roots = catalog.roots(st.host_name if st else "*")
+        try:
+            roots = catalog.roots(hub.location(req.session_id)[0])
+        except NotFound as exc:
+            raise HTTPException(404, str(exc)) from exc
         protected = config.protected_now()  # a change never writes Pivot's own state
         try:
             for p in _paths(req.args):
