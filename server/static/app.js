@@ -285,24 +285,39 @@ function diffView(text) {
 }
 
 async function fillApproval(card, req) {
+  // Approve stays disabled until the diff has loaded: a change is never approved unseen (a
+  // replica that cannot read it, a dropped connection). Deny needs no diff and works at once.
   card.dataset.id = req.id;
-  const pending = card.querySelector(".pending");
-  const d = await api(`/api/approvals/${encodeURIComponent(req.id)}/diff`).catch((e) => ({ note: String(e.message) }));
-  pending.replaceWith(d.diff ? diffView(d.diff) : el("p", { class: "muted" }, d.note || ""));
   const reason = el("input", { id: `reason-${req.id}`, placeholder: "note for the record (optional)", maxlength: "2000" });
+  const yes = el("button", { type: "button", class: "primary", disabled: "", title: "loading the change first" }, "Approve");
+  const no = el("button", { type: "button" }, "Deny");
   const decide = async (approve, btns) => {
     btns.forEach((b) => (b.disabled = true));
     try { await api(`/api/approvals/${encodeURIComponent(req.id)}`, { method: "POST", body: { approve, reason: reason.value } }); }
-    catch (err) { say("error", `could not send the decision: ${err.message}`); btns.forEach((b) => (b.disabled = false)); return; }
+    catch (err) { say("error", `could not send the decision: ${err.message}`); no.disabled = false; yes.disabled = !card.dataset.seen; return; }
     card.querySelector(".row").replaceWith(el("p", { class: "muted" }, approve ? "approved; the agent continues" : "denied; the agent continues without it"));
     setWaiting(false); status(`session ${S.session}: running`); loadSessions();
     if (!S.stream) follow(S.session);
   };
-  const yes = el("button", { type: "button", class: "primary" }, "Approve");
-  const no = el("button", { type: "button" }, "Deny");
   yes.addEventListener("click", () => decide(true, [yes, no])); no.addEventListener("click", () => decide(false, [yes, no]));
   card.append(el("details", {}, el("summary", {}, "the exact action"), el("pre", {}, callText(req.tool, req.args))),
     el("div", { class: "row" }, el("label", { for: `reason-${req.id}`, class: "sr" }, "note"), reason, yes, no));
+  await loadDiff(card, req, yes);
+}
+
+async function loadDiff(card, req, yes) {
+  const pending = card.querySelector(".pending");
+  let d;
+  try { d = await api(`/api/approvals/${encodeURIComponent(req.id)}/diff`); }
+  catch (err) {
+    const retry = el("button", { type: "button", class: "retry" }, "load the change again");
+    const box = el("p", { class: "muted pending" }, `could not load the change: ${err.message}. Approve stays off until it is shown. `, retry);
+    retry.addEventListener("click", () => { box.replaceWith(el("p", { class: "muted pending" }, "loading the change…")); loadDiff(card, req, yes); });
+    pending.replaceWith(box);
+    return;
+  }
+  pending.replaceWith(d.diff ? diffView(d.diff) : el("p", { class: "muted" }, d.note || ""));
+  card.dataset.seen = "1"; yes.disabled = false; yes.removeAttribute("title");
 }
 
 // -- one session -------------------------------------------------------------------------------
