@@ -8,7 +8,8 @@ from fastapi import APIRouter, HTTPException, Path, status
 from pydantic import BaseModel
 
 from agent.models import ApprovalRequest, Decision
-from server.deps import Catalog, Config, Hub
+from server.change_fit import change_fit
+from server.deps import Catalog, Config, Hub, Mem
 from server.diffs import SOURCE_KEYS, ApprovalDiff, approval_diff
 from server.hosts import UnknownHost
 from server.paths import PathRefused, check_lexical
@@ -33,6 +34,14 @@ def _paths(args: dict[str, Any]) -> list[str]:
     return out
 
 
+def _report(mem: Any, session_id: str) -> dict[str, Any]:
+    """The session's latest conclusion, from the database (any replica may have stored it)."""
+    for ev in reversed(mem.events(session_id, after_seq=0)):
+        if ev.type == "conclusion":
+            return ev.data.get("report", ev.data)
+    return {}
+
+
 @router.get("", response_model=list[ApprovalRequest])
 def pending(hub: Hub) -> list[ApprovalRequest]:
     return hub.pending()
@@ -40,7 +49,11 @@ def pending(hub: Hub) -> list[ApprovalRequest]:
 
 @router.get("/{approval_id}/diff", response_model=ApprovalDiff)
 def diff(
-    approval_id: Annotated[str, Path(max_length=100)], hub: Hub, catalog: Catalog, config: Config
+    approval_id: Annotated[str, Path(max_length=100)],
+    hub: Hub,
+    mem: Mem,
+    catalog: Catalog,
+    config: Config,
 ) -> ApprovalDiff:
     """The unified diff of the file change a pending approval would make, read on the session's
     host by whichever replica answers: where it runs comes from the database, not memory."""
@@ -62,9 +75,12 @@ def diff(
     except UnknownHost as exc:
         raise HTTPException(409, f"the session's host is gone: {exc}") from exc
     try:
-        return approval_diff(req, host)
+        out = approval_diff(req, host)
     finally:
         host.close()
+    report = _report(mem, req.session_id)
+    out.fit = change_fit(req, report.get("next_step") or "", report.get("root_cause"))
+    return out
 
 
 @router.post("/{approval_id}", status_code=status.HTTP_202_ACCEPTED, response_model=Decided)
