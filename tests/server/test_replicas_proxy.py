@@ -110,3 +110,42 @@ def test_followed_live_through_the_proxy_the_approval_always_arrives(
             wait_status(cp, sid, ("concluded",))
     assert {r.replica for r in proxy.routed} == {0, 1}
     assert all(x.replica != y.replica for x, y in zip(proxy.routed, proxy.routed[1:], strict=False))
+
+
+def test_page_through_the_proxy_shows_the_approval_card_every_time(
+    behind_proxy: tuple[Replica, Replica, RoundRobin],
+) -> None:
+    """The page itself, in Chromium, behind the alternating proxy: four investigations, each
+    followed live until its approval card shows the diff and Approve, then approved."""
+    from playwright.sync_api import expect, sync_playwright
+
+    from tests.server.serve_proc import ARGS, ARTIFACTS, CHROMIUM, Console
+
+    a, _, proxy = behind_proxy
+    ARTIFACTS.mkdir(exist_ok=True)
+    with sync_playwright() as p:
+        expect.set_options(timeout=60_000)
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
+        page = browser.new_page(viewport={"width": 768, "height": 900})
+        console = Console(page)
+        page.goto(f"{proxy.base_url}/#token={a.token}")
+        expect(page.locator(f'#host option[value="{SEED}"]')).to_have_count(1)
+        for i in range(4):
+            if i:
+                page.goto(f"{proxy.base_url}/")  # a fresh investigation each time
+            page.select_option("#host", SEED)
+            page.fill("#chat-text", f"{SYMPTOM} (try {i})")
+            page.press("#chat-text", "Enter")
+            card = page.locator("#approvals")
+            expect(card.locator(".diff")).to_be_visible()
+            expect(card).to_contain_text("NCCL_MIN_NCHANNELS")
+            approve = card.get_by_role("button", name="Approve")
+            expect(approve).to_be_enabled()
+            page.screenshot(path=str(ARTIFACTS / f"page-proxy-approval-{i}.png"))
+            approve.click()
+            expect(page.locator("#conclusion")).to_contain_text("Applied with approval")
+            expect(page.locator("#answer #a-state")).to_contain_text("concluded")
+        assert console.errors == [], console.errors
+        browser.close()
+    assert proxy.replicas_for("/events") == {0, 1}
+    assert proxy.replicas_for("/diff") <= {0, 1} and proxy.replicas_for("/api/approvals") == {0, 1}
