@@ -149,3 +149,32 @@ def test_page_through_the_proxy_shows_the_approval_card_every_time(
         browser.close()
     assert proxy.replicas_for("/events") == {0, 1}
     assert proxy.replicas_for("/diff") <= {0, 1} and proxy.replicas_for("/api/approvals") == {0, 1}
+
+
+def test_token_per_home_and_shared_by_copying_its_hash(tmp_path: Path, postgres: Postgres) -> None:
+    """What docs/scale.md says about tokens: a home per replica means a token per replica; the
+    copied server-token.json (a salted hash) makes one token work on both."""
+    import shutil
+
+    from server.auth import TOKEN_FILE
+
+    url = postgres.new_database()
+    one, two, three = tmp_path / "one", tmp_path / "two", tmp_path / "three"
+    token = shared_home(one)
+    two.mkdir()
+    shutil.copy(one / TOKEN_FILE, two / TOKEN_FILE)
+    other = shared_home(three)  # a home with its own token
+    reps = [start_replica("one", one, url, token), start_replica("two", two, url, token)]
+    reps.append(start_replica("three", three, url, other))
+    try:
+        proxy = RoundRobin([r.port for r in reps[:2]]).start()
+        with _client(proxy, token) as cp:
+            assert [cp.get("/api/sessions").status_code for _ in range(4)] == [200] * 4
+        proxy.stop()
+        mixed = RoundRobin([reps[0].port, reps[2].port]).start()
+        with _client(mixed, token) as cp:
+            assert [cp.get("/api/sessions").status_code for _ in range(4)] == [200, 401] * 2
+        mixed.stop()
+    finally:
+        for r in reps:
+            r.stop()
