@@ -81,9 +81,10 @@ class RoundRobin:
 
         async def close() -> None:
             server.close()
-            for task in asyncio.all_tasks():
-                if task is not asyncio.current_task():
-                    task.cancel()
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)  # let them unwind here
 
         asyncio.run_coroutine_threadsafe(close(), loop).result(10)
         loop.call_soon_threadsafe(loop.stop)
