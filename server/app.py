@@ -28,6 +28,7 @@ from server.limits import BodyLimit
 from server.routers import (
     alerts,
     approvals,
+    causes,
     evals,
     events,
     health,
@@ -140,7 +141,7 @@ def create_app(
     app.include_router(health.router)
     app.include_router(pages.router)
     authed = [Depends(require_token)]
-    for r in (sessions, events, approvals, memory, hosts, evals, loop, alerts, watches):
+    for r in (sessions, events, approvals, causes, memory, hosts, evals, loop, alerts, watches):
         app.include_router(r.router, dependencies=authed)
     app.add_middleware(BodyLimit, max_bytes=config.max_body_bytes)
     app.add_middleware(BearerGate, verifier=verifier, public=("/api/health",))

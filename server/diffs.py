@@ -12,6 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from server.change_fit import ChangeFit
 from store.records import ApprovalRequest
 from tools.host import Host, decode
 
@@ -26,6 +27,8 @@ class ApprovalDiff(BaseModel):
     source: str | None = None
     diff: str | None = None
     note: str = ""
+    #: whether the change is the report's next step, or why it is not (server/change_fit.py)
+    fit: ChangeFit | None = None
 
 
 def _read(host: Host, path: str) -> tuple[str | None, str]:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -77,8 +78,11 @@ class SessionState:
 #: Between the catalog host and the container in a stored host spec (as the CLI writes it).
 CONTAINER_SEP = "|container="
 
-#: Event types after which a session run elsewhere sends nothing more by itself.
+#: Event types after which a session run elsewhere may send nothing more by itself.
 LAST_TYPES = ("conclusion", "error")
+
+#: How long a relayed last event waits for the runner to store the session's final status.
+SETTLE_S = 10.0
 
 
 class RunHub:
@@ -155,11 +159,39 @@ class RunHub:
 
     # -- what the routers ask ------------------------------------------------------------------
     def state(self, session_id: str) -> SessionState | None:
-        return self._sessions.get(session_id)
+        return self._fresh(self._sessions.get(session_id))
 
     def phase(self, session_id: str) -> Phase | None:
-        st = self._sessions.get(session_id)
+        st = self.state(session_id)
         return st.phase if st else None
+
+    def _fresh(self, st: SessionState | None) -> SessionState | None:
+        """A pause this replica remembers may have been decided (and finished) on another
+        replica: the database's status wins, or A would show a finished session as waiting."""
+        if st is None or self.cluster is None or st.phase != "awaiting_approval":
+            return st
+        row = self.memory.get_session(st.session_id)
+        if row is not None and row.status != "awaiting_approval":
+            st.phase = "done"
+            for aid in [k for k, v in self._pending.items() if v.session_id == st.session_id]:
+                del self._pending[aid]
+        return st
+
+    def location(self, session_id: str) -> tuple[str, str | None]:
+        """(catalog host, container) the session reads: from this replica's run of it, or from
+        the database when another replica ran or paused it (never a guess like "*")."""
+        st = self._sessions.get(session_id)
+        if st is not None:
+            return st.host_name, st.container
+        row = self.memory.get_session(session_id)
+        if row is None:
+            raise NotFound(f"no session {session_id}")
+        return self._where(session_id, row.host)
+
+    def open_for(self, session_id: str) -> Host:
+        """A fresh view of the session's host (inside its container when it has one), for a
+        read beside the run such as an approval's diff; the caller closes it."""
+        return self._open(*self.location(session_id))
 
     def pending(self) -> list[ApprovalRequest]:
         if self.cluster is not None:  # any replica may have paused it: the database knows
@@ -354,8 +386,32 @@ class RunHub:
         if not self.wants(session_id):
             return
         events = self.memory.events(session_id, after_seq=seq - 1)
-        if events:
-            self._call(self._fanout_remote, session_id, events)
+        if not events:
+            return
+        self._call(self._fanout_remote, session_id, events)
+        if events[-1].type in LAST_TYPES:
+            threading.Thread(
+                target=self._settle, args=(session_id, events[-1].seq), daemon=True
+            ).start()
+
+    def _settle(self, session_id: str, seq: int) -> None:
+        """A conclusion is not always the end: a run that offers a fix pauses for approval just
+        after it (conclusion, then approval_request). Ending the relayed streams at the
+        conclusion made a page following on another replica miss the approval; so wait until
+        the stored status leaves `running`, and end them only if the run ended for good and
+        nothing came after."""
+        deadline = time.monotonic() + SETTLE_S
+        while True:
+            row = self.memory.get_session(session_id)
+            status = row.status if row is not None else "error"
+            if status not in ("running", "queued"):
+                break
+            if time.monotonic() > deadline:
+                return  # still running (an answer mid-run failed): later events will come
+            time.sleep(0.05)
+        if status == "awaiting_approval" or self.memory.events(session_id, after_seq=seq):
+            return  # paused, or more came: the relay of those decides
+        self._call(self._end_remote, session_id)
 
     def _fanout_remote(self, session_id: str, events: list[Event]) -> None:
         st = self._sessions.get(session_id)
@@ -366,11 +422,16 @@ class RunHub:
         for ev in events:
             for q in queues:
                 q.put_nowait(ev)
-            if ev.type in LAST_TYPES:
-                if st is not None:
-                    st.phase = "done"
-                for q in queues:
-                    q.put_nowait(END)
+
+    def _end_remote(self, session_id: str) -> None:
+        st = self._sessions.get(session_id)
+        if st is not None and st.phase in ("queued", "running"):
+            return  # this replica took it up again meanwhile: its own _finish ends the streams
+        if st is not None:
+            st.phase = "done"
+        queues = set(st.subscribers) if st is not None else set()
+        for q in queues | self._remote.get(session_id, set()):
+            q.put_nowait(END)
 
     def _host(self, st: SessionState) -> Host:
         if st.host is None:

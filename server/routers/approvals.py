@@ -7,7 +7,8 @@ from typing import Annotated, Any
 from fastapi import APIRouter, HTTPException, Path, status
 from pydantic import BaseModel
 
-from server.deps import Catalog, Config, Hub
+from server.change_fit import change_fit
+from server.deps import Catalog, Config, Hub, Mem
 from server.diffs import SOURCE_KEYS, ApprovalDiff, approval_diff
 from server.hosts import UnknownHost
 from server.paths import PathRefused, check_lexical
@@ -33,6 +34,14 @@ def _paths(args: dict[str, Any]) -> list[str]:
     return out
 
 
+def _report(mem: Any, session_id: str) -> dict[str, Any]:
+    """The session's latest conclusion, from the database (any replica may have stored it)."""
+    for ev in reversed(mem.events(session_id, after_seq=0)):
+        if ev.type == "conclusion":
+            return ev.data.get("report", ev.data)
+    return {}
+
+
 @router.get("", response_model=list[ApprovalRequest])
 def pending(hub: Hub) -> list[ApprovalRequest]:
     return hub.pending()
@@ -40,14 +49,21 @@ def pending(hub: Hub) -> list[ApprovalRequest]:
 
 @router.get("/{approval_id}/diff", response_model=ApprovalDiff)
 def diff(
-    approval_id: Annotated[str, Path(max_length=100)], hub: Hub, catalog: Catalog, config: Config
+    approval_id: Annotated[str, Path(max_length=100)],
+    hub: Hub,
+    mem: Mem,
+    catalog: Catalog,
+    config: Config,
 ) -> ApprovalDiff:
-    """The unified diff of the file change a pending approval would make (read on the host)."""
+    """The unified diff of the file change a pending approval would make, read on the session's
+    host by whichever replica answers: where it runs comes from the database, not memory."""
     req = next((a for a in hub.pending() if a.id == approval_id), None)
     if req is None:
         raise HTTPException(404, f"no pending approval {approval_id}")
-    st = hub.state(req.session_id)
-    host_name = st.host_name if st else "*"
+    try:  # the session's own host, also when another replica paused it (from the database)
+        host_name, _ = hub.location(req.session_id)
+    except NotFound as exc:
+        raise HTTPException(404, str(exc)) from exc
     roots, protected = catalog.roots(host_name), config.protected_now()
     try:  # the same paths an approval may touch, and only those, are read for the diff
         for p in _paths(req.args) + [v for k, v in req.args.items() if k in SOURCE_KEYS]:
@@ -55,13 +71,16 @@ def diff(
     except PathRefused as exc:
         raise HTTPException(exc.status, exc.message) from exc
     try:
-        host = catalog.open(host_name)
+        host = hub.open_for(req.session_id)  # inside the session's container when it has one
     except UnknownHost as exc:
         raise HTTPException(409, f"the session's host is gone: {exc}") from exc
     try:
-        return approval_diff(req, host)
+        out = approval_diff(req, host)
     finally:
         host.close()
+    report = _report(mem, req.session_id)
+    out.fit = change_fit(req, report.get("next_step") or "", report.get("root_cause"))
+    return out
 
 
 @router.post("/{approval_id}", status_code=status.HTTP_202_ACCEPTED, response_model=Decided)
@@ -77,8 +96,10 @@ def decide(
     if req is None:
         raise HTTPException(404, f"no pending approval {approval_id}")
     if body.approve:
-        st = hub.state(req.session_id)
-        roots = catalog.roots(st.host_name if st else "*")
+        try:
+            roots = catalog.roots(hub.location(req.session_id)[0])
+        except NotFound as exc:
+            raise HTTPException(404, str(exc)) from exc
         protected = config.protected_now()  # a change never writes Pivot's own state
         try:
             for p in _paths(req.args):

@@ -6,7 +6,8 @@
 const $ = (sel) => document.querySelector(sel);
 const S = { token: localStorage.getItem("pivot.token") || "", session: null, lastSeq: 0,
   hyps: new Map(), stream: null, host: "", shownRequests: new Set(), report: null,
-  waiting: false, step: null, symptomShown: false, tab: "chat", side: "board", echoes: [], replies: new Set(), whyNot: new Map() };
+  waiting: false, step: null, symptomShown: false, tab: "chat", side: "board", echoes: [], replies: new Set(), whyNot: new Map(),
+  causes: {}, fit: null };
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 function el(tag, attrs = {}, ...kids) {
@@ -28,7 +29,8 @@ async function api(path, opts = {}) {
   let res;
   try { res = await fetch(path, { ...opts, headers }); }
   catch { throw new ApiError("the server is not answering (restarting?); the page retries on its own"); }
-  if (res.status === 401) { askToken(); throw new ApiError("sign in first: the token was refused"); }
+  if (res.status === 401) { signedIn(false); askToken(); throw new ApiError("sign in first: the token was refused"); }
+  signedIn(true);
   if (!res.ok) {
     const body = await res.json().catch(() => ({}));
     const d = body.detail;
@@ -85,6 +87,13 @@ function showTab(tab) {
 // -- connection and status ---------------------------------------------------------------------
 function conn(text, kind = "") { const c = $("#conn"); c.textContent = text; c.className = kind || "muted"; }
 function status(text, waiting = false) { const s = $("#status-line"); s.textContent = text; s.classList.toggle("waiting", waiting); }
+function signedIn(on) {
+  // The header says the state the server last confirmed, not what to do: "Signed in" once a
+  // token was accepted, "Sign in" while none is or it was refused.
+  const b = $("#token-btn"); if (!b || b.classList.contains("signed-in") === on) return;
+  b.classList.toggle("signed-in", on); b.textContent = on ? "Signed in" : "Sign in";
+  b.setAttribute("aria-label", on ? "signed in; use another token" : "sign in");
+}
 function askToken() { const d = $("#token-dialog"); if (!d.open) d.showModal(); $("#token-input").focus(); }
 function tokenFromLink() {
   // `pivot serve` prints a sign-in link `/#token=…`: keep the token, drop it from the address bar.
@@ -98,6 +107,7 @@ function setWaiting(on) {
   S.waiting = on;
   $("#waiting-banner").hidden = !on;
   const r = $("#conclusion"); if (r) renderReplyState(r, S.report);
+  renderAnswer();
   if (on) status(`session ${S.session}: ${statusWord("awaiting_approval")}`, true);
 }
 
@@ -216,11 +226,37 @@ function renderReplyState(li, r) {
   const st = li.querySelector(".state");
   if (st) st.textContent = waiting ? "waiting for your approval" : statusWord(r && r.status);
   let link = li.querySelector("a.to-approval");
-  if (waiting && !link) { // the next step and the change that carries it out, one click apart
-    link = el("a", { href: "#approvals", class: "to-approval" }, "The change for this next step is below: review it and approve or deny.");
+  if (waiting && !link) { // the next step and the proposed change, one click apart
+    link = el("a", { href: "#approvals", class: "to-approval" });
     link.addEventListener("click", (e) => { const a = $("#approvals"); if (a) { e.preventDefault(); a.scrollIntoView({ block: "center" }); } });
     li.append(link);
-  } else if (!waiting && link) link.remove();
+  } else if (!waiting && link) { link.remove(); link = null; }
+  if (link) link.textContent = fitWords(S.fit);
+}
+
+function fitWords(fit) {
+  // Whether the change below is this next step comes from the server (server/change_fit.py),
+  // which reads the report's next step and the request; until the diff has loaded, say neither.
+  if (!fit) return "A change is proposed below: review it and approve or deny.";
+  if (fit.agrees) return "The change for this next step is below: review it and approve or deny.";
+  return `${fit.why} Review it below and approve or deny.`;
+}
+
+// -- the answer, pinned: cause in words, confidence, state, next step, seen before ---------------
+function renderAnswer() {
+  const r = S.report, box = $("#answer");
+  if (!r || !r.status) { box.hidden = true; return; }
+  const waiting = S.waiting || r.status === "awaiting_approval";
+  const words = r.root_cause ? S.causes[r.root_cause] : "";
+  $("#a-cause").textContent = r.root_cause ? cap(words || r.root_cause.replace(/_/g, " ")) : "No cause named yet";
+  $("#a-label").textContent = r.root_cause && words ? r.root_cause : "";
+  $("#a-conf").textContent = r.root_cause && r.confidence ? `· ${Math.round(r.confidence * 100)}% sure` : "";
+  $("#a-state").textContent = `· ${waiting ? "waiting for your approval" : statusWord(r.status)}`;
+  $("#a-next").textContent = r.next_step || "none given";
+  const seen = r.seen_before || [];
+  $("#a-seen").textContent = seen.length ? `${seen.length}× · ${seen[0]}` : "no: nothing like this in memory";
+  box.classList.toggle("waiting", waiting);
+  box.hidden = false;
 }
 
 function showReply(r) {
@@ -235,12 +271,12 @@ function showReply(r) {
   const li = el("li", { class: "reply", id: "conclusion" },
     el("h3", {}, `${cause}${conf} · `, el("span", { class: "state" })),
     r.summary ? el("p", {}, r.summary) : null,
+    r.next_step ? el("h4", {}, "Next step") : null, r.next_step ? el("p", { class: "next" }, r.next_step) : null,
     (r.evidence || []).length ? el("h4", {}, "Cited lines") : null, ...(r.evidence || []).map(evidenceLink),
     ruled.length ? el("h4", {}, "Ruled out") : null, ruled.length ? el("ul", {}, ...ruled) : null,
-    r.next_step ? el("h4", {}, "Next step") : null, r.next_step ? el("p", { class: "next" }, r.next_step) : null,
     (r.seen_before || []).length ? el("h4", {}, "Seen before") : null, ...(r.seen_before || []).map((s) => el("p", { class: "muted" }, s)));
   renderReplyState(li, r); add(li);
-  renderSeen(r.seen_before || []);
+  renderSeen(r.seen_before || []); renderAnswer();
   if (r.status !== "awaiting_approval" && !S.waiting) status(`session ${S.session}: ${statusWord(r.status)}`);
 }
 
@@ -285,30 +321,50 @@ function diffView(text) {
 }
 
 async function fillApproval(card, req) {
+  // Approve stays disabled until the diff has loaded: a change is never approved unseen (a
+  // replica that cannot read it, a dropped connection). Deny needs no diff and works at once.
   card.dataset.id = req.id;
-  const pending = card.querySelector(".pending");
-  const d = await api(`/api/approvals/${encodeURIComponent(req.id)}/diff`).catch((e) => ({ note: String(e.message) }));
-  pending.replaceWith(d.diff ? diffView(d.diff) : el("p", { class: "muted" }, d.note || ""));
   const reason = el("input", { id: `reason-${req.id}`, placeholder: "note for the record (optional)", maxlength: "2000" });
+  const yes = el("button", { type: "button", class: "primary", disabled: "", title: "loading the change first" }, "Approve");
+  const no = el("button", { type: "button" }, "Deny");
   const decide = async (approve, btns) => {
     btns.forEach((b) => (b.disabled = true));
     try { await api(`/api/approvals/${encodeURIComponent(req.id)}`, { method: "POST", body: { approve, reason: reason.value } }); }
-    catch (err) { say("error", `could not send the decision: ${err.message}`); btns.forEach((b) => (b.disabled = false)); return; }
+    catch (err) { say("error", `could not send the decision: ${err.message}`); no.disabled = false; yes.disabled = !card.dataset.seen; return; }
     card.querySelector(".row").replaceWith(el("p", { class: "muted" }, approve ? "approved; the agent continues" : "denied; the agent continues without it"));
     setWaiting(false); status(`session ${S.session}: running`); loadSessions();
     if (!S.stream) follow(S.session);
   };
-  const yes = el("button", { type: "button", class: "primary" }, "Approve");
-  const no = el("button", { type: "button" }, "Deny");
   yes.addEventListener("click", () => decide(true, [yes, no])); no.addEventListener("click", () => decide(false, [yes, no]));
   card.append(el("details", {}, el("summary", {}, "the exact action"), el("pre", {}, callText(req.tool, req.args))),
     el("div", { class: "row" }, el("label", { for: `reason-${req.id}`, class: "sr" }, "note"), reason, yes, no));
+  await loadDiff(card, req, yes);
+}
+
+async function loadDiff(card, req, yes) {
+  const pending = card.querySelector(".pending");
+  let d;
+  try { d = await api(`/api/approvals/${encodeURIComponent(req.id)}/diff`); }
+  catch (err) {
+    const retry = el("button", { type: "button", class: "retry" }, "load the change again");
+    const box = el("p", { class: "muted pending" }, `could not load the change: ${err.message}. Approve stays off until it is shown. `, retry);
+    retry.addEventListener("click", () => { box.replaceWith(el("p", { class: "muted pending" }, "loading the change…")); loadDiff(card, req, yes); });
+    pending.replaceWith(box);
+    return;
+  }
+  pending.replaceWith(d.diff ? diffView(d.diff) : el("p", { class: "muted" }, d.note || ""));
+  if (d.fit) {
+    S.fit = d.fit;
+    card.querySelector(".why").after(el("p", { class: `fit ${d.fit.agrees ? "agrees" : "differs"}` }, d.fit.why));
+    const c = $("#conclusion"); if (c) renderReplyState(c, S.report);
+  }
+  card.dataset.seen = "1"; yes.disabled = false; yes.removeAttribute("title");
 }
 
 // -- one session -------------------------------------------------------------------------------
 function resetView() {
-  S.hyps.clear(); S.shownRequests.clear(); S.lastSeq = 0; S.echoes = []; S.replies.clear(); S.whyNot.clear(); S.report = null; S.step = null; S.symptomShown = false; S.streaming = null;
-  renderBoard(); setWaiting(false);
+  S.hyps.clear(); S.shownRequests.clear(); S.lastSeq = 0; S.echoes = []; S.replies.clear(); S.whyNot.clear(); S.report = null; S.fit = null; S.step = null; S.symptomShown = false; S.streaming = null;
+  renderBoard(); setWaiting(false); renderAnswer();
   for (const id of ["#chat", "#observations", "#findings"]) $(id).replaceChildren();
 }
 
@@ -353,7 +409,7 @@ async function openSession(id, push = true) {
   if (d.status === "error" && d.error && !d.events.some((e) => e.type === "error")) say("error", d.error);
   status(`session ${id}: ${statusWord(d.status)}`, d.status === "awaiting_approval");
   if (d.status === "awaiting_approval") setWaiting(true);
-  if (d.report) renderSeen(d.report.seen_before || []);
+  seenFrom(d);
   loadSessions();
   follow(id);
 }
@@ -422,11 +478,17 @@ function refreshAfter(d) {
   const waiting = d.status === "awaiting_approval";
   status(`session ${d.session_id}: ${statusWord(d.status)}`, waiting);
   setWaiting(waiting);
-  if (d.report) renderSeen(d.report.seen_before || []);
+  seenFrom(d);
   loadSessions(); loadNotes();
 }
 
 // -- hosts, sessions, memory, loop -------------------------------------------------------------
+async function loadCauses() {
+  // Plain words for each root-cause label (cards/taxonomy.yaml, through /api/causes).
+  S.causes = (await api("/api/causes").catch(() => null)) || {};
+  renderAnswer();
+}
+
 async function loadHosts() {
   const hosts = await api("/api/hosts?check=true");
   const sel = $("#host"); sel.replaceChildren();
@@ -500,6 +562,14 @@ async function loadWatches() {
     ul.append(li);
   }
   if (!rows.length) ul.append(el("li", { class: "muted" }, "none yet: pivot watch or pivot launch with --serve"));
+}
+
+function seenFrom(d) {
+  // "Seen before" is added to the stored report after the run's conclusion event: take it from
+  // the session's detail so the pinned answer shows it too.
+  if (!d.report) return;
+  renderSeen(d.report.seen_before || []);
+  if (S.report && (d.report.seen_before || []).length) { S.report.seen_before = d.report.seen_before; renderAnswer(); }
 }
 
 function renderSeen(list) {
@@ -615,6 +685,8 @@ function boot() {
   let searchTimer = null;
   $("#session-search").addEventListener("input", () => { clearTimeout(searchTimer); searchTimer = setTimeout(loadSessions, 200); });
   $("#token-btn").addEventListener("click", askToken);
+  $("#a-more").addEventListener("click", () => { const open = $("#answer").classList.toggle("open");
+    $("#a-more").setAttribute("aria-expanded", String(open)); $("#a-more").textContent = open ? "less" : "more"; });
   $("#token-form").addEventListener("submit", () => { S.token = $("#token-input").value.trim(); localStorage.setItem("pivot.token", S.token); start(); });
   for (const b of document.querySelectorAll("#tabs button")) b.addEventListener("click", () => showTab(b.dataset.tab));
   $("#waiting-banner").addEventListener("click", (e) => { const a = $("#approvals"); if (a) { e.preventDefault(); showTab("chat"); a.scrollIntoView({ block: "center" }); const i = a.querySelector("input"); if (i) i.focus({ preventScroll: true }); } });
@@ -633,7 +705,7 @@ function boot() {
 async function start() {
   try {
     await loadHosts();
-    await Promise.all([loadSessions(), loadNotes(), loadLoop(), loadWatches()]);
+    await Promise.all([loadSessions(), loadNotes(), loadLoop(), loadWatches(), loadCauses()]);
     if (!S.watchTimer) S.watchTimer = setInterval(loadWatches, 2000);
     conn(""); if (!S.session) status("Pick a host and describe the symptom.");
     route(false);

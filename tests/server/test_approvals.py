@@ -100,3 +100,16 @@ def test_pending_approval_survives_a_restart(tmp_path: Path) -> None:
             assert wait_status(c, sid, ("concluded",))["report"]["root_cause"] == "kv_cache_no_room"
     finally:
         second.stop()
+
+
+def test_the_diff_says_whether_the_change_is_the_next_step(live: Live) -> None:
+    """The seed card's next step raises --mem-fraction-static; the change restores
+    sitecustomize.py: the diff says they differ, and why, from the report's own fields."""
+    with live.client() as c:
+        sid, _, req = _start_and_wait(c)
+        fit = c.get(f"/api/approvals/{req['id']}/diff").json()["fit"]
+        assert fit["agrees"] is False
+        assert "--mem-fraction-static" in fit["why"] and "kv_cache_no_room" in fit["why"]
+        assert "sitecustomize.py" in fit["why"] and "known-good" in fit["why"]
+        c.post(f"/api/approvals/{req['id']}", json={"approve": False})
+        wait_status(c, sid, ("concluded",))
