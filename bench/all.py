@@ -159,7 +159,7 @@ def run(b: Bench) -> dict[str, str]:
             b.argv, cwd=ROOT, capture_output=True, text=True, timeout=LIMIT_S, check=False
         )
         out = p.stdout + p.stderr
-        found = b.figure.findall(out)
+        found = [m.group(0) for m in b.figure.finditer(out)]
         figure = (
             found[-1].strip()
             if found
