@@ -14,8 +14,8 @@ lint: install
 	.venv/bin/ruff check agent cards loop tools server evals bench tests prompts watch store
 	.venv/bin/ruff format --check agent cards tools server evals bench tests prompts store
 
-# Each benchmark ends with one line `PASS|FAIL <metric> <value> (target ...)`.
+# Each benchmark ends with one line `PASS|FAIL <metric> <value> (target ...)`; bench/all.py runs
+# them and writes docs/figures.md (commit, machine, load, date).
 bench: install
 	bash scripts/system-deps.sh
-	for b in ssh_overhead sweep log_tail investigate eval_throughput server dead_launch loop_overhead replicas db_copy; do \
-	  .venv/bin/python bench/$$b.py | tail -1 || exit 1; done
+	.venv/bin/python bench/all.py
