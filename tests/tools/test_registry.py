@@ -49,7 +49,9 @@ def test_the_first_sweep_and_the_scanned_tools_are_what_the_specs_say() -> None:
     assert registry.launch_logs() <= registry.scanned()
     # no changing tool ever runs unasked
     assert not any(s.changing for s in registry.first_sweep())
-    assert TOOLS["find_logs"].first_sweep_args["max_depth"] == 6  # project trees: /home/u/proj/run/logs/x.log; code, venvs and caches are pruned
+    assert (
+        TOOLS["find_logs"].first_sweep_args["max_depth"] == 6
+    )  # project trees: /home/u/proj/run/logs/x.log; code, venvs and caches are pruned
 
 
 def _package(tmp_path: Path, name: str, body: str) -> Path:
