@@ -475,8 +475,8 @@ class ReplayHost:
                 continue  # a GPU query's rows (index, name, 8.6) are no compute-apps rows
             if score == 0 and (_words(args) or _words(kargs)):
                 continue  # `docker ps` is not `docker logs X`
-            if prog in ("free", "df", "du") and _units(args) != _units(kargs):
-                continue  # `free -g` printed to a `free -m` read is off by 1024: unknown, not wrong
+            # `free -g` still answers `free -m`: the held share the rules read is the same, though
+            # the numbers are GiB (a model reading the row as MiB is told by the header it keeps)
             if best is None or score > best[0]:
                 best = (score, key)
         if best is None:
@@ -496,17 +496,3 @@ def _depth(path: str, root: str) -> int:
     """How far below `root` find would meet `path` (its direct children are at depth 1)."""
     return len([c for c in path.split("/") if c]) - len([c for c in root.split("/") if c])
 
-
-_UNIT_FLAGS = {"-b", "-k", "-m", "-g", "-h", "--mega", "--giga", "--human", "-B", "-H", "--si"}
-
-
-def _units(args: list[str]) -> frozenset[str]:
-    """The unit flags of a free/df/du call (-m, -g, -h...), combined flags split (-hP -> h, P)."""
-    out: set[str] = set()
-    for a in args:
-        if a.startswith("--"):
-            if a in _UNIT_FLAGS:
-                out.add(a)
-        elif a.startswith("-"):
-            out |= {f"-{c}" for c in a[1:] if f"-{c}" in _UNIT_FLAGS}
-    return frozenset(out)
