@@ -312,7 +312,7 @@ def _writers_named_by_log(f: Facts, log_reads: LogReads) -> None:
 
 
 #: the port a launch serves on, as its log or its command line says it
-_LOG_PORT = re.compile(
+LOG_PORT = re.compile(
     r"(?:--port[ =]|\bport=|'port': |Uvicorn running on https?://[^\s/]+:)(\d{2,5})\b"
 )
 _CMD_PORT = re.compile(r"--port[ =](\d{2,5})\b")
@@ -328,7 +328,7 @@ def _other_ports(f: Facts, log_reads: LogReads) -> bool:
         int(m.group(1))
         for reads in log_reads.values()
         for ln in reads[-1][2]
-        for m in _LOG_PORT.finditer(ln)
+        for m in LOG_PORT.finditer(ln)
     }
     if len(ports) != 1:
         return False  # no port named, or several (a log of several launches): no verdict from ports
@@ -341,6 +341,13 @@ def _other_ports(f: Facts, log_reads: LogReads) -> bool:
             theirs.add(int(rec.get("launch") or pid))
     if not theirs:
         return False
+    _set_aside(f, theirs)
+    return True
+
+
+def _set_aside(f: Facts, theirs: set[int]) -> None:
+    """Move the processes of the launches `theirs` (their top pids) out of the launch's own
+    into other_launch_pids: told apart by port, engine or user, they are another launch."""
     for pid in list(f.server_pids):
         rec = f._ps_recs.get(pid, {})
         if int(rec.get("launch") or pid) in theirs or pid in theirs:
@@ -349,7 +356,6 @@ def _other_ports(f: Facts, log_reads: LogReads) -> bool:
                 if pid in group:
                     group.remove(pid)
             f.other_launch_pids.append(pid)
-    return True
 
 
 def _log_engine(log_reads: LogReads) -> str | None:
@@ -388,14 +394,7 @@ def _other_engines(f: Facts, log_reads: LogReads) -> bool:
         theirs.add(int(rec.get("launch") or pid))
     if not theirs:
         return False
-    for pid in list(f.server_pids):
-        rec = f._ps_recs.get(pid, {})
-        if int(rec.get("launch") or pid) in theirs or pid in theirs:
-            f.server_pids.remove(pid)
-            for group in (f.server_main_pids, f.server_worker_pids):
-                if pid in group:
-                    group.remove(pid)
-            f.other_launch_pids.append(pid)
+    _set_aside(f, theirs)
     return True
 
 
@@ -423,14 +422,7 @@ def _other_users(f: Facts, log_reads: LogReads) -> bool:
             theirs.add(int(rec.get("launch") or pid))
     if not theirs:
         return False
-    for pid in list(f.server_pids):
-        rec = f._ps_recs.get(pid, {})
-        if int(rec.get("launch") or pid) in theirs or pid in theirs:
-            f.server_pids.remove(pid)
-            for group in (f.server_main_pids, f.server_worker_pids):
-                if pid in group:
-                    group.remove(pid)
-            f.other_launch_pids.append(pid)
+    _set_aside(f, theirs)
     return True
 
 

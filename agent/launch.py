@@ -20,7 +20,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from agent.evidence import LOG_TOOLS, last_launch, text_lines
-from agent.facts import Facts
+from agent.facts import LOG_PORT, Facts
 from agent.state import Observation
 from tools import yamlio
 
@@ -430,10 +430,6 @@ def launch_gpus(observations: list[Observation]) -> set[int] | None:
 
 #: a port the operator names for the launch: "on port 8005", "port 8005", ":8005"
 _SAID_PORT = re.compile(r"(?i)\bport\s*(?:is\s*|=\s*|:\s*)?(\d{4,5})\b|(?<![\d.]):(\d{4,5})\b")
-#: the port a launch serves on, as its own log says it (args dumps, --port, uvicorn's banner)
-LOG_PORT = re.compile(
-    r"(?:--port[ =]|\bport=|'port': |Uvicorn running on https?://[^\s/]+:)(\d{2,5})\b"
-)
 #: what a superseded log read says in the run's state (its text stays in the session's events)
 NOT_THIS_LOG = (
     "# not this launch's log: {path} serves port {theirs}; the launch in question (port {port}) "
