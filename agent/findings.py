@@ -29,9 +29,11 @@ from agent.rules import (
 )
 from agent.rules_causes import cause_rules
 from agent.rules_hang import hang_rules
+from agent.rules_passed import keep_supported, passed_rules
 from agent.rules_structure import structure_rules
 from agent.signatures import Match
 from agent.state import Finding, Observation
+from agent.thresholds import THRESHOLDS
 from tools import engines
 
 __all__ = ["compute", "signature_hits"]
@@ -227,4 +229,5 @@ def _compute(observations: list[Observation]) -> tuple[list[Finding], Facts]:
     structure_rules(facts, observations, hits, add)
     hang_rules(facts, observations, hits, add)
     cause_rules(facts, observations, hits, add)
-    return findings, facts
+    passed_rules(facts, observations, add)
+    return keep_supported(findings, THRESHOLDS.board.supported_at), facts

@@ -72,6 +72,8 @@ def launch_gone(facts: Facts, hits: list[tuple[Observation, Match]]) -> bool:
     launch died of a memory failure and only worker-like survivors remain."""
     if facts.server_alive is False:
         return True
+    if not facts.ps_available:
+        return False  # the processes were not read: gone is not known, and not proven
     if not died_for_memory(hits):
         return False
     return not any(not WORKER.search(facts.procs.get(p, "")) for p in facts.server_pids)

@@ -134,3 +134,61 @@ def test_errors_after_a_stop_signal_are_fallout(tmp_path: Any, middle: str, kill
     log = STOPPED.format(middle=middle)
     r = _run(_card({"/srv/ci/logs/job.log": log}, PS_IDLE, GPU_CLEAN), tmp_path)
     assert (r.root_cause == "killed_externally") is killed, (r.status, r.root_cause, r.summary)
+
+
+# Rules added after blind rounds 21 and 22 (scored before any change at 2497aad).
+
+TGI_OOM = (
+    "2023-11-30T14:53:18.902211Z ERROR text_generation_launcher: Error when initializing model\n"
+    "Traceback (most recent call last):\n"
+    '  File "/opt/conda/lib/python3.9/site-packages/text_generation_server/models/flash_llama.py", line 67, in __init__\n'
+    '  File "{frame}", line 88, in {func}\n'
+    "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 448.00 MiB. GPU 0 has a "
+    "total capacty of 22.20 GiB of which 205.12 MiB is free. Process 41 has 21.99 GiB memory in use. "
+    "Of the allocated memory 20.45 GiB is allocated by PyTorch.\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("frame", "func", "label"),
+    [
+        (
+            "/opt/conda/lib/python3.9/site-packages/text_generation_server/utils/weights.py",
+            "get_sharded",
+            "gpu_oom_weights",
+        ),
+        (
+            "/opt/conda/lib/python3.9/site-packages/text_generation_server/models/flash_causal_lm.py",
+            "warmup",
+            "cuda_oom_runtime",
+        ),
+    ],
+)
+def test_an_oom_whose_traceback_runs_through_weight_loading_is_a_weights_oom(
+    tmp_path: Any, frame: str, func: str, label: str
+) -> None:
+    log = TGI_OOM.format(frame=frame, func=func)
+    r = _run(_card({"/data/tgi/server.log": log}, PS_IDLE, GPU_CLEAN), tmp_path)
+    assert r.root_cause == label, (r.status, r.summary)
+
+
+KV_CAP = (
+    "[TensorRT-LLM][INFO] Loaded engine size: 13260 MiB\n"
+    "[TensorRT-LLM][ERROR] maxTokensInPagedKvCache must be large enough to process at least 1 "
+    "sequence to completion (i.e. must be larger than beam_width * tokensPerBlock * maxBlocksPerSeq)\n"
+)
+GPU_PART = "0, NVIDIA A100-SXM4-80GB, 14210 MiB, 67710 MiB, 81920 MiB, 0 %\n"
+
+
+def test_memory_in_use_with_processes_not_read_is_no_leftover(tmp_path: Any) -> None:
+    card = _card({"/workspace/logs/triton.log": KV_CAP}, PS_IDLE, GPU_PART)
+    host = card.host.model_copy(update={"ps": None})
+    r = _run(card.model_copy(update={"host": host, "engine": "trtllm"}), tmp_path)
+    assert r.root_cause == "kv_cache_no_room", (r.status, r.summary)
+
+
+def test_control_memory_in_use_with_no_server_in_ps_is_still_a_suspect(tmp_path: Any) -> None:
+    card = _card({"/workspace/logs/triton.log": KV_CAP}, PS_IDLE, GPU_PART)
+    r = _run(card.model_copy(update={"engine": "trtllm"}), tmp_path)
+    stale = next(h for h in r.hypotheses if h.label == "stale_gpu_process")
+    assert stale.evidence, r.hypotheses

@@ -1,0 +1,114 @@
+"""A stage the launch got past rules out the failures of that stage; a launch that died on its own
+error was not killed from outside. Each form has controls that must not trigger it: a label with
+support of its own, a line from an earlier launch, a grep hit, a live launch."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from agent import rules_passed
+from tests.agent.test_rules import GPU_CLEAN, PS_IDLE, PS_SERVER, _card, _run
+
+VLLM_START = "INFO 05-08 00:41:30 [api_server.py:1043] vLLM API server version 0.9.0\n"
+WEIGHTS = "INFO 05-08 00:41:42 [loader.py:458] Loading weights took 6.71 seconds\n"
+KV = "INFO 05-08 00:41:50 [kv_cache_utils.py:634] GPU KV cache size: 497,408 tokens\n"
+BAD_ARG = (
+    "Traceback (most recent call last):\n"
+    '  File "/usr/lib/python3/site-packages/vllm/engine/arg_utils.py", line 1012, in create_engine_config\n'
+    "ValueError: max_num_batched_tokens (2048) is smaller than max_model_len (32768).\n"
+)
+
+
+@pytest.mark.parametrize(("stage", "rx"), [(s, rx) for s, rx in rules_passed.stages()])
+def test_each_stage_matches_its_examples_and_not_its_counter_examples(stage: Any, rx: Any) -> None:
+    for line in stage.examples:
+        assert rx.search(line), (stage.name, line)
+    for line in stage.not_examples:
+        assert not rx.search(line), (stage.name, line)
+
+
+def test_weights_and_kv_lines_rule_out_their_stages_failures(tmp_path: Any) -> None:
+    log = VLLM_START + WEIGHTS + KV + BAD_ARG
+    r = _run(_card({"/var/log/vllm/server.log": log}, PS_IDLE, GPU_CLEAN), tmp_path)
+    assert r.root_cause == "bad_launch_argument", r.summary
+    for label in ("gpu_oom_weights", "model_load_error", "kv_cache_no_room"):
+        assert label in r.ruled_out, (label, r.ruled_out)
+
+
+def test_control_no_stage_line_rules_nothing_out(tmp_path: Any) -> None:
+    r = _run(
+        _card({"/var/log/vllm/server.log": VLLM_START + BAD_ARG}, PS_IDLE, GPU_CLEAN), tmp_path
+    )
+    assert "model_load_error" not in r.ruled_out
+    assert "kv_cache_no_room" not in r.ruled_out
+
+
+def test_control_a_stage_line_of_an_earlier_launch_proves_nothing_now(tmp_path: Any) -> None:
+    old = VLLM_START + WEIGHTS + KV + "INFO:     Shutting down\n"
+    r = _run(
+        _card({"/var/log/vllm/server.log": old + VLLM_START + BAD_ARG}, PS_IDLE, GPU_CLEAN),
+        tmp_path,
+    )
+    assert "model_load_error" not in r.ruled_out, r.ruled_out
+
+
+def test_control_a_label_with_its_own_support_is_not_ruled_out_by_a_stage(tmp_path: Any) -> None:
+    # the target model loaded, then a second load (a draft model) ran out of GPU memory
+    oom = (
+        "Traceback (most recent call last):\n"
+        '  File "/usr/lib/python3/site-packages/vllm/model_executor/model_loader/default_loader.py", line 269, in load_weights\n'
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 30.00 GiB. GPU 0 has a "
+        "total capacity of 79.10 GiB of which 2.02 GiB is free. Of the allocated memory 75.10 GiB "
+        "is allocated by PyTorch.\n"
+    )
+    log = VLLM_START + WEIGHTS + "INFO 05-08 00:41:44 [loader.py:120] Loading weights\n" + oom
+    r = _run(_card({"/var/log/vllm/server.log": log}, PS_IDLE, GPU_CLEAN), tmp_path)
+    assert "gpu_oom_weights" not in r.ruled_out or r.root_cause == "cuda_oom_runtime", r.hypotheses
+
+
+def test_an_own_traceback_at_the_end_rules_out_a_kill(tmp_path: Any) -> None:
+    r = _run(
+        _card({"/var/log/vllm/server.log": VLLM_START + BAD_ARG}, PS_IDLE, GPU_CLEAN), tmp_path
+    )
+    assert "host_oom_killed" in r.ruled_out, r.ruled_out
+
+
+def test_control_a_kernel_oom_kill_keeps_host_oom_killed(tmp_path: Any) -> None:
+    dmesg = (
+        "[Fri May  8 00:41:55 2026] Out of memory: Killed process 5120 (python3) total-vm:91234560kB, "
+        "anon-rss:60123456kB, file-rss:0kB, shmem-rss:0kB, UID:0 pgtables:123456kB oom_score_adj:0\n"
+    )
+    log = (
+        VLLM_START
+        + WEIGHTS
+        + 'Traceback (most recent call last):\n  File "x.py", line 1\nEOFError\n'
+    )
+    r = _run(_card({"/var/log/vllm/server.log": log}, PS_IDLE, GPU_CLEAN, dmesg=dmesg), tmp_path)
+    assert "host_oom_killed" not in r.ruled_out, (r.root_cause, r.ruled_out)
+
+
+def test_control_a_live_launch_is_not_said_to_have_ended(tmp_path: Any) -> None:
+    lines = [ln for ln in BAD_ARG.splitlines()]
+    assert rules_passed.own_end(lines) == lines[-1]
+    r = _run(
+        _card({"/var/log/vllm/server.log": VLLM_START + WEIGHTS + BAD_ARG}, PS_SERVER, GPU_CLEAN),
+        tmp_path,
+    )
+    assert not any(
+        e.line == lines[-1]
+        for h in r.hypotheses
+        if h.label == "host_oom_killed"
+        for e in h.against
+    ), r.hypotheses
+
+
+def test_own_end_skips_signals_peers_and_see_above_lines() -> None:
+    assert rules_passed.own_end(["INFO start", "Killed"]) is None
+    peer = [
+        "Traceback (most recent call last):",
+        '  File "x.py", line 3, in <module>',
+        "RuntimeError: Connection closed by peer [10.0.0.2]:29500",
+    ]
+    assert rules_passed.own_end(peer) is None
