@@ -42,6 +42,7 @@ class _Structure(BaseModel):
     external_end: list[str]
     wrapper: list[str] = []
     label_hints: list[LabelHint] = []
+    frame_hints: list[LabelHint] = []
     log_pid: list[str] = []
     quiet_phase: list[str] = []
     wait_message: list[str] = []
@@ -199,6 +200,29 @@ def label_hint(line: str) -> str | None:
     for label, rx in _hints():
         if rx.search(line):
             return label
+    return None
+
+
+@lru_cache(maxsize=1)
+def _frame_hints() -> tuple[tuple[str, re.Pattern[str]], ...]:
+    raw = yamlio.safe_load(
+        (Path(__file__).parent / "knowledge" / "structure.yaml").read_text(encoding="utf-8")
+    )
+    return tuple(
+        (h.label, re.compile(h.pattern)) for h in _Structure.model_validate(raw).frame_hints
+    )
+
+
+def frame_hint(lines: list[str], index: int) -> str | None:
+    """The label the innermost traceback frame above lines[index] points at (the code the
+    exception was raised in), or None when no traceback is open above it or no frame is known."""
+    start = _rx()["traceback_start"]
+    for ln in reversed(lines[max(0, index - 200) : index]):
+        if start.search(ln):
+            return None
+        for label, rx in _frame_hints():
+            if rx.search(ln):
+                return label
     return None
 
 

@@ -73,8 +73,11 @@ def structure_rules(facts: Facts, observations: list[Observation], hits, add) ->
         for _, m in hits
     ):
         return  # a signature names the failure more precisely than a line's words can
-    for o, _, ln, _ in ([final[-1]] if final else []) + own[:3]:
+    for o, idx, ln, _ in ([final[-1]] if final else []) + own[:3]:
         label = proof.label_hint(ln)
+        if label in (None, "bad_launch_argument"):
+            # a generic exception type: where it was raised says more than its name
+            label = proof.frame_hint(text_lines(o), idx) or label
         if label:
             add(
                 label,

@@ -192,3 +192,32 @@ def test_control_memory_in_use_with_no_server_in_ps_is_still_a_suspect(tmp_path:
     r = _run(card.model_copy(update={"engine": "trtllm"}), tmp_path)
     stale = next(h for h in r.hypotheses if h.label == "stale_gpu_process")
     assert stale.evidence, r.hypotheses
+
+
+GGUF = (
+    "Traceback (most recent call last):\n"
+    '  File "/venv/lib/python3.10/site-packages/aphrodite/engine/args_tools.py", line 290, in create_engine_configs\n'
+    "    model_config = ModelConfig(\n"
+    '  File "{frame}", line 88, in __init__\n'
+    "    self._build_tensors(offs, tensors_fields)\n"
+    "ValueError: 17 is not a valid GGMLQuantizationType\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("frame", "label"),
+    [
+        ("/venv/lib/python3.10/site-packages/gguf/gguf_reader.py", "model_load_error"),
+        (
+            "/venv/lib/python3.10/site-packages/aphrodite/engine/args_tools.py",
+            "bad_launch_argument",
+        ),
+    ],
+)
+def test_a_generic_exception_raised_in_the_model_reader_is_the_model_file(
+    tmp_path: Any, frame: str, label: str
+) -> None:
+    r = _run(
+        _card({"/home/ai/aphro/server.log": GGUF.format(frame=frame)}, PS_IDLE, GPU_CLEAN), tmp_path
+    )
+    assert r.root_cause == label, (r.status, r.summary)
