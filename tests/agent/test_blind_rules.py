@@ -221,3 +221,27 @@ def test_a_generic_exception_raised_in_the_model_reader_is_the_model_file(
         _card({"/home/ai/aphro/server.log": GGUF.format(frame=frame)}, PS_IDLE, GPU_CLEAN), tmp_path
     )
     assert r.root_cause == label, (r.status, r.summary)
+
+
+LLAMAFILE = (
+    "llm_load_tensors: offloaded 33/33 layers to GPU\n"
+    "llama_new_context_with_model: kv self size  = 64.00 MB\n"
+    "{end}\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("end", "bound"),
+    [
+        ("couldn't bind to server socket: hostname=0.0.0.0 port=8080", False),
+        ("llama server listening at http://0.0.0.0:8080", True),
+    ],
+)
+def test_an_older_llama_cpp_bind_failure_is_the_port(tmp_path: Any, end: str, bound: bool) -> None:
+    r = _run(
+        _card({"/home/j/llm/server.log": LLAMAFILE.format(end=end)}, PS_IDLE, GPU_CLEAN), tmp_path
+    )
+    if bound:
+        assert r.root_cause != "port_in_use" and "port_in_use" in r.ruled_out, r.ruled_out
+    else:
+        assert r.root_cause == "port_in_use", (r.status, r.summary)
