@@ -30,6 +30,7 @@ class ContainerKnowledge(BaseModel):
     next_steps: dict[str, str]
     notes: dict[str, str]
     no_gpu_lines: list[str] = []
+    outside_signals: dict[int, str] = {}
 
 
 @lru_cache(maxsize=1)
@@ -173,8 +174,13 @@ def container_rules(  # type: ignore[no-untyped-def]
             for label in ("dependency_error", "cuda_driver_mismatch"):
                 none = next((ln for ln in lines if "NONE passed" in ln), "")
                 add(label, "fact", F.refutes, obs, none or hit[1], why)
+    signal = knowledge().outside_signals.get(c.exit_code or 0)
     if c.killed_by_limit:
         pass
+    elif signal and not c.running and c.finished_at and not c.oom_killed:
+        why = f"container {c.name} exited {c.exit_code}: {signal}"
+        add("killed_externally", "fact", F.supports_clearly, obs, _line(lines, "ExitCode"), why)
+        add("host_oom_killed", "fact", F.refutes, obs, _line(lines, "ExitCode"), why)
     elif c.exit_code not in (None, 137) and not c.running and c.finished_at:
         add(
             "host_oom_killed",

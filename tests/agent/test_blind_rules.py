@@ -245,3 +245,69 @@ def test_an_older_llama_cpp_bind_failure_is_the_port(tmp_path: Any, end: str, bo
         assert r.root_cause != "port_in_use" and "port_in_use" in r.ruled_out, r.ruled_out
     else:
         assert r.root_cause == "port_in_use", (r.status, r.summary)
+
+
+def _exited_container(code: int) -> Any:
+    import json
+
+    from cards.model import IncidentCard
+
+    inspect = json.dumps(
+        [
+            {
+                "Id": "e8a1c7d04b2f" * 4,
+                "Name": "/vllm-qwen3",
+                "State": {
+                    "Status": "exited",
+                    "Running": False,
+                    "OOMKilled": False,
+                    "ExitCode": code,
+                    "StartedAt": "2026-04-13T22:03:40Z",
+                    "FinishedAt": "2026-04-14T01:47:54Z",
+                },
+                "HostConfig": {"IpcMode": "host", "Memory": 0},
+                "Config": {"Image": "vllm/vllm-openai:v0.18.1", "Tty": True},
+            }
+        ],
+        indent=4,  # as docker inspect prints it
+    )
+    logs = (
+        "(APIServer pid=1) INFO:     Application startup complete.\n"
+        '(APIServer pid=1) INFO:     192.168.1.44:58744 - "POST /v1/chat/completions HTTP/1.1" 200 OK\n'
+    )
+    return IncidentCard.model_validate(
+        {
+            "id": "ctr",
+            "title": "t",
+            "source": "test",
+            "engine": "vllm",
+            "symptom": "The container died overnight, why?",
+            "invocation": {"container": "vllm-qwen3"},
+            "host": {
+                "ps": PS_IDLE,
+                "nvidia_smi": GPU_CLEAN,
+                "dmesg": "",
+                "containers": {"vllm-qwen3": {"inspect": inspect, "logs": logs}},
+            },
+        }
+    )
+
+
+@pytest.mark.parametrize(("code", "killed"), [(129, True), (143, True), (1, False)])
+def test_a_container_ended_by_a_signal_from_outside_was_killed(
+    tmp_path: Any, code: int, killed: bool
+) -> None:
+    from agent.runner import investigate
+    from agent.settings import Settings
+    from cards.replay import ReplayHost
+    from tools.container_host import ContainerHost
+
+    card = _exited_container(code)
+    host = ContainerHost(ReplayHost(card), "vllm-qwen3")
+    r = investigate(host, card.symptom, settings=Settings(home=tmp_path / "h"))
+    kill = next((h for h in r.hypotheses if h.label == "killed_externally"), None)
+    assert (
+        bool(kill and kill.evidence and any('"ExitCode"' in e.line for e in kill.evidence))
+        is killed
+    )
+    assert "host_oom_killed" in r.ruled_out
