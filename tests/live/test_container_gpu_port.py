@@ -8,7 +8,8 @@
 
 Each must conclude `bad_launch_argument` with the next step in run-command terms (`--gpus all`,
 `-p 8000:8000`), and the card `pivot capture` writes right after must replay to the same label
-and cited lines (tests/live/container_cards.py), locally and, for the port, over SSH. These FAIL in CI when Podman cannot run (tests/strict_skips.py), never skip.
+and cited lines (tests/live/container_cards.py), locally and, for the port, over SSH. These FAIL
+in CI when Podman cannot run (tests/strict_skips.py), never skip.
 """
 
 from __future__ import annotations
