@@ -64,7 +64,7 @@ def replayed(staged: Staged, env: dict[str, str], container: str | None) -> dict
     if container is None:  # capture detected it too (another launch on the box between the
         # live run and the capture leaves detection to --container, and this fails here)
         found = list(card["host"].get("containers", {}))
-        assert len(found) == 1, (found, card["header"] if "header" in card else "")
+        assert len(found) == 1, f"capture detected {found}: the box changed after the live run"
     lines = [e["line"] for e in staged.report["evidence"]]
     expected = {"expected": {"root_cause": staged.report["root_cause"], "evidence": lines}}
     with staged.card.open("a", encoding="utf-8") as fh:  # the captured text stays byte for byte
