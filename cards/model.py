@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import re
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
@@ -105,6 +105,8 @@ class ContainerSnapshot(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
+    #: the CLI that knew it (`docker`, `podman`); absent: either answers, as before this key
+    cli: Literal["docker", "podman"] | None = None
     inspect: Snapshots | None = None  # raw `docker inspect NAME` (a JSON array)
     logs: Snapshots | None = None  # raw `docker logs NAME`
     ps: Snapshots | None = None  # raw `ps aux` inside the container

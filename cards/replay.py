@@ -325,8 +325,13 @@ class ReplayHost:
             return _Unrecorded(f"host.{key} is absent ({what})")
         return self._cursor.read(key, value, t)
 
-    def _container_answer(self, args: list[str], t: float) -> str | _Unrecorded | _Absent | None:
-        """`docker|podman inspect|logs|exec NAME ...` from host.containers; None: not one."""
+    def _container_answer(
+        self, cli: str, args: list[str], t: float
+    ) -> str | _Unrecorded | _Absent | None:
+        """`docker|podman inspect|logs|exec NAME ...` from host.containers; None: not one. A
+        container the card says another CLI knew is unknown to this one, as on the live host."""
+        stages = _stages(args)
+        args = stages[0]
         verb = next((a for a in args if not a.startswith("-")), "")
         rest = args[args.index(verb) + 1 :] if verb else []
         names = [a for a in rest if not a.startswith(("-", "{{", "2>", ">")) and not a.isdigit()]
@@ -335,6 +340,8 @@ class ReplayHost:
         # `logs --tail 300 NAME`: the name is last; `exec NAME sh -c ...`: first
         name = names[0] if verb == "exec" else names[-1]
         snap = self._snap.containers.get(name)
+        if snap is not None and snap.cli not in (None, cli):
+            snap = None  # `docker inspect X` where the card's X was podman's
         if snap is None:
             if not self._snap.containers:
                 return _Unrecorded(f"host.containers is absent (container {name})")
@@ -349,7 +356,14 @@ class ReplayHost:
         if verb == "logs":
             if snap.logs is None:
                 return _Unrecorded(f"host.containers.{name}.logs is absent")
-            return self._cursor.read(f"ctr:{name}:logs", snap.logs, t)
+            text = self._cursor.read(f"ctr:{name}:logs", snap.logs, t)
+            # the CLI's own --tail, then the pipeline's grep and tail, as the live host runs them
+            text = _tail(text, _option(rest, "--tail", "-n"))
+            return _filtered(text, stages[1:])
+        if snap.inspect is not None:
+            record = self._cursor.peek(f"ctr:{name}:inspect", snap.inspect, t)
+            if not_running(record):
+                return _Absent(_EXEC_STOPPED[cli].format(name=name))
         inner = rest[rest.index(name) + 1 :]
         command = inner[2] if inner[:2] == ["sh", "-c"] and len(inner) > 2 else shlex.join(inner)
         view = HostSnapshot(ps=snap.ps, files=snap.files, commands=snap.commands)
@@ -382,7 +396,7 @@ class ReplayHost:
                 full = shlex.split(command)
             except ValueError:
                 full = toks
-            inside = self._container_answer(full[1:], t)
+            inside = self._container_answer(prog, full[1:], t)
             if inside is not None:
                 return inside
         if prog == "nvidia-smi":
@@ -396,7 +410,7 @@ class ReplayHost:
         elif prog == "dmesg":
             out = self._key("dmesg", t, "the kernel log")
             if not isinstance(out, _Unrecorded):
-                return out
+                return _filtered(out, _stages(_whole(command))[1:])  # `dmesg -T | tail -n 500`
             closest = self._closest_command(prog, args, t)
             return out if closest is None else closest
         elif prog == "journalctl" and _KERNEL_JOURNAL & set(args):
@@ -496,3 +510,81 @@ def _depth(path: str, root: str) -> int:
     """How far below `root` find would meet `path` (its direct children are at depth 1)."""
     return len([c for c in path.split("/") if c]) - len([c for c in root.split("/") if c])
 
+
+#: What each CLI says to `exec` into a container that is not running.
+_EXEC_STOPPED = {
+    "podman": "Error: can only create exec sessions on running containers: container state "
+    "improper\n",
+    "docker": "Error response from daemon: container {name} is not running\n",
+}
+
+
+def not_running(inspect_text: str) -> bool:
+    """Whether a recorded `inspect` says the container was not running (exec would fail)."""
+    m = re.search(r'"Running":\s*(true|false)', inspect_text)
+    return bool(m and m.group(1) == "false")
+
+
+def _whole(command: str) -> list[str]:
+    try:
+        return shlex.split(command)
+    except ValueError:
+        return command.split()
+
+
+def _stages(tokens: list[str]) -> list[list[str]]:
+    """Words split at the top-level pipes (a quoted `sh -c 'a | b'` stays one word)."""
+    out: list[list[str]] = [[]]
+    for tok in tokens:
+        if tok == "|":
+            out.append([])
+        else:
+            out[-1].append(tok)
+    return out
+
+
+def _option(args: list[str], *names: str) -> int | None:
+    """The integer value of `--tail 300` / `--tail=300` / `-n 300`, if given."""
+    for i, a in enumerate(args):
+        for n in names:
+            if a == n and i + 1 < len(args) and args[i + 1].isdigit():
+                return int(args[i + 1])
+            if a.startswith(n + "=") and a[len(n) + 1 :].isdigit():
+                return int(a[len(n) + 1 :])
+    return None
+
+
+def _tail(text: str, n: int | None) -> str:
+    if n is None:
+        return text
+    lines = text.splitlines(keepends=True)
+    return "".join(lines[-n:]) if n > 0 else ""
+
+
+def _filtered(text: str, stages: list[list[str]]) -> str:
+    """Apply a pipeline's `grep [-E] [-i] [-v] [-e] PATTERN` and `tail -n N` stages to a recorded
+    answer, as the live shell would; any other stage leaves the text whole (as before)."""
+    for stage in stages:
+        prog = posixpath.basename(stage[0]) if stage else ""
+        if prog == "tail":
+            n = _option(stage, "-n")
+            if n is None:
+                return text
+            text = _tail(text, n)
+        elif prog == "grep":
+            flags = {a for a in stage[1:] if a.startswith("-") and a != "-e"}
+            pats = [stage[i + 1] for i, a in enumerate(stage[:-1]) if a == "-e"]
+            pats = pats or [a for a in stage[1:] if not a.startswith("-")][:1]
+            if not pats or flags - {"-E", "-i", "-v"}:
+                return text
+            try:
+                rx = re.compile("|".join(pats), re.I if "-i" in flags else 0)
+            except re.error:
+                return text
+            keep = "-v" not in flags
+            text = "".join(
+                ln for ln in text.splitlines(keepends=True) if bool(rx.search(ln)) == keep
+            )
+        else:
+            return text
+    return text

@@ -22,10 +22,12 @@ import yaml
 from pydantic import BaseModel, Field
 
 from cards.model import IncidentCard, card_text_bytes, load_card
+from cards.replay import not_running
 from cards.taxonomy import LABELS
 from evals.redact import Redaction, Redactor
-from tools import engines
-from tools.gpu_status import APPS_QUERY, CARD_QUERY
+from tools import container_detect, dmesg, engines, host_facts
+from tools.container_host import OUTSIDE, first_program
+from tools.gpu_status import APPS_QUERY, APPS_QUERY_NARROW, CARD_QUERY
 from tools.host import Host
 from tools.local_host import LocalHost
 from tools.logfile import _region_cmd, find_last_launch, grep_region, last_launch_in
@@ -41,7 +43,9 @@ FATAL = (
     r"Segmentation fault|core dumped|NCCL WARN|CUDA error|\[E\]|terminate called|Aborted"
 )
 CONFIG_BYTES = 512_000
-DMESG_LINES = 300
+#: the most kernel lines the dmesg tool may ask for (it reads the tail; replay applies its
+#: `| tail -n N`), so a card holds every line a live read could have seen
+DMESG_LINES = dmesg.MAX_TAIL
 CMD_TIMEOUT = 20.0
 ID_RE = re.compile(r"^[a-z0-9][a-z0-9-]*$")
 
@@ -51,6 +55,22 @@ EXTRA_COMMANDS: list[tuple[str, str | None]] = [
     ("df -h /dev/shm", None),
     ("free -m", None),
     ("ss -ltnp", "cat /proc/net/tcp /proc/net/tcp6"),
+]
+#: host_facts' own reads (driver, ECC, ulimit, kernel, network, docker/kubectl), minus those
+#: with a key of their own (env) or above
+FACT_COMMANDS = [
+    cmd
+    for cmd, _ in host_facts.COMMANDS.values()
+    if cmd != "env" and cmd not in dict(EXTRA_COMMANDS)
+]
+#: read inside a running container, besides its `ps`: what the sweep reads there
+INSIDE_COMMANDS: list[tuple[str, str | None]] = [
+    ("df -h /dev/shm", None),
+    ("df -h", None),
+    ("free -m", None),
+    ("env", None),
+    ("ss -ltnp", "cat /proc/net/tcp /proc/net/tcp6"),
+    *[(cmd, None) for cmd in FACT_COMMANDS if first_program(cmd) not in OUTSIDE],
 ]
 
 
@@ -244,36 +264,82 @@ def collect(host: Host, options: CaptureOptions) -> tuple[dict[str, Any], list[s
         snap["files"] = files
 
     commands: dict[str, str] = {}
-    apps, _ = _run(host, APPS_QUERY)
-    if apps is not None:
-        commands[APPS_QUERY] = red(apps)
-    for command, fallback in EXTRA_COMMANDS:
-        out, note = _run(host, command)
-        if out is None and fallback:
-            notes.append(f"{note}; used {fallback!r} instead")
-            command = fallback
-            out, note = _run(host, fallback)
-        if out is None:
-            notes.append(note or command)
-        else:
-            commands[command] = red(out)
+    for query in (APPS_QUERY, APPS_QUERY_NARROW):  # gpu_status asks the narrow one after
+        apps, _ = _run(host, query)
+        if apps is not None:
+            commands[query] = red(apps)
+            break
+    _commands(host, EXTRA_COMMANDS + [(c, None) for c in FACT_COMMANDS], commands, red, notes)
+    name, cli = options.container, None
+    if name is None:
+        # the read `container_detect` makes in a live run's first sweep, kept raw: on replay the
+        # same tool parses it, so the card names the container only the way the host did
+        name, cli = _detect(host, commands, red, notes)
     if commands:
         snap["commands"] = commands
-    if options.container:
-        snap["containers"] = {options.container: _container(host, options.container, red, notes)}
+    if name:
+        snap["containers"] = {name: _container(host, name, red, notes, cli)}
     return snap, notes, red.report()
 
 
-def _container(host: Host, name: str, red: Redactor, notes: list[str]) -> dict[str, Any]:
-    """host.containers.NAME: the record and log through the CLI, ps and df from inside."""
+def _commands(
+    host: Host,
+    wanted: list[tuple[str, str | None]],
+    commands: dict[str, str],
+    red: Redactor,
+    notes: list[str],
+    where: str = "",
+) -> None:
+    """Each (command, fallback) into `commands`; what could not be read into `notes`."""
+    for command, fallback in wanted:
+        out, note = _run(host, command)
+        if out is None and fallback:
+            notes.append(f"{where}{note}; used {fallback!r} instead")
+            command = fallback
+            out, note = _run(host, fallback)
+        if out is None:
+            notes.append(where + (note or command))
+        else:
+            commands[command] = red(out)
+
+
+def _detect(
+    host: Host, commands: dict[str, str], red: Redactor, notes: list[str]
+) -> tuple[str | None, str | None]:
+    """Record the container-detection read; the container it names when the run would read
+    inside one (every engine process in one container that docker or podman knows)."""
+    command = container_detect.command(container_detect.runtimes().prefilter)
+    res = host.run(command, timeout=CMD_TIMEOUT, max_bytes=2_000_000)
+    if res.error or (res.rc not in (0, None) and not res.stdout):
+        notes.append(f"container detection: {res.error or res.stderr.strip()[:160]}")
+        return None, None
+    # redacted like `ps` (command lines may hold keys); parsed as kept, so the card names only
+    # the container that its own text shows
+    commands[command] = text = red(res.stdout)
+    found = container_detect.parse(text, host.name).container
+    if found is None or not found.readable:
+        return None, None
+    notes.append(
+        f"the server runs in {found.runtime} container {found.name} (detected from "
+        f"/proc/{found.pid}/cgroup): recorded under host.containers"
+    )
+    return found.name, found.cli
+
+
+def _container(
+    host: Host, name: str, red: Redactor, notes: list[str], cli: str | None = None
+) -> dict[str, Any]:
+    """host.containers.NAME: the CLI that knows it, the record and the whole log (every
+    instance, with timestamps) through it, and ps, df, free and env from inside while it runs."""
     from tools.container_host import ContainerHost
 
-    inside = ContainerHost(getattr(host, "outer", host), name)
+    inside = ContainerHost(getattr(host, "outer", host), name, cli=cli)
     down = inside.unavailable()
     if down is not None:
         notes.append(down.error or f"container {name} not found")
         return {}
-    cli, out = inside.cli(), {}
+    cli = inside.cli()
+    out: dict[str, Any] = {"cli": cli}
     for key, command in (
         ("inspect", f"{cli} inspect {name}"),
         ("logs", f"{cli} logs --timestamps {name} 2>&1"),
@@ -283,18 +349,17 @@ def _container(host: Host, name: str, red: Redactor, notes: list[str]) -> dict[s
             notes.append(note or command)
         else:
             out[key] = red(text)
+    if not_running(out.get("inspect", "")):
+        # exec fails on a stopped container; replay answers it as the CLI did, from the record
+        notes.append(f"container {name} is not running: nothing read inside it")
+        return out
     ps, note = _run(inside, "ps auxww")
     if ps is None:
         notes.append(f"inside {name}: {note}")
     else:
         out["ps"] = red(ps)
-    commands = {}
-    for command in ("df -h /dev/shm", "df -h", "free -m", "env"):
-        text, note = _run(inside, command)
-        if text is None:
-            notes.append(f"inside {name}: {note}")
-        else:
-            commands[command] = red(text)
+    commands: dict[str, str] = {}
+    _commands(inside, INSIDE_COMMANDS, commands, red, notes, f"inside {name}: ")
     if commands:
         out["commands"] = commands
     return out

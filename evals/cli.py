@@ -206,7 +206,10 @@ def _why(r) -> str:  # type: ignore[no-untyped-def]
 
 def capture_cmd(
     out: Annotated[Path, typer.Option("--out", "-o", help="the card draft to write (NAME.yaml)")],
-    log: Annotated[list[str], typer.Option("--log", help="a log to keep (repeatable)")],
+    log: Annotated[
+        list[str] | None,
+        typer.Option("--log", help="a log to keep (repeatable); a container's is its CLI log"),
+    ] = None,
     host: Annotated[str | None, typer.Option("--host", help="SSH alias (~/.ssh/config)")] = None,
     local: Annotated[bool, typer.Option("--local", help="capture this machine")] = False,
     config: Annotated[
@@ -225,7 +228,11 @@ def capture_cmd(
     force: Annotated[bool, typer.Option("--force", help="overwrite an existing file")] = False,
     container: Annotated[
         str | None,
-        typer.Option("--container", help="the server's Docker/Podman container: record it too"),
+        typer.Option(
+            "--container",
+            help="the server's Docker/Podman container: record it too (default: the one the "
+            "launch's processes run in, if any)",
+        ),
     ] = None,
 ) -> None:
     """Snapshot a live host into an incident-card draft, secrets redacted, label left to fill."""
@@ -241,7 +248,7 @@ def capture_cmd(
     except (ValueError, OSError) as exc:
         raise typer.BadParameter(str(exc)) from exc
     opts = CaptureOptions(
-        logs=log,
+        logs=log or [],
         configs=config or [],
         pid=pid,
         redact_hosts=redact_hosts,

@@ -53,8 +53,12 @@ FIX_DENIED = (
 HARDWARE_XIDS = {48, 61, 62, 63, 64, 74, 79, 92, 94, 95, 119, 120, 140}
 
 
+#: the most kernel lines one read may ask for (`pivot capture` keeps this many)
+MAX_TAIL = 5000
+
+
 class Args(BaseModel):
-    tail: int = Field(500, ge=10, le=5000, description="how many of the newest lines to scan")
+    tail: int = Field(500, ge=10, le=MAX_TAIL, description="how many of the newest lines to scan")
     pattern: str | None = Field(None, description="also keep lines matching this regex")
 
 

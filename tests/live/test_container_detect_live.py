@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 from tests import containers
+from tests.live import container_cards as cards
 from tools.local_host import LocalHost
 from tools.registry import TOOLS
 from tools.ssh_host import SSHHost
@@ -91,10 +92,17 @@ def test_control_a_host_launch_is_not_claimed_as_containerised(
     assert not any(o.startswith("# superseded") for o in r.get("unknowns", []))
 
 
+@pytest.fixture(scope="module")
+def detected_live(tmp_path_factory: pytest.TempPathFactory, shm_stay: str) -> cards.Staged:
+    """The live run without --container, and `pivot capture` without it right after."""
+    tmp = tmp_path_factory.mktemp("detected")
+    return cards.live_and_capture(tmp, cards.env_for(tmp), ["--local"], None)
+
+
 def test_a_launch_in_a_container_is_detected_and_investigated_inside(
-    tmp_path: Path, shm_stay: str
+    shm_stay: str, detected_live: cards.Staged
 ) -> None:
-    r = investigate(tmp_path)
+    r = detected_live.report
     assert r["where"].startswith(
         f"The server runs in podman container {shm_stay} (detected from /proc/"
     ), r["where"]
@@ -104,6 +112,25 @@ def test_a_launch_in_a_container_is_detected_and_investigated_inside(
     # the container's own /dev/shm (64M, full), read inside: the host's is neither
     assert any("/dev/shm" in ln and "64M" in ln and "100%" in ln for ln in lines), lines
     assert "--shm-size 16g" in r["next_step"] and "podman run" in r["next_step"]
+
+
+def test_the_captured_card_detects_it_again_and_replays_to_the_live_answer(
+    shm_stay: str, detected_live: cards.Staged
+) -> None:
+    """The card has no invocation.container (the operator passed none): it holds the detection
+    read itself, and replay's container_detect finds the container in it, reads inside it from
+    host.containers, and concludes the live label citing the live lines."""
+    assert detected_live.report["where"].startswith(
+        f"The server runs in podman container {shm_stay}"
+    )
+    env = cards.env_for(detected_live.card.parent)
+    cards.assert_replays_as_live(detected_live, env, None)
+    rep = json.loads(
+        cards.pivot(
+            env, "investigate", "--replay", str(detected_live.card), "--brain", "rulebook", "--json"
+        )
+    )
+    assert rep["where"].startswith(f"The server runs in podman container {shm_stay} (detected"), rep
 
 
 def test_over_ssh_the_same_container_is_detected(shm_stay: str) -> None:

@@ -7,7 +7,9 @@
   answers on the host.
 
 Each must conclude `bad_launch_argument` with the next step in run-command terms (`--gpus all`,
-`-p 8000:8000`). These FAIL in CI when Podman cannot run (tests/strict_skips.py), never skip.
+`-p 8000:8000`), and the card `pivot capture` writes right after must replay to the same label
+and cited lines (tests/live/container_cards.py), locally and, for the port, over SSH. These FAIL
+in CI when Podman cannot run (tests/strict_skips.py), never skip.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from agent.runner import Runner
 from agent.settings import Settings
 from tests import containers
 from tests.conftest import FAKE_BIN
+from tests.live import container_cards as cards
 from tools.container_host import ContainerHost
 from tools.ssh_host import SSHHost
 
@@ -93,14 +96,33 @@ def over_ssh(tmp_path: Path, name: str, symptom: str) -> Any:
         outer.close()
 
 
-def test_no_gpu_passed_is_the_run_commands_missing_gpus(tmp_path: Path, no_gpu: str) -> None:
+@pytest.fixture(scope="module")
+def no_gpu_live(tmp_path_factory: pytest.TempPathFactory, no_gpu: str) -> cards.Staged:
+    """The live answer (the host's GPUs: the H200 stand-in) and the card captured right after."""
+    tmp = tmp_path_factory.mktemp("nogpu")
+    env = cards.env_for(tmp, FAKE_BIN)
+    return cards.live_and_capture(tmp, env, ["--local"], no_gpu, "the server exits at startup")
+
+
+@pytest.fixture(scope="module")
+def unpublished_live(tmp_path_factory: pytest.TempPathFactory, unpublished: str) -> cards.Staged:
+    tmp = tmp_path_factory.mktemp("port")
+    env = cards.env_for(tmp, FAKE_BIN)
+    return cards.live_and_capture(
+        tmp, env, ["--local"], unpublished, "nothing answers on localhost:8000"
+    )
+
+
+def test_no_gpu_passed_is_the_run_commands_missing_gpus(
+    no_gpu: str, no_gpu_live: cards.Staged
+) -> None:
     smi = subprocess.run([str(FAKE_BIN / "nvidia-smi"), "-L"], capture_output=True, text=True)
     assert "H200" in smi.stdout  # the host sees its GPUs
     inside = subprocess.run(
         ["podman", "logs", no_gpu], capture_output=True, text=True
     ).stdout  # and the engine inside saw none
     assert "Found no NVIDIA driver" in inside
-    r = investigate(tmp_path, no_gpu, "the server exits at startup")
+    r = no_gpu_live.report
     assert r["root_cause"] == "bad_launch_argument", r
     assert any("Found no NVIDIA driver" in e["line"] for e in r["evidence"])
     assert "--gpus all" in r["next_step"]
@@ -112,19 +134,47 @@ def test_no_gpu_passed_over_ssh(tmp_path: Path, no_gpu: str) -> None:
     assert rep.root_cause == "bad_launch_argument" and "--gpus all" in rep.next_step, rep
 
 
-def test_port_not_published_is_the_run_commands_missing_p(tmp_path: Path, unpublished: str) -> None:
+def test_port_not_published_is_the_run_commands_missing_p(
+    unpublished: str, unpublished_live: cards.Staged
+) -> None:
     with pytest.raises(OSError):  # nothing answers on the host
         socket.create_connection(("127.0.0.1", 8000), timeout=2).close()
-    r = investigate(tmp_path, unpublished, "nothing answers on localhost:8000")
+    r = unpublished_live.report
     assert r["status"] == "concluded" and r["root_cause"] == "bad_launch_argument", r
     assert any("Uvicorn running on http://0.0.0.0:8000" in e["line"] for e in r["evidence"])
     assert r["next_step"].startswith(f"Container {unpublished} publishes no host port for 8000")
     assert "-p 8000:8000" in r["next_step"]
 
 
-def test_port_not_published_over_ssh(tmp_path: Path, unpublished: str) -> None:
-    rep = over_ssh(tmp_path, unpublished, "nothing answers on port 8000")
-    assert rep.root_cause == "bad_launch_argument" and "-p 8000:8000" in rep.next_step, rep
+@pytest.mark.parametrize("failure", ["no_gpu", "unpublished"])
+def test_the_captured_card_replays_to_the_live_answer(
+    failure: str, request: pytest.FixtureRequest
+) -> None:
+    """`pivot capture --container NAME` right after the live run (the host's nvidia-smi, the
+    record's ports and devices, the log, the reads inside the running one); `pivot eval` of the
+    card concludes the live label citing the live lines."""
+    live: cards.Staged = request.getfixturevalue(f"{failure}_live")
+    cards.assert_replays_as_live(
+        live, cards.env_for(live.card.parent), request.getfixturevalue(failure)
+    )
+
+
+def test_port_not_published_card_over_ssh_replays_to_the_live_answer(
+    tmp_path: Path, unpublished: str
+) -> None:
+    """Over the test sshd as root (its PATH has the H200 stand-in): `pivot investigate --host`
+    and `pivot capture --host` with --container read inside the running container through SSH."""
+    from tests.live.conftest import _sshd
+    from tests.live.staging import pivot_env
+
+    env = pivot_env(tmp_path, _sshd("root"), "gpu-ctr")
+    env.pop("PIVOT_DATABASE_URL", None)
+    over = cards.live_and_capture(
+        tmp_path, env, ["--host", "gpu-ctr"], unpublished, "nothing answers on port 8000"
+    )
+    assert over.report["root_cause"] == "bad_launch_argument", over.report
+    assert "-p 8000:8000" in over.report["next_step"]
+    cards.assert_replays_as_live(over, env, unpublished)
 
 
 def test_control_a_published_port_is_not_this_failure(tmp_path: Path) -> None:

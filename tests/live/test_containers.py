@@ -1,5 +1,7 @@
 """Real Podman containers that fail the way servers in containers fail, investigated through the
-real CLI (`pivot investigate --container NAME`): locally and over the test sshd.
+real CLI (`pivot investigate --container NAME`): locally and over the test sshd. Each live answer
+is captured right after (`pivot capture --container NAME`) and its card must replay to the same
+label and cited lines (tests/live/container_cards.py).
 
 Each container runs the stand-in engine of tests/containers.py: one fills a 64 MB /dev/shm
 (`--shm-size 64m`), one is killed by its `-m 256m` limit, one restarts in a loop. These FAIL in
@@ -8,7 +10,6 @@ CI when Podman cannot run (tests/strict_skips.py), never skip.
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -18,26 +19,12 @@ from typing import Any
 import pytest
 
 from tests import containers
+from tests.live import container_cards as cards
 from tools.container_host import ContainerHost
 from tools.local_host import LocalHost
 from tools.registry import TOOLS
 
 PIVOT = str(Path(sys.executable).parent / "pivot")
-
-
-def investigate(tmp_path: Path, name: str, *where: str) -> dict[str, Any]:
-    env = {**os.environ, "PIVOT_HOME": str(tmp_path / "pivot-home")}
-    env.pop("PIVOT_DATABASE_URL", None)
-    out = subprocess.run(
-        [PIVOT, "investigate", *(where or ("--local",)), "--container", name]
-        + ["--brain", "rulebook", "--json"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
-    return json.loads(out.stdout)  # type: ignore[no-any-return]
 
 
 def cited(report: dict[str, Any]) -> list[str]:
@@ -58,16 +45,42 @@ def oom_container() -> Any:
         yield name
 
 
-def test_shm_64m_is_shm_too_small_in_run_command_terms(tmp_path: Path, shm_container: str) -> None:
-    r = investigate(tmp_path, shm_container)
+@pytest.fixture(scope="module")
+def loop_container() -> Any:
+    with containers.container("--restart", "on-failure", mode="crash", wait_for="restarted") as n:
+        yield n
+
+
+def staged(tmp: Path, name: str) -> cards.Staged:
+    """The live answer with --container and the card captured right after it."""
+    return cards.live_and_capture(tmp, cards.env_for(tmp), ["--local"], name)
+
+
+@pytest.fixture(scope="module")
+def shm_live(tmp_path_factory: pytest.TempPathFactory, shm_container: str) -> cards.Staged:
+    return staged(tmp_path_factory.mktemp("shm"), shm_container)
+
+
+@pytest.fixture(scope="module")
+def oom_live(tmp_path_factory: pytest.TempPathFactory, oom_container: str) -> cards.Staged:
+    return staged(tmp_path_factory.mktemp("oom"), oom_container)
+
+
+@pytest.fixture(scope="module")
+def loop_live(tmp_path_factory: pytest.TempPathFactory, loop_container: str) -> cards.Staged:
+    return staged(tmp_path_factory.mktemp("loop"), loop_container)
+
+
+def test_shm_64m_is_shm_too_small_in_run_command_terms(shm_live: cards.Staged) -> None:
+    r = shm_live.report
     assert r["root_cause"] == "shm_too_small", r
     lines = cited(r)
     assert any("Error while creating shared memory segment" in ln for ln in lines), lines
     assert "--shm-size 16g" in r["next_step"] and "--ipc=host" in r["next_step"]
 
 
-def test_memory_limit_kill_is_host_oom_killed(tmp_path: Path, oom_container: str) -> None:
-    r = investigate(tmp_path, oom_container)
+def test_memory_limit_kill_is_host_oom_killed(oom_live: cards.Staged) -> None:
+    r = oom_live.report
     assert r["root_cause"] == "host_oom_killed", r
     lines = cited(r)
     assert any('"ExitCode": 137' in ln or '"OOMKilled": true' in ln for ln in lines), lines
@@ -75,16 +88,33 @@ def test_memory_limit_kill_is_host_oom_killed(tmp_path: Path, oom_container: str
     assert "add RAM" not in r["next_step"] and "swap/RAM" not in r["next_step"]
 
 
-def test_restart_loop_keeps_the_earlier_instances_log(tmp_path: Path) -> None:
-    with containers.container("--restart", "on-failure", mode="crash", wait_for="restarted") as n:
-        res = TOOLS["container_logs"].call(ContainerHost(LocalHost(), n), {"previous": True})
-        assert res.ok and res.restart_count >= 2, res
-        assert any("max_model_len (999999)" in e.text for e in res.entries)
-        assert all(e.previous for e in res.entries)
-        r = investigate(tmp_path, n)
+def test_restart_loop_keeps_the_earlier_instances_log(
+    loop_container: str, loop_live: cards.Staged
+) -> None:
+    res = TOOLS["container_logs"].call(
+        ContainerHost(LocalHost(), loop_container), {"previous": True}
+    )
+    assert res.ok and res.restart_count >= 2, res
+    assert any("max_model_len (999999)" in e.text for e in res.entries)
+    assert all(e.previous for e in res.entries)
+    r = loop_live.report
     assert r["root_cause"] == "bad_launch_argument", r
     assert any("User-specified max_model_len (999999)" in ln for ln in cited(r))
     assert "restarted" in r["next_step"] and "previous instance's log" in r["next_step"]
+
+
+@pytest.mark.parametrize("failure", ["shm", "oom", "loop"])
+def test_the_captured_card_replays_to_the_live_answer(
+    failure: str, request: pytest.FixtureRequest
+) -> None:
+    """`pivot capture --container NAME` right after the live run; `pivot eval` of that card
+    concludes the live label citing the live lines (a restart loop's cause is in an earlier
+    instance's log, so the card keeps the whole log with timestamps)."""
+    live: cards.Staged = request.getfixturevalue(f"{failure}_live")
+    name = request.getfixturevalue(
+        f"{failure}_container" if failure != "loop" else "loop_container"
+    )
+    cards.assert_replays_as_live(live, cards.env_for(live.card.parent), name)
 
 
 def test_inspect_reads_limits_ports_mounts_and_redacts_secrets(tmp_path: Path) -> None:
@@ -120,6 +150,22 @@ def test_unknown_container_is_a_clear_error(tmp_path: Path) -> None:
     )
     assert out.returncode == 2
     assert "no container 'no-such-ctr'" in out.stderr and "ps -a" in out.stderr
+
+
+def test_over_ssh_the_captured_card_replays_to_the_live_answer(
+    tmp_path: Path, oom_container: str, oom_live: cards.Staged
+) -> None:
+    """The same over the test sshd as root: `pivot investigate --host` and `pivot capture
+    --host` with --container, then `pivot eval`; the same answer as live over SSH, and as local."""
+    from tests.live.conftest import _sshd
+    from tests.live.staging import pivot_env
+
+    env = pivot_env(tmp_path, _sshd("root"), "gpu-ctr")
+    env.pop("PIVOT_DATABASE_URL", None)
+    over = cards.live_and_capture(tmp_path, env, ["--host", "gpu-ctr"], oom_container)
+    assert over.report["root_cause"] == oom_live.report["root_cause"] == "host_oom_killed"
+    assert "podman run -m 64g" in over.report["next_step"], over.report["next_step"]
+    cards.assert_replays_as_live(over, env, oom_container)
 
 
 def test_over_ssh_the_container_reads_run_through_the_outer_host(shm_container: str) -> None:

@@ -64,3 +64,45 @@ def test_unrecorded_and_unknown_containers_are_not_facts() -> None:
     host = ContainerHost(ReplayHost(card()), "vllm-0")
     res = host.run("cat /etc/hosts")
     assert res.rc is None and "not recorded" in (res.error or "")
+
+
+def podman_card(running: bool, logs: str) -> IncidentCard:
+    data = card().model_dump(exclude_none=True)
+    snap = data["host"]["containers"]["vllm-0"]
+    snap["cli"] = "podman"
+    snap["inspect"] = snap["inspect"].replace(
+        '"Status": "exited"', f'"Running": {str(running).lower()}'
+    )
+    snap["logs"] = logs
+    data["host"]["dmesg"] = "".join(f"line {i}\n" for i in range(1000))
+    return IncidentCard.model_validate(data)
+
+
+def test_the_card_says_which_cli_knew_the_container() -> None:
+    """A podman card answers podman, and docker knows no such container: the probe (and every
+    next step in run-command terms) names the CLI the live host had."""
+    host = ContainerHost(ReplayHost(podman_card(True, "")), "vllm-0")
+    assert host.cli() == "podman"
+    assert host.outer.run("docker inspect vllm-0").rc == 1
+
+
+def test_exec_into_a_stopped_container_fails_as_the_cli_does() -> None:
+    """Replay is no easier than live: a recorded read inside a container its record shows
+    stopped is the CLI's refusal, which the container host reports as 'not running'."""
+    host = ContainerHost(ReplayHost(podman_card(False, "")), "vllm-0")
+    res = host.run("df -h /dev/shm")
+    assert not res.ok and "is not running" in (res.error or ""), res
+    assert ContainerHost(ReplayHost(podman_card(True, "")), "vllm-0").run("df -h /dev/shm").ok
+
+
+def test_log_tail_and_search_and_the_kernel_tail_are_applied() -> None:
+    lines = "".join(f"2026-01-01T10:00:{i:02d}Z step {i}\n" for i in range(60))
+    host = ContainerHost(
+        ReplayHost(podman_card(True, lines + "2026-01-01T10:01:00Z boom\n")), "vllm-0"
+    )
+    tail = TOOLS["container_logs"].call(host, {"tail": 5})
+    assert [e.text for e in tail.entries] == ["step 56", "step 57", "step 58", "step 59", "boom"]
+    hit = TOOLS["container_logs"].call(host, {"pattern": "BOOM|step 1$"})
+    assert [e.text for e in hit.entries] == ["step 1", "boom"]
+    dmesg = host.run("dmesg -T | tail -n 500").stdout.splitlines()
+    assert len(dmesg) == 500 and dmesg[-1] == "line 999"
