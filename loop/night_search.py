@@ -137,6 +137,7 @@ class SearchPhase:
             base_values, _ = self._baseline_values()
             if base_values:
                 values = summarize(base_values).center
+        if values is not None:
             if self.plan.constraints and row.trial_number is not None:
                 self._constrain(study, row)
             study.tell(row.trial_number, values, skip_if_finished=True)
