@@ -37,6 +37,12 @@ Failure modes (all driven by configuration, never by a test hook inside the loop
 - EMULATOR_SPEEDUP=F: F times the throughput, a change of known size for power measurements.
 - --schedule-conservativeness < 0.5: +8% throughput, but a request that arrives with 3 or more
   in flight is retracted and waits 350 ms for its first token (an SLO broken under load only).
+- Latency rises with load, so "the highest rate that meets the SLOs" exists: at most
+  --max-running-requests decode at once (SGLang's flag); a request beyond them waits, for real,
+  for the first slot to free (its TTFT includes the wait), and each running request decodes
+  BATCH_COST slower per other request in the batch. Capacity in requests/s is therefore
+  `max_running * tps / (1 + BATCH_COST * (max_running - 1)) / tokens` (`capacity_rps`); past it
+  the queue, and TTFT with it, grows with every request.
 With --gpu it holds mem-fraction of the real GPU through torch and does real matmuls per request.
 """
 
@@ -174,6 +180,39 @@ AGGRESSIVE = 0.5
 #: what a retracted request waits before its first token.
 RETRACT_BUSY = 3
 RETRACT_MS = 350.0
+
+
+#: Each running request decodes this much slower per other request in its batch: a bigger
+#: batch makes more tokens per second in all, and each of them later.
+BATCH_COST = 0.1
+
+
+def capacity_rps(tps: float, max_running: int, tokens: int) -> float:
+    """Requests/s this server completes at saturation: every slot busy, each at the rate of a
+    full batch (the knee past which the queue grows without bound)."""
+    m = max(1, max_running)
+    return m * tps / (1.0 + BATCH_COST * (m - 1)) / max(1, tokens)
+
+
+class Slots:
+    """The running batch as a timeline: when each of `max_running` slots frees. A request takes
+    the slot that frees first, starts when it does (its queue wait), and decodes at the rate of
+    the batch it joins; the caller sleeps until its finish, so the wall clock is the model's."""
+
+    def __init__(self, max_running: int) -> None:
+        self.free_at = [0.0] * max(1, max_running)
+        self.lock = threading.Lock()
+
+    def admit(self, now: float, decode_s_alone: float) -> tuple[float, float]:
+        """(start, finish) of a request arriving at `now` that alone would decode in
+        `decode_s_alone` seconds."""
+        with self.lock:
+            i = min(range(len(self.free_at)), key=self.free_at.__getitem__)
+            start = max(now, self.free_at[i])
+            others = sum(1 for j, t in enumerate(self.free_at) if j != i and t > start)
+            finish = start + decode_s_alone * (1.0 + BATCH_COST * others)
+            self.free_at[i] = finish
+            return start, finish
 
 
 BIG_PREFILL_CHUNK = 16384
@@ -419,9 +458,11 @@ def _make_handler(state: dict[str, Any]) -> type[BaseHTTPRequestHandler]:
             lo, hi, factor = state["outlier"]
             if lo <= n < hi:
                 rate *= factor  # a slow stretch: one benchmark run comes out an outlier
+            begin, finish = state["slots"].admit(start, tokens / max(rate, 1.0))
+            queue_s = begin - start  # waited for a slot: real time, part of the TTFT
             if state["gpu"] is not None:
                 state["gpu"].work(tokens)
-            left = tokens / max(rate, 1.0) - (time.monotonic() - start)
+            left = finish - time.monotonic()
             if left > 0:
                 time.sleep(left)
             took = time.monotonic() - start
@@ -429,14 +470,15 @@ def _make_handler(state: dict[str, Any]) -> type[BaseHTTPRequestHandler]:
                 200,
                 {
                     "text": "ok " * min(tokens, 8),
-                    # the emulated prefill queue time is reported, not slept: the decode
-                    # rate alone sets the throughput the client measures
+                    # the emulated prefill time is reported, not slept: the decode rate (and
+                    # the wait for a slot) alone set the throughput the client measures
                     "meta_info": {
                         "completion_tokens": tokens,
                         "e2e_latency": took,
-                        "ttft": ttft / 1000.0,
-                        "model_s": tokens / max(rate, 1.0),  # what the decode "should" take
-                        "itl_ms": token_gaps_ms(took, tokens),
+                        "ttft": queue_s + ttft / 1000.0,
+                        "queue_s": queue_s,
+                        "model_s": finish - begin,  # what the decode "should" take
+                        "itl_ms": token_gaps_ms(took - queue_s, tokens),
                     },
                 },
             )
@@ -528,6 +570,7 @@ def serve(args: argparse.Namespace) -> int:
         "args": args,
         "served": 0,
         "inflight": 0,
+        "slots": Slots(args.max_running_requests),
         "outlier": _outlier_window(env),
         "lock": threading.Lock(),
         "info": {
@@ -617,7 +660,8 @@ def bench_client(args: argparse.Namespace) -> int:
         if error:
             lens.append(0)
             continue
-        e2e = wall * 1000.0 + meta.get("ttft", 0.0) * 1000.0
+        # the reported TTFT includes the slot wait, which the wall clock already holds
+        e2e = (wall + meta.get("ttft", 0.0) - meta.get("queue_s", 0.0)) * 1000.0
         model_s += float(meta.get("model_s", 0.0))
         lens.append(int(meta["completion_tokens"]))
         ttfts.append(meta.get("ttft", 0.0) * 1000.0)
@@ -701,6 +745,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--enable-flashinfer-allreduce-fusion", action="store_true")
     p.add_argument("--chunked-prefill-size", type=int, default=8192)
     p.add_argument("--schedule-conservativeness", type=float, default=1.0)
+    p.add_argument("--max-running-requests", type=int, default=16, help="requests decoding at once")
     p.add_argument("--load-seconds", type=float, default=2.0, help="how long start-up takes")
     p.add_argument("--config", help="a KEY=VALUE / sitecustomize-style env file to apply")
     p.add_argument("--gpu", action="store_true", help="hold real GPU memory and do real matmuls")

@@ -266,43 +266,22 @@ def _launch_and_measure(
 
         _phase(ctx, row, "benchmark")
         b = plan.baseline.benchmark
-        br = measure(  # once per load point of the plan (or once)
-            host,
-            plan.load,
-            BenchArgs(
-                command=b.command,
-                workdir=plan.baseline.workdir,
-                metric_json_key=b.metric_json_key,
-                metric_regex=b.metric_regex,
-                objective=plan.maximize or plan.minimize,
-                result_file=b.result_file,
-                repeat=repeat or b.repeat,
-                timeout_s=t.benchmark_s,
-            ),
-            deadline=limit.deadline,
+        bargs = BenchArgs(
+            command=b.command,
+            workdir=plan.baseline.workdir,
+            metric_json_key=b.metric_json_key,
+            metric_regex=b.metric_regex,
+            objective=plan.maximize or plan.minimize,
+            result_file=b.result_file,
+            repeat=repeat or b.repeat,
+            timeout_s=t.benchmark_s,
         )
-        if not br.ok and br.timed_out and limit.over():
-            return limit.result("benchmark", br.error or "benchmark stopped"), pid
-        if not br.ok:
-            result = {
-                "status": "failed",
-                "diagnosis": f"benchmark: {br.error}",
-                "evidence": br.error,
-            }
-            named = _no_metric(plan, br.error or "", br.output_tail)
-            if named:  # the server was fine: the benchmark's output is the cause, said so
-                result |= {"label": BENCHMARK_OUTPUT, "diagnosis": named}
+        if plan.ranks_by_capacity:  # the bisection is the measurement
+            result = {"status": "ok", "run_launch": [launched], "metrics": {}}
         else:
-            result = {
-                "status": "ok",
-                "metric_mean": br.mean,
-                "metric_spread": br.spread,
-                "metric_values": br.values,
-                "run_launch": [launched] * len(br.values),
-                "metrics": {
-                    k: [r[k] for r in br.runs if k in r] for k in sorted(set().union(*br.runs))
-                },
-            }
+            result = _fixed_load(ctx, bargs, limit, launched)
+        if result["status"] == "ok" and plan.capacity is not None:
+            result = _with_capacity(ctx, bargs, limit, result, command, pid)
         return result, pid
     except Exception as exc:  # a config error or a bug: recorded; _finish still cleans up
         return {
@@ -310,6 +289,64 @@ def _launch_and_measure(
             "diagnosis": f"loop error: {exc!r}",
             "evidence": traceback.format_exc(limit=3)[-300:],
         }, pid
+
+
+def _fixed_load(ctx: Context, bargs: BenchArgs, limit: Limit, launched: float) -> dict[str, Any]:
+    """The plan's benchmark, `repeat` runs at each load point (or at its own load)."""
+    plan = ctx.plan
+    br = measure(ctx.host, plan.load, bargs, deadline=limit.deadline)
+    if not br.ok and br.timed_out and limit.over():
+        return limit.result("benchmark", br.error or "benchmark stopped")
+    if not br.ok:
+        result = {"status": "failed", "diagnosis": f"benchmark: {br.error}", "evidence": br.error}
+        named = _no_metric(plan, br.error or "", br.output_tail)
+        if named:  # the server was fine: the benchmark's output is the cause, said so
+            result |= {"label": BENCHMARK_OUTPUT, "diagnosis": named}
+        return result
+    return {
+        "status": "ok",
+        "metric_mean": br.mean,
+        "metric_spread": br.spread,
+        "metric_values": br.values,
+        "run_launch": [launched] * len(br.values),
+        "metrics": {k: [r[k] for r in br.runs if k in r] for k in sorted(set().union(*br.runs))},
+    }
+
+
+def _with_capacity(
+    ctx: Context,
+    bargs: BenchArgs,
+    limit: Limit,
+    result: dict[str, Any],
+    launch: str,
+    pid: int | None,
+) -> dict[str, Any]:
+    """This launch's capacity under the SLOs (loop/capacity.py), added to its metrics; when
+    the plan ranks by it, it is the row's value too."""
+    from loop.capacity import ProbeFailed, find_capacity
+
+    plan, host = ctx.plan, ctx.host
+    try:
+        cap = find_capacity(
+            host,
+            plan,
+            bargs,
+            limit.deadline,
+            launch,
+            alive=(lambda: launcher.group_alive(host, pid)) if pid else None,
+        )
+    except ProbeFailed as exc:
+        if exc.timed_out and limit.over():
+            return limit.result("benchmark", str(exc))
+        return {"status": "failed", "diagnosis": f"benchmark: {exc}", "evidence": str(exc)}
+    metrics = dict(result["metrics"])
+    for k, v in cap.metrics().items():
+        metrics.setdefault(k, v)  # the fixed-load runs keep their own plain metrics
+    out = {**result, "metrics": metrics}
+    if plan.ranks_by_capacity:
+        value = metrics[plan.objective][0]
+        out |= {"metric_mean": value, "metric_spread": 0.0, "metric_values": [value]}
+    return out
 
 
 #: Label of a failure whose cause is the benchmark's output (no JSON, no such metric): the

@@ -51,6 +51,10 @@ class JudgePhase:
         """Repeats until the interval decides: an inconclusive change is launched again, then
         the baseline after it, and judged on all its launches, up to `max_launches` each and
         while the night's budget allows; what is left says why it stayed inconclusive."""
+        if self.plan.ranks_by_capacity:
+            # another launch only widens a bracket (the envelope): a finer resolution or more
+            # probes decide, not repeats
+            return
         host = self.hosts[0]
         most = self.plan.baseline.max_launches
         while not self._stopping.is_set():
@@ -136,8 +140,13 @@ class JudgePhase:
         base_values, base_metrics = self._baseline_values()
         if not base_values:
             return
+        if self.plan.ranks_by_capacity:
+            self._classify_capacity(row, base_metrics)
+            return
         base, mine = summarize(base_values), summarize(row.metric_values)
-        if self._interleaved() and row.kind == "ranked":
+        if self._interleaved() and row.kind in ("ranked", "search"):
+            # a search trial too: judged on launch-to-launch noise, not on its own runs' (two
+            # trials near the noise flipped between kept and inconclusive on a re-run)
             ranked = [
                 r
                 for r in self.ledger.experiments(self.night.id)
@@ -170,12 +179,41 @@ class JudgePhase:
                 fields["status"] = "discarded"  # a faster server that breaks an SLO is no win
         self.ledger.update(row.id, **fields)
 
+    def _classify_capacity(self, row: ExperimentRow, base_metrics: dict[str, list[float]]) -> None:
+        """Kept or discarded only when the change's bracket is apart from the baseline's (the
+        envelope of every baseline launch); else inconclusive. The SLOs are inside the
+        capacity: the column says which one broke at the missed end."""
+        from loop.capacity import AXES, binding, bracket, separate
+
+        assert self.plan.capacity is not None
+        unit_ = AXES[self.plan.capacity.axis][3]
+        if self.plan.objective == "goodput_per_gpu":
+            unit_ = "req/s per GPU"
+        mine = bracket(row.metrics, self.plan.objective)
+        base = bracket(base_metrics, self.plan.objective)
+        if mine is None or base is None:
+            return
+        verdict = separate(mine, base)
+        said = {"better": "apart, above", "worse": "apart, below"}.get(
+            verdict, "the brackets overlap or touch: inconclusive"
+        )
+        self.ledger.update(
+            row.id,
+            status={"better": "kept", "worse": "discarded"}.get(verdict, "inconclusive"),
+            gain=mine.low - base.low,
+            ci_low=mine.low,
+            ci_high=mine.high if mine.high != float("inf") else mine.low,
+            stats=f"{self.plan.objective} {mine.describe(unit_)} vs baseline "
+            f"{base.describe(unit_)} over {base.launches} launch(es): {said}",
+            slo=f"limited by {binding(row.metrics, self.plan)}",
+        )
+
     def _remeasure(self, host: Host, row: ExperimentRow) -> None:
         """An inconclusive change is measured once more (budget allowing) and judged on all
         its runs; still inconclusive, it says so rather than pretending."""
         if row.status != "inconclusive" or "re-measured" in (row.diagnosis or ""):
             return
-        if not self.plan.baseline.remeasure or self._interleaved():
+        if not self.plan.baseline.remeasure or self._interleaved() or self.plan.ranks_by_capacity:
             return  # interleaved: repeats come with their own baseline launches, later
         if not self._fits():
             self.ledger.update(row.id, diagnosis="inconclusive; no budget left to re-measure")

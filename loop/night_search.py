@@ -16,6 +16,7 @@ from loop.experiment import run_experiment
 from loop.night_judge import _center
 from loop.pareto import directions, trial_values
 from loop.plan import SearchParam
+from loop.stats import summarize
 from loop.sweep import trial_constraints
 from store.factory import study_storage
 from store.ledger.base import MEASURED, NO_EFFECT, TERMINAL, ExperimentRow
@@ -130,6 +131,12 @@ class SearchPhase:
 
         study = getattr(self, "_study_obj", None) or self._study()
         values = trial_values(self.plan, row) if row.status in MEASURED else None
+        if values is not None and row.status == "inconclusive" and len(self.plan.objectives) == 1:
+            # inside the noise the study is told the baseline's level, not the trial's own draw:
+            # TPE must not steer its next points by differences nobody could separate
+            base_values, _ = self._baseline_values()
+            if base_values:
+                values = summarize(base_values).center
         if values is not None:
             if self.plan.constraints and row.trial_number is not None:
                 self._constrain(study, row)

@@ -52,6 +52,38 @@ class LoadSweep(_Strict):
         return self
 
 
+#: Objectives that rank configs by their capacity under the plan's SLOs (loop/capacity.py).
+CAPACITY_OBJECTIVES = ("capacity", "goodput_per_gpu")
+
+
+class CapacitySearch(_Strict):
+    """Per config, the highest load that meets every SLO, by bisection (loop/capacity.py).
+
+    The first probe is `low`; the load doubles until a probe misses an SLO or `high` is
+    reached, then bisects until the bracket [met, missed) is `resolution` wide (relative), or
+    `max_probes` benchmark runs are spent. The command says `{request_rate}` or
+    `{concurrency}` where the load goes, else the flag is appended.
+    """
+
+    axis: Literal["request_rate", "concurrency"] = "request_rate"
+    low: float = Field(gt=0, description="the first probe; below it the SLOs are 'missed'")
+    high: float = Field(gt=0, description="the ceiling; met there, the bracket stays open")
+    resolution: float = Field(0.1, gt=0, le=1, description="stop when missed/met - 1 <= this")
+    max_probes: int = Field(8, ge=2, le=40, description="benchmark runs per launch, at most")
+    gpus: int = Field(1, ge=1, description="GPUs a config uses (goodput per GPU)")
+    gpus_flag: str | None = Field(
+        None, description="a launch flag whose value is the config's GPUs (--tp-size)"
+    )
+
+    @model_validator(mode="after")
+    def _range(self) -> CapacitySearch:
+        if self.low >= self.high:
+            raise ValueError("capacity: low must be below high")
+        if self.axis == "concurrency" and not (self.low.is_integer() and self.high.is_integer()):
+            raise ValueError("capacity: concurrency bounds are whole numbers")
+        return self
+
+
 class Timeouts(_Strict):
     ready_s: float = Field(600, gt=0, description="launch -> probe answers")
     stall_s: float = Field(180, gt=0, description="alive but log silent this long = hung")
@@ -255,6 +287,15 @@ class Plan(_Strict):
     load: LoadSweep | None = Field(
         None, description="benchmark at each of these load points; SLOs hold at every one"
     )
+    capacity: CapacitySearch | None = Field(
+        None,
+        description="per config, the highest load meeting every SLO (bisection) and goodput "
+        "per GPU; rank by it with maximize: capacity | goodput_per_gpu",
+    )
+
+    @property
+    def ranks_by_capacity(self) -> bool:
+        return self.objective in CAPACITY_OBJECTIVES
 
     @property
     def objective(self) -> str:
@@ -289,7 +330,21 @@ class Plan(_Strict):
                 "baseline.benchmark.metric_json_key / metric_regex"
             )
         self.slos()  # each constraint parses, or the plan is refused here
+        self._check_capacity()
         return self
+
+    def _check_capacity(self) -> None:
+        ranks = self.objective in CAPACITY_OBJECTIVES or self.minimize in CAPACITY_OBJECTIVES
+        if ranks and self.capacity is None:
+            raise ValueError(f"objective {self.objective!r} needs a capacity: section")
+        if self.capacity is None:
+            return
+        if not self.constraints:
+            raise ValueError("capacity: is the highest load meeting the SLOs; give constraints")
+        if self.load is not None:
+            raise ValueError("capacity: probes its own loads; drop load:")
+        if self.minimize in CAPACITY_OBJECTIVES or (ranks and self.minimize):
+            raise ValueError("rank by capacity alone: maximize: capacity (or goodput_per_gpu)")
 
     @model_validator(mode="after")
     def _checks(self) -> Plan:

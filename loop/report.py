@@ -11,6 +11,8 @@ import html
 import time
 from pathlib import Path
 
+from loop.capacity import bracket, separate
+from loop.capacity import report_lines as capacity_lines
 from loop.combine import COMBINED, candidates, compatible
 from loop.combine import report_lines as combination_lines
 from loop.experiment import reproduce
@@ -271,6 +273,18 @@ def winner_statement(rows: list[ExperimentRow], plan: Plan, best: str | None) ->
     runner = max(others, key=lambda r: r.gain or 0.0) if others else measured.get("baseline")
     if runner is None:
         return f"{win.name} won."
+    if plan.ranks_by_capacity:
+        a, b = bracket(win.metrics, plan.objective), bracket(runner.metrics, plan.objective)
+        if a is not None and b is not None:
+            said = {
+                "better": "beats",
+                "inconclusive": "is NOT distinguishable from",
+                "worse": "is below",
+            }[separate(a, b)]
+            return (
+                f"**{win.name}** {said} runner-up **{runner.name}** on `{plan.objective}`: "
+                f"{a.describe()} vs {b.describe()} (apart only when the brackets do not touch)."
+            )
     c = compare(
         summarize(runner.metric_values), summarize(win.metric_values), plan.higher_is_better
     )
@@ -359,7 +373,10 @@ def write_report(ledger: Ledger, night: NightRow, plan: Plan) -> Path:
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
-        if r.metric_values:
+        cap = bracket(r.metrics, plan.objective) if plan.ranks_by_capacity else None
+        if cap is not None:
+            val = cap.describe()
+        elif r.metric_values:
             st = summarize(r.metric_values)
             val = f"{st.center:.4g} [{st.low:.4g}, {st.high:.4g}]"
         else:
@@ -374,6 +391,7 @@ def write_report(ledger: Ledger, night: NightRow, plan: Plan) -> Path:
         )
     lines += _all_metrics(rows)
     lines += ["", *sweep_lines(rows, plan)]
+    lines += ["", *capacity_lines(rows, plan)]
     lines += ["", *pareto_lines(rows, plan, night, d)]
     lines += ["", *combination_lines(rows, plan)]
     void = [r for r in rows if r.status == NO_EFFECT]

@@ -53,6 +53,14 @@ def too_few(metric: str, runs: dict[str, list[float]]) -> str | None:
     return f"too few (n={n} < {need})" if n < need else None
 
 
+def raise_prompts(command: str, need: int) -> str:
+    """The command with `--num-prompts` raised to `need` when it asks for fewer."""
+    found = _PROMPTS.search(command)
+    if not found or int(found.group(2)) >= need:
+        return command
+    return command[: found.start(2)] + str(need) + command[found.end(2) :]
+
+
 def enough_prompts(command: str, concurrency: int) -> tuple[str, str | None]:
     """The command with `--num-prompts` raised to 5 x concurrency when it asks for fewer, and
     the note saying so (None when nothing changed or the command names no prompt count)."""

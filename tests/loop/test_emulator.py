@@ -151,3 +151,37 @@ def test_a_seed_repeats_a_launch_draw(tmp_path: Path) -> None:
 
     a, b, c = draws("1", "a"), draws("1", "b"), draws("2", "c")
     assert a == b and a != c and len(set(a)) == 3
+
+
+def test_latency_rises_with_load_past_a_known_knee(tmp_path: Path) -> None:
+    """Capacity is well defined: below `capacity_rps` requests start at once (TTFT is the
+    prefill); past it they wait for a slot, for real, and TTFT grows with the queue while the
+    throughput stays at the knee. End-to-end holds the wait once (not twice)."""
+    from loop.emulator import capacity_rps
+
+    port = free_port()
+    extra = "--max-running-requests 2 --mem-fraction-static 0.8"
+    with open(tmp_path / "e.log", "w") as log:
+        proc = subprocess.Popen(
+            emulator_cmd(port, 0.05, extra).split(), cwd=REPO, stdout=log,
+            stderr=subprocess.STDOUT, text=True,
+        )  # fmt: skip
+    try:
+        _wait_health(port, proc)
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/get_server_info") as r:
+            knee = capacity_rps(json.loads(r.read())["tokens_per_s_model"], 2, 40)
+        out = {}
+        for f in (0.6, 1.5):
+            cmd = f"{bench_cmd(port, 40)} --format vllm --request-rate {knee * f:.2f}"
+            out[f] = json.loads(_run(cmd.replace("--requests 2", "--requests 40")).stdout)
+    finally:
+        proc.kill()
+        proc.wait(5)
+    below, above = out[0.6], out[1.5]
+    assert below["p90_ttft_ms"] < 60 and above["p90_ttft_ms"] > 150, (below, above)
+    assert above["request_throughput"] < 1.1 * knee < 1.1 * above["request_throughput"] * 1.1
+    # the wait is in TTFT and e2e alike, so the decode part (TPOT) does not grow with the queue
+    assert above["mean_tpot_ms"] < 1.5 * below["mean_tpot_ms"]
+    assert above["mean_e2el_ms"] - above["mean_ttft_ms"] < 1.5 * (
+        below["mean_e2el_ms"] - below["mean_ttft_ms"]
+    )
