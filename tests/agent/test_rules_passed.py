@@ -97,10 +97,7 @@ def test_control_a_live_launch_is_not_said_to_have_ended(tmp_path: Any) -> None:
         tmp_path,
     )
     assert not any(
-        e.line == lines[-1]
-        for h in r.hypotheses
-        if h.label == "host_oom_killed"
-        for e in h.against
+        e.line == lines[-1] for h in r.hypotheses if h.label == "host_oom_killed" for e in h.against
     ), r.hypotheses
 
 
