@@ -86,6 +86,11 @@ class Facts(BaseModel):
         default_factory=list, description="server processes that are zombies (<defunct>)"
     )
     server_user: str | None = Field(None, description="the user the server runs as")
+    launch_user: str | None = Field(
+        None,
+        description="the user the launch runs as: its own processes' or, none alive, that of "
+        "the live instances of its engine's command on the box, when they agree",
+    )
     host_mem_pct: float | None = Field(
         None, description="host RAM all processes hold (sum of ps %MEM), from the latest ps"
     )
@@ -224,6 +229,7 @@ def derive(observations: list[Observation]) -> Facts:
         f.bystander_kills = bystander_kills(observations)
         f.dmesg_lines = [ln for ln in f.dmesg_lines if ln not in f.bystander_kills]
     _ranks(f, [ln for reads in log_reads.values() for ln in reads[-1][2]])
+    _launch_user(f, log_reads)
     _tenancy(f)
     _keep_plausible_workloads(f, log_reads)
     _keep_plausible_builds(f, log_reads)
@@ -233,6 +239,7 @@ def derive(observations: list[Observation]) -> Facts:
         # ranks) and who the other holders are follow from what remains
         _identity(f)
         _ranks(f, [ln for reads in log_reads.values() for ln in reads[-1][2]])
+        _launch_user(f, log_reads)
         _tenancy(f)
     for path, reads in log_reads.items():
         if len(reads) >= 2:
@@ -732,6 +739,26 @@ def _ranks_by_gpu(f: Facts) -> dict[int, int]:
     return dict(zip(f.log_ranks, holders, strict=False))
 
 
+def _launch_user(f: Facts, log_reads: LogReads) -> None:
+    """Who the launch runs as. With none of its processes alive, the live main processes of the
+    engine its log prints (another instance of the same command, a supervisor's restart) run as
+    the same user, when they all agree: a GPU holder of another user is then that user's job,
+    never a leftover of the launch (a neighbour's idle notebook is not the launch's to kill)."""
+    f.launch_user = f.server_user
+    engine = _log_engine(log_reads) if f.launch_user is None else None
+    if engine is None:
+        return
+    users = {
+        str(r.get("user") or "")
+        for r in f._ps_recs.values()
+        if r.get("server") == engine
+        and r.get("role") in ("main", "launcher")
+        and not r.get("zombie")
+    }
+    if len(users) == 1 and "" not in users:
+        f.launch_user = users.pop()
+
+
 def _tenancy(f: Facts) -> None:
     """Other holders of the GPU (and other launches' engine processes): a co-tenant is someone's
     live, running job (another user, or another launch whose main process runs); a leftover is a
@@ -754,7 +781,7 @@ def _tenancy(f: Facts) -> None:
         engine, role = r.get("server"), r.get("role")
         if r["zombie"]:
             f.leftover_pids[pid] = "defunct (a zombie of an earlier launch)"
-        elif f.server_user and user and user != f.server_user and stat[:1] in ("R", "S", "D"):
+        elif f.launch_user and user and user != f.launch_user and stat[:1] in ("R", "S", "D"):
             f.co_tenant_pids[pid] = f"another user's job ({user})"
         elif engine and role == "worker":
             # a worker with no server process above it (its parent gone, or re-parented to

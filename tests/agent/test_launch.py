@@ -6,12 +6,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from agent.facts import derive
 from agent.guardrails import check_conclusion
 from agent.launch import bystander_line, sourced_files
 from agent.runner import investigate
 from agent.settings import Settings
-from cards.model import load_card
+from cards.model import Invocation, load_card
 from cards.replay import ReplayHost
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "launch"
@@ -201,3 +203,42 @@ def test_replayed_find_goes_no_deeper_than_a_live_one() -> None:
     )
     out = ReplayHost(card).run("find /home -maxdepth 3 -type f -name '*.log'").stdout
     assert "/home/u/top.log" in out and "deep.log" not in out
+
+
+def _dead_launch_beside_a_held_gpu(holder_user: str) -> Any:
+    """alice's vLLM launch on :8000 died (its fatal line in the log); another instance of the
+    command, on :8001, runs on as alice (told apart by its port); `holder_user`'s sleeping
+    python holds 20 GiB, the GPU idle."""
+    from tests.agent.test_rules import PS_HEADER, _card
+
+    ps = PS_HEADER + (
+        "alice      6200  1.0  0.5 912345 412345 ?      Sl   09:02   0:03 python3 -m "
+        "vllm.entrypoints.openai.api_server --model /models/llama-70b --port 8001\n"
+        f"{holder_user:<8}   7001  0.0  0.4 812345 312345 ?      Sl   08:10   0:01 python3 "
+        "train_lora.py --base /models/Qwen2.5-7B\n"
+    )
+    log = (
+        "INFO 11-30 10:00:01 [api_server.py:1034] vLLM API server version 0.8.3\n"
+        "INFO 11-30 10:00:01 [api_server.py:1044] args: Namespace(model='/models/llama-70b', "
+        "port=8000, tensor_parallel_size=1)\n"
+        "ERROR 11-30 10:00:09 [engine.py:400] RuntimeError: No CUDA GPUs are available\n"
+    )
+    apps = "pid, process_name, used_gpu_memory [MiB]\n7001, python3, 20480 MiB\n"
+    gpu = "0, NVIDIA H100 80GB HBM3, 20480 MiB, 60528 MiB, 81559 MiB, 0 %\n"
+    cmd = "nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv"
+    card = _card({"/home/alice/logs/server.log": log}, ps, gpu, commands={cmd: apps})
+    return card.model_copy(update={"invocation": Invocation(log="/home/alice/logs/server.log")})
+
+
+@pytest.mark.parametrize(("user", "owner"), [("bob", "another user's job"), ("alice", "leftover")])
+def test_another_users_idle_gpu_job_is_theirs_not_a_leftover(
+    tmp_path: Path, user: str, owner: str
+) -> None:
+    """None of the launch's processes alive, its user is that of the other instance of its
+    command: bob's idle job is bob's (never "kill" it); alice's own idle holder (control) stays
+    a leftover of her earlier launch."""
+    r = _run(_dead_launch_beside_a_held_gpu(user), tmp_path)
+    holders = {g["pid"]: g["owner"] for g in r.launch["gpu"]}
+    assert holders.get(7001) == owner, r.launch["gpu"]
+    if user == "bob":
+        assert "kill 7001" not in r.next_step and r.root_cause != "stale_gpu_process", r.next_step

@@ -144,6 +144,10 @@ port = int(sys.argv[sys.argv.index("--port") + 1])
 s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 s.bind(("127.0.0.1", port)); s.listen()
 print("INFO 12-02 09:00:00 [api_server.py:1043] vLLM API server version 0.8.5", flush=True)
+print("INFO 12-02 09:00:00 [api_server.py:1044] args: Namespace(subparser='serve', "
+      "model_tag='/models/Qwen2.5-7B', host='127.0.0.1', port=%d, tensor_parallel_size=1)" % port,
+      flush=True)
+print("INFO:     Uvicorn running on http://127.0.0.1:%d (Press CTRL+C to quit)" % port, flush=True)
 i = 0
 while True:
     i += 1
@@ -161,6 +165,28 @@ while True:
     print("tests/test_tokenizer.py::test_roundtrip[%d] PASSED  [%3d%%]" % (i, i % 100), flush=True)
     time.sleep(0.3)
 """
+
+
+#: A compiler at work: `nvcc` (python3 under that name, through a symlink) running a duty cycle
+#: of ~10% CPU, so ps sees it running now and then, as a build's compiler is.
+SPIN = r"""
+import time
+while True:
+    t = time.monotonic()
+    while time.monotonic() - t < 0.01:
+        pass
+    time.sleep(0.09)
+"""
+#: A `make -j2` of CUDA kernels whose paths mention sglang, as a user rebuilding sgl-kernel does.
+MAKEFILE = """\
+NVCC := $(CURDIR)/bin/nvcc
+all: batch_prefill_sm90.o fused_moe_sm90.o
+%.o:
+\t$(NVCC) -c 'import spin' -gencode=arch=compute_90a,code=sm_90a -O3 \\
+\t  -I/src/sglang/sgl-kernel/include -c /src/sglang/sgl-kernel/csrc/$*.cu -o $@
+"""
+#: Another user's training job holding GPU memory (the nvidia-smi stand-in lists its pid).
+GPU_JOB_MIB = 20480
 
 
 def _ppid(pid: int) -> int | None:
@@ -220,6 +246,8 @@ class Stage:
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     #: processes re-parented to init (no Popen of ours to wait on): killed at cleanup
     orphans: list[int] = field(default_factory=list)
+    #: start_server also starts a second copy of the same command first (start_duplicate)
+    duplicate_each_launch: bool = False
 
     @property
     def user(self) -> str:
@@ -261,6 +289,8 @@ class Stage:
     ) -> subprocess.Popen[bytes]:
         """`python3 -m sglang.launch_server ARGS` as the SSH user, stdout+stderr to `log`."""
         argv = args or ["--model-path", "/models/Llama-3.1-8B-Instruct", "--port", "30000"]
+        if self.duplicate_each_launch and name == "server" and "duplicate" not in self.procs:
+            self.start_duplicate(argv)
         uid, gid = self._ids()
         log.parent.mkdir(parents=True, exist_ok=True)
         with log.open("ab") as fh:
@@ -389,6 +419,62 @@ class Stage:
             **quiet,
         )
 
+    def start_more_bystanders(self) -> None:
+        """Issue 20's further neighbours, opt-in: beside every verdict test they expose bugs not
+        fixed yet (a duplicate's ps line cited, another user's idle GPU job called a leftover
+        when no engine process is alive): the SSH user's own `make -j2`
+        building kernels with nvcc (the same user as the launch), and another user's (nobody's)
+        training job holding 20 GiB of GPU 0 in the nvidia-smi stand-in."""
+        uid, gid = self._ids()
+        quiet: dict[str, Any] = {
+            "stdout": subprocess.DEVNULL,
+            "stderr": subprocess.DEVNULL,
+            "stdin": subprocess.DEVNULL,
+            "cwd": "/tmp",
+            "env": self.env(),
+            "start_new_session": True,
+        }
+        build = self.root / "build"
+        (build / "bin").mkdir(parents=True)
+        (build / "bin" / "nvcc").symlink_to(PY)
+        (build / "spin.py").write_text(SPIN)
+        (build / "Makefile").write_text(MAKEFILE)
+        for d in (build, build / "bin"):
+            self.chown(d)
+        self.procs["make -j"] = subprocess.Popen(
+            ["nice", "-n", "19", "make", "-j2", "-C", str(build)],
+            user=uid,
+            group=gid,
+            **{**quiet, "env": {**self.env(), "PYTHONPATH": str(build)}},
+        )
+        job = subprocess.Popen(
+            [
+                PY,
+                "-c",
+                "import time; time.sleep(3600)",
+                "train_lora.py",
+                "--base",
+                "/models/Qwen2.5-7B",
+            ],
+            user="nobody",
+            group="nogroup",
+            **quiet,
+        )
+        self.procs["gpu job"] = job
+        self.sshd.fake_bin.parent.joinpath("gpu-other-apps").write_text(
+            f"{job.pid}, /usr/bin/python3, {GPU_JOB_MIB}\n"
+        )
+
+    def start_duplicate(self, args: list[str] | None = None) -> subprocess.Popen[bytes]:
+        """A second copy of the launch's own command, started by a supervisor into its own log:
+        the same user, argv and model, still loading (a shard bar every second). It is another
+        instance of the launch, never the launch itself."""
+        sup = self.root / "supervisor"
+        sup.mkdir(mode=0o755, exist_ok=True)
+        self.chown(sup)
+        script = [["out", startup()], ["loop", SHARD_BAR, 1.0, 3600]]
+        return self.start_server(script, sup / "server.log", args or SERVER_ARGS, name="duplicate")
+
     def bystanders_alive(self) -> dict[str, bool]:
         return {n: p.poll() is None for n, p in self.procs.items() if n in BYSTANDERS}
 
@@ -405,8 +491,13 @@ class Stage:
         wait_for(lambda: all(gone(p) for p in pids), 5, "the killed server to disappear")
 
     def cleanup(self) -> None:
+        (self.sshd.fake_bin.parent / "gpu-other-apps").unlink(missing_ok=True)
         for proc in self.procs.values():
             if proc.poll() is None:
+                # each was started in a session of its own, its group led by it (alive, so the
+                # group id is still ours): the group takes the grandchildren too (make's nvccs)
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(proc.pid, signal.SIGKILL)
                 for pid in reversed(self.tree(proc)):
                     with contextlib.suppress(ProcessLookupError):
                         os.kill(pid, signal.SIGKILL)
@@ -430,6 +521,9 @@ BYSTANDERS = (
     "other user's server",
     "test runner",
     "ray daemon",
+    "make -j",
+    "gpu job",
+    "duplicate",
 )
 
 

@@ -62,10 +62,26 @@ class Scene:
         env = S.pivot_env(self.home, self.sshd, self.alias, PIVOT_LIVENESS_MAX_S=str(window_s))
         return S.investigate(env, self.alias, logs, symptom, *extra)
 
-    def assert_bystanders_untouched(self, v: S.Verdict) -> None:
-        """Every unrelated job still runs, and no line cited from ps names one of them."""
+    def assert_bystanders_untouched(self, v: S.Verdict, *, gpu_job: bool = True) -> None:
+        """Every unrelated job still runs, and no line cited from ps names one of them; the
+        launch's duplicate is named another instance, never a member; another user's GPU job
+        is listed as theirs (`gpu_job=False` where a two-GPU stand-in replaces the H200 one)."""
         alive = self.stage.bystanders_alive()
         assert alive and all(alive.values()), alive
+        launch = v.report["launch"]
+        members = {m["pid"] for m in launch["members"]}
+        step = v.report["next_step"]
+        dup = self.stage.procs.get("duplicate")
+        if dup is not None:
+            assert dup.pid not in members, ("the duplicate taken for the launch", launch)
+            assert dup.pid in launch["duplicates"], ("the duplicate not named", launch)
+        if "gpu job" in self.stage.procs:
+            job = self.stage.procs["gpu job"].pid
+            holders = {g["pid"]: g["owner"] for g in launch["gpu"]}
+            if gpu_job:
+                assert holders.get(job) == "another user's job", (job, launch["gpu"])
+            assert job not in members and not re.search(rf"kill [^`]*\b{job}\b", step), step
+            assert v.report["root_cause"] != "stale_gpu_process" or not gpu_job, v.report
         # no bystander's line is evidence: not their ps rows, not another job's kernel kill
         cited = " ".join(e["line"] for e in v.report["evidence"])
         assert "(memhog)" not in cited and "test_tokenizer.py" not in cited, cited
@@ -290,7 +306,7 @@ def test_a_scheduler_left_over_from_an_earlier_launch_is_named_and_not_the_serve
     assert f"{orphan}" in v.report["next_step"], v.report["next_step"]
     assert "still_starting" in v.report["ruled_out"], v.report
     assert not S.gone(orphan)  # named, never killed by the investigation
-    scene.assert_bystanders_untouched(v)
+    scene.assert_bystanders_untouched(v, gpu_job=False)
 
 
 def test_port_taken_needs_no_liveness_wait(user_scene: Scene) -> None:
@@ -422,7 +438,7 @@ def test_a_rank_killed_under_a_custom_launcher_is_named_gone(scene: Scene) -> No
     assert re.search(r"rank 1", v.report["summary"] + v.report["next_step"]), v.report
     # the survivor waits forever holding its GPU: the next step names it (or its launcher) to stop
     assert re.search(rf"kill [^`]*\b({proc.pid}|{rank0})\b", v.report["next_step"]), v.report
-    scene.assert_bystanders_untouched(v)
+    scene.assert_bystanders_untouched(v, gpu_job=False)
 
 
 # -- 7. hung collective --------------------------------------------------------------------------------
@@ -444,7 +460,7 @@ def test_hung_collective_one_gpu_pinned_one_idle_is_nccl(scene: Scene) -> None:
     assert_concluded(v, "nccl_failure")
     assert_cites(v, log)
     assert re.search(r"py-spy|NCCL_DEBUG", v.report["next_step"]), v.report["next_step"]
-    scene.assert_bystanders_untouched(v)
+    scene.assert_bystanders_untouched(v, gpu_job=False)
 
 
 # -- 8. a rendezvous host that does not resolve ----------------------------------------------------
@@ -526,4 +542,23 @@ def test_scheduler_gone_front_end_alive_is_named(scene: Scene) -> None:
     assert proc.poll() is None
     assert_concluded(v, "killed_externally")
     assert re.search(rf"kill {proc.pid}\b", v.report["next_step"]), v.report["next_step"]
+    scene.assert_bystanders_untouched(v)
+
+
+# -- issue 20's further neighbours -------------------------------------------------------------
+def test_jit_error_beside_a_duplicate_a_build_and_another_users_gpu_job(scene: Scene) -> None:
+    """The dead launch's verdict holds beside a second copy of its command (named another
+    instance, never a member), the SSH user's own `make -j` of nvcc's, and nobody's job
+    holding 20 GiB (listed as another user's job, never a leftover to kill)."""
+    scene.stage.duplicate_each_launch = True
+    scene.stage.start_more_bystanders()
+    log = scene.stage.logs / "server.log"
+    script = [["out", S.startup()], ["out", S.LOADED], ["out", S.JIT_TRACEBACK]]
+    proc = scene.stage.start_server([*script, ["exit", 1]], log, S.SERVER_ARGS)
+    assert proc.wait(timeout=20) == 1
+
+    v = scene.investigate([log], "sglang died at start-up on the H200, why?")
+
+    assert_concluded(v, "unsupported_gpu_arch", "dependency_error")
+    assert_cites(v, log, S.JIT_FATAL)
     scene.assert_bystanders_untouched(v)
