@@ -48,6 +48,9 @@ from tools.logfile import rotation_of
 from tools.registry import TOOLS
 
 MAX_LOGS, MAX_CONFIGS = 3, 4
+#: logs read (at once, each a bounded tail) to find the one whose launch serves the port the
+#: operator named: on a busy box the newest few are other jobs' growing outputs
+PORT_SEARCH_LOGS = 12
 MAX_REJECTIONS = 3
 #: a conclusion at least this sure explains away suspects that nothing on the host supports
 EXPLAINS_AWAY_AT = THRESHOLDS.nodes.explains_away_at
@@ -513,7 +516,8 @@ def _right_log(
     theirs = {p: log_port(text_lines(o)) for p, o in read.items() if p in given}
     if not theirs or any(v is None or v == port for v in theirs.values()):
         return []
-    candidates = [p for p in split_paths(listed_paths(obs1))[0] if p not in read][:MAX_LOGS]
+    candidates = [p for p in split_paths(listed_paths(obs1))[0] if p not in read]
+    candidates = candidates[:PORT_SEARCH_LOGS]
     if not candidates:
         return []
     cand_obs = run_many(host, [("log_tail", {"path": p}) for p in candidates], len(obs) + 1, 0)

@@ -74,12 +74,6 @@ Traceback (most recent call last):
 """
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="on this busy box the verdict came out healthy / insufficient (the neighbour's log "
-    "kept, the 8005 launch's nohup.out apparently not reached); passes on the H200 (s13): "
-    "cause not yet found",
-)
 def test_a_neighbours_log_given_as_the_launchs_is_set_aside(scene: Scene) -> None:  # noqa: F811
     """The operator passes the log of the other user's server (alive, serving its own port) and
     says the launch was on 8005; that launch wrote run/nohup.out and died. Its own error is the
