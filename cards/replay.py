@@ -142,15 +142,49 @@ def _paths(args: list[str]) -> set[str]:
     return {posixpath.normpath(a) for a in args if a.startswith("/")}
 
 
+#: options that take the next word as their value (`kubectl -n ai describe pod x`): that value
+#: is neither the sub-command nor a name
+_VALUE_FLAGS = {
+    "-n",
+    "--namespace",
+    "-l",
+    "--selector",
+    "-o",
+    "--output",
+    "-c",
+    "--container",
+    "--context",
+    "--since",
+    "--tail",
+    "-u",
+    "--unit",
+}
+
+
+def _plain(args: list[str]) -> list[str]:
+    out: list[str] = []
+    skip = False
+    for a in args:
+        if skip:
+            skip = False
+            continue
+        if a in _VALUE_FLAGS:
+            skip = True
+            continue
+        if not a.startswith(("-", "/", "'", '"')) and "=" not in a:
+            out.append(a)
+    return out
+
+
 def _verb(args: list[str]) -> str:
     """The sub-command (`logs`, `describe`, `show`), singular, or '' when there is none."""
-    words = [a for a in args if not a.startswith(("-", "/", "'", '"')) and "=" not in a]
+    words = _plain(args)
     return words[0].rstrip("s") if words else ""
 
 
 def _words(args: list[str]) -> set[str]:
     """Sub-commands and names (not flags, not paths): `logs`, `get`, a container name."""
-    return {a for a in args if not a.startswith(("-", "/", "'", '"')) and "=" not in a}
+    return set(_plain(args))
 
 
 def _flags(args: list[str]) -> set[str]:

@@ -38,11 +38,17 @@ class Result(ToolResult):
     command: str = ""
     tail: list[str] = Field(default_factory=list)
     tried: list[str] = Field(default_factory=list)
+    #: a pod's own record (`kubectl describe pod`): its state, last state, reason, message and
+    #: exit code, read when its log is empty (the container never ran: a bad command, an image)
+    describe: list[str] = Field(default_factory=list)
 
     def lines(self) -> list[str]:
         if self.error:
             return super().lines()
-        return [f"# {self.kind} log of {self.name} ($ {self.command})", *bound_lines(self.tail)]
+        out = [f"# {self.kind} log of {self.name} ($ {self.command})", *bound_lines(self.tail)]
+        if self.describe:
+            out += [f"# kubectl describe pod {self.name} (state and events)", *self.describe]
+        return out
 
 
 def pick(listing: str, column: int = 0) -> str | None:
@@ -58,16 +64,66 @@ def pick(listing: str, column: int = 0) -> str | None:
     return next((n for n in names if SAFE_NAME.match(n)), None)
 
 
+#: `kubectl get pods` rows: READY is the first `n/m` column; a NAMESPACE column precedes NAME
+#: when listed with -A (`ai  llama-0  0/1  CrashLoopBackOff  6 (2m ago)  8m`)
+_READY = re.compile(r"^\d+/\d+$")
+#: a pod status that is not serving
+_FAILING = re.compile(r"(?i)BackOff|Error|OOMKilled|Crash|Pending|Failed|Init:|Evicted|Unknown")
+#: the lines of `kubectl describe pod` worth keeping: how its container ended, and why
+POD_KEEP = re.compile(
+    r"^\s*(Name|Namespace|Status|Reason|Exit Code|Restart Count|Started|Finished|Last State|State|"
+    r"Message)\s*:|OOMKilled|Killing|Unhealthy|BackOff|Evicted|probe|FailedScheduling"
+)
+
+
+def pods(listing: str) -> list[tuple[str, str, bool]]:
+    """(namespace or '', name, failing) for each row of `kubectl get pods [-A] --no-headers`."""
+    out = []
+    for ln in listing.splitlines():
+        parts = ln.split()
+        if not parts or parts[0] in ("NAME", "NAMESPACE"):
+            continue
+        at = next((i for i, p in enumerate(parts[:3]) if _READY.match(p)), None)
+        if at not in (1, 2):
+            continue
+        ns, name = (parts[0], parts[1]) if at == 2 else ("", parts[0])
+        ready = parts[at].split("/")
+        status = parts[at + 1] if len(parts) > at + 1 else ""
+        out.append((ns, name, bool(_FAILING.search(status)) or ready[0] != ready[1]))
+    return out
+
+
+def pick_pod(listing: str) -> str | None:
+    """`namespace/name` (or `name`) of the pod to read: a failing inference server first, then
+    any inference server, then any failing pod, then the first."""
+    rows = pods(listing)
+    ranked = sorted(
+        rows, key=lambda r: (not SERVER_NAME.search(r[1]), not r[2])
+    )  # stable: listing order within a rank
+    for ns, name, _ in ranked:
+        full = f"{ns}/{name}" if ns else name
+        if SAFE_NAME.match(full):
+            return full
+    return None
+
+
 def _discover(host: Host, kind: Kind) -> str | None:
     cmd = {
         "docker": "docker ps -a --format '{{.Names}} {{.Image}} {{.Status}}'",
-        "kubectl": "kubectl get pods --no-headers",
+        # every namespace: a server rarely runs in `default`
+        "kubectl": "kubectl get pods -A --no-headers",
         "journalctl": "systemctl list-units --type=service --all --no-legend --no-pager",
     }[kind]
     res = host.run(cmd, timeout=15)
     if not res.ok or not res.stdout.strip():
         return None
-    return pick(res.stdout)
+    return pick_pod(res.stdout) if kind == "kubectl" else pick(res.stdout)
+
+
+def _pod(name: str) -> tuple[str, str]:
+    """`ns/pod` -> ("-n 'ns' ", "'pod'"); a bare pod name is in the current namespace."""
+    ns, _, pod = name.rpartition("/")
+    return (f"-n {shlex.quote(ns)} " if ns else ""), shlex.quote(pod)
 
 
 def _read_cmd(kind: Kind, name: str, args: Args) -> str:
@@ -76,8 +132,18 @@ def _read_cmd(kind: Kind, name: str, args: Args) -> str:
         return f"docker logs --tail {args.lines} {q} 2>&1"
     if kind == "kubectl":
         prev = " --previous" if args.previous else ""
-        return f"kubectl logs --tail={args.lines}{prev} {q}"
+        ns, pod = _pod(name)
+        return f"kubectl {ns}logs --tail={args.lines}{prev} {pod}"
     return f"journalctl -u {q} -n {args.lines} --no-pager"
+
+
+def _describe(host: Host, name: str) -> list[str]:
+    """The kept lines of `kubectl describe pod` (state, reason, message, exit code, events)."""
+    ns, pod = _pod(name)
+    res = host.run(f"kubectl {ns}describe pod {pod}", timeout=20)
+    if not res.ok:
+        return []
+    return [ln.rstrip() for ln in clean_lines(res.stdout).lines if POD_KEEP.search(ln)][:60]
 
 
 def run(host: Host, args: Args) -> Result:
@@ -98,14 +164,19 @@ def run(host: Host, args: Args) -> Result:
         cmd = _read_cmd(kind, name, args)
         res = host.run(cmd, timeout=20)
         tried.append(f"{cmd}: rc {res.rc}")
-        if res.ok and res.stdout.strip():
+        tail = clean_lines(res.stdout).lines[-args.lines :] if res.ok else []
+        # a pod that never ran its container (a bad command, an image pull, a probe) has an
+        # empty log: its record says how it ended
+        describe = _describe(host, name) if kind == "kubectl" and not tail else []
+        if tail or describe:
             return Result(
                 host=host.name,
                 kind=kind,
                 name=name,
                 command=cmd,
-                tail=clean_lines(res.stdout).lines[-args.lines :],
+                tail=[ln for ln in tail if ln.strip()],
                 tried=tried,
+                describe=describe,
             )
     return Result(
         host=host.name,

@@ -76,3 +76,48 @@ def test_replayed_card_answers_kubectl_logs_and_missing_readers_are_a_clear_erro
     )
     r2 = SPEC.call(ReplayHost(empty), {})
     assert not r2.ok and "no container, pod or unit log" in (r2.error or "") and r2.fix
+
+
+def test_a_pod_in_another_namespace_is_found_and_its_record_read() -> None:
+    """Servers rarely run in `default`: the pod is found across namespaces, its log read with its
+    namespace, and when it never ran (an empty log) `describe` says how it ended."""
+    from tools.service_logs import pick_pod
+
+    listing = (
+        "kube-system   coredns-5d78c9869d-abcde          1/1   Running            0              9d\n"
+        "ai            llama-strix-5f8b7c9d6d-kq4wz      0/1   CrashLoopBackOff   6 (2m1s ago)   8m40s\n"
+    )
+    assert pick_pod(listing) == "ai/llama-strix-5f8b7c9d6d-kq4wz"
+    # a listing without the namespace column (one namespace) still parses
+    assert pick_pod("vllm-0   0/1   CrashLoopBackOff   4   9m\n") == "vllm-0"
+    message = (
+        '      Message:      failed to create containerd task: exec: "llama-server": '
+        "executable file not found in $PATH: unknown"
+    )
+    card = IncidentCard.model_validate(
+        {
+            "id": "k",
+            "title": "t",
+            "source": "test",
+            "engine": "other",
+            "symptom": "s",
+            "host": {
+                "commands": {
+                    "kubectl get pods -A --no-headers": listing,
+                    "kubectl -n ai logs --tail=200 llama-strix-5f8b7c9d6d-kq4wz": "",
+                    "kubectl -n ai describe pod llama-strix-5f8b7c9d6d-kq4wz": (
+                        "Name:         llama-strix-5f8b7c9d6d-kq4wz\n"
+                        "    Image:         ghcr.io/x/llama:b6412\n"
+                        "    Last State:     Terminated\n"
+                        "      Reason:       StartError\n"
+                        f"{message}\n"
+                        "      Exit Code:    128\n"
+                    ),
+                }
+            },
+        }
+    )
+    r = SPEC.call(ReplayHost(card), {"kind": "kubectl"})
+    assert r.ok and r.name == "ai/llama-strix-5f8b7c9d6d-kq4wz", r.lines()
+    assert message in r.lines() and "      Exit Code:    128" in r.lines()
+    assert not any("Image:" in ln for ln in r.lines())  # only the lines that say how it ended
