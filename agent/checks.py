@@ -316,6 +316,10 @@ def options(
             args = (
                 {"watch_s": 2 * max_window_s()} if _memory_would_tell(facts, observations) else None
             )
+        elif need == "live_container":
+            ctr = facts.container
+            running = ctr is not None and ctr.running
+            args = dict(c.get("args") or {}) if running and not log_path else None
         elif need == "gpu_busy":
             args = {} if _gpu_busy(observations) else None
         elif need == "rotated_log":

@@ -20,6 +20,7 @@ from agent.state import Observation
 from agent.typed_results import typed
 from tools import (
     container_inspect,
+    container_logs,
     disk,
     dmesg,
     engines,
@@ -467,6 +468,19 @@ def _log_tail(f: Facts, o: Observation, log_reads: LogReads) -> None:
         f.log_watch[path] = tail.grew
 
 
+def _container_logs(f: Facts, o: Observation, log_reads: LogReads) -> None:
+    """A container's log read: like a file's, keyed by the container, its size the line count
+    (a restart or a watched window that saw new lines is growth as for a file)."""
+    res = typed(o, container_logs.Result)
+    if o["args"].get("pattern") or o["args"].get("previous"):
+        return  # a search or an earlier instance's lines: not the log's current end
+    key = f"container:{res.container or o['args'].get('name') or ''}"
+    text = [ln for ln in o["lines"] if ln and not ln.startswith("# ")]
+    log_reads.setdefault(key, []).append((o["id"], len(res.entries), text))
+    if res.grew is not None:
+        f.log_watch[key] = res.grew
+
+
 _DIGITS = re.compile(r"\d+")
 
 
@@ -860,6 +874,7 @@ READERS: dict[str, Callable[[Facts, Observation, LogReads], None]] = {
     "disk": _disk,
     "ports": _ports,
     "log_tail": _log_tail,
+    "container_logs": _container_logs,
     "host_facts": _host_facts,
     "container_inspect": _container,
 }

@@ -20,6 +20,7 @@ from collections.abc import Callable
 
 from agent import containers, proof, rules_causes, rules_hang, rules_liveness
 from agent import launch as launch_mod
+from agent.at_work import working_on_logged_file
 from agent.board import related
 from agent.evidence import LOG_TOOLS, last_launch, launch_line, text_lines
 from agent.facts import Facts
@@ -254,6 +255,7 @@ def _still_starting(action: Action, by_id, facts: Facts, hits: Hits) -> list[str
         or (bool(stacks) and stacks[-1]["data"].get("waiting_in") in ("compile", "load"))
         or (bool(downloads) and bool(downloads[-1]["data"].get("downloading")))
         or rules_liveness.reading_storage(list(by_id.values())) is not None
+        or working_on_logged_file(facts, list(by_id.values())) is not None
         or moving
         or at_work
         # a bar slower than the watched window: no growth in it is expected (qualify says so)
@@ -262,8 +264,9 @@ def _still_starting(action: Action, by_id, facts: Facts, hits: Hits) -> list[str
     if not any(facts.log_growth.values()) and not working:
         out.append(
             "[still_starting] needs the log to advance over the watched window, a compiler the "
-            "server runs, stacks in loading/compiling, a model download that grows, or the "
-            "server reading from storage (process_io)"
+            "server runs, stacks in loading/compiling, a model download that grows, the "
+            "server reading from storage (process_io), or a process at work on the file the "
+            "log's last step names"
         )
     return out
 

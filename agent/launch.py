@@ -19,6 +19,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from agent.at_work import working_on_logged_file
 from agent.evidence import LOG_TOOLS, last_launch, text_lines
 from agent.facts import LOG_PORT, Facts
 from agent.state import Observation
@@ -301,6 +302,9 @@ def _bystanders(
     members = set(facts.server_pids)
     relevant = members | dup_family | set(facts.leftover_pids) | set(facts.gpu_pids)
     relevant |= set(facts.building_pids)
+    work = working_on_logged_file(facts, observations)
+    if work is not None:
+        relevant.add(work[0])  # at work on the file the launch's log waits on: the launch's work
     if launch.port is not None and launch.port in facts.listener_pids:
         relevant.add(facts.listener_pids[launch.port])
     listed = 0

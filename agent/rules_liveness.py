@@ -5,6 +5,7 @@ with a fatal line of its own.
 from __future__ import annotations
 
 from agent import proof
+from agent.at_work import working_on_logged_file
 from agent.evidence import LOG_TOOLS, last_launch, latest_text_observations, text_lines
 from agent.facts import Facts
 from agent.rules_common import (
@@ -12,6 +13,7 @@ from agent.rules_common import (
     F,
 )
 from agent.state import Observation
+from agent.thresholds import THRESHOLDS
 
 
 def liveness_rules(facts: Facts, observations: list[Observation], hits, add) -> None:  # type: ignore[no-untyped-def]
@@ -112,7 +114,19 @@ def liveness_rules(facts: Facts, observations: list[Observation], hits, add) -> 
 
         # a phase that runs quietly (compile, capture, warm-up) is silent by nature: not a stall
         quiet = quiet_phase_line(observations) is not None
-        if stalled and not growing and not facts.building_pids and not quiet:
+        work = working_on_logged_file(facts, observations) if stalled and not growing else None
+        if work is not None and not fatal:
+            pid, ps_line, path = work
+            add(
+                "still_starting",
+                "fact",
+                THRESHOLDS.hang.compiling,
+                facts.ps_obs,
+                ps_line,
+                f"the log is quiet, but pid {pid} is at work on {path}, the file its last step "
+                "names (unpacking, converting, reading it): work in progress, not a stall",
+            )
+        if stalled and not growing and not facts.building_pids and not quiet and work is None:
             obs_id = facts.log_growth_obs[stalled[0]]
             o = next(o for o in observations if o["id"] == obs_id)
             line = next((ln for ln in reversed(text_lines(o)) if ln.strip()), "")

@@ -32,6 +32,13 @@ class Args(BaseModel):
         None, description="search the whole log (every instance) for this regex instead"
     )
     previous: bool = Field(False, description="only the instances before the current one")
+    watch_s: float | None = Field(
+        None,
+        ge=0,
+        le=600,
+        description="liveness: read again over this window (longer for a progress bar) until "
+        "the log grows; the result says whether it grew and how long was waited",
+    )
 
 
 class LogLine(BaseModel):
@@ -48,11 +55,19 @@ class Result(ToolResult):
     restart_count: int = 0
     entries: list[LogLine] = Field(default_factory=list)
     previous_lines: int = Field(0, description="lines from instances before the current one")
+    watched: bool = Field(False, description="read over a window (watch_s given)")
+    grew: bool | None = Field(None, description="new lines arrived during the window")
+    waited_s: float = 0.0
 
     def lines(self) -> list[str]:
         if self.error:
             return super().lines()
         out = [f"# {self.cli} log of container {self.container} ($ {self.command})"]
+        if self.watched:
+            out.append(
+                f"# watched it for {self.waited_s:.1f} s: "
+                + ("new lines arrived" if self.grew else "no new line")
+            )
         if self.restart_count:
             out.append(
                 f"# restarted {self.restart_count} times; {self.previous_lines} lines are from "
@@ -98,7 +113,37 @@ def parse_logs(text: str, started_at: str = "") -> list[LogLine]:
     return out
 
 
+def _key(res: Result) -> tuple[int, str, str]:
+    """What changes when a container prints something: the count and the newest line."""
+    last = res.entries[-1] if res.entries else None
+    return (len(res.entries), last.at if last else "", last.text if last else "")
+
+
 def run(host: Host, args: Args) -> Result:
+    if args.watch_s is None:
+        return read_once(host, args)
+    from tools.log_window import max_window_s, poll_interval, window_for
+
+    t0 = host.clock()
+    res = read_once(host, args)
+    if not res.ok:
+        return res
+    base = _key(res)
+    limit = max(max_window_s(), 0.0)
+    window = window_for(float(args.watch_s), None, limit, None)
+    while _key(res) == base and host.clock() - t0 < window:
+        elapsed = host.clock() - t0
+        host.sleep(min(poll_interval(elapsed), window - elapsed))
+        nxt = read_once(host, args)
+        if not nxt.ok:
+            break
+        res = nxt
+    res.watched, res.grew = True, _key(res) != base
+    res.waited_s = round(host.clock() - t0, 3)
+    return res
+
+
+def read_once(host: Host, args: Args) -> Result:
     found = target(host, args.name)
     if isinstance(found, ToolResult):
         return Result(host=host.name, ok=False, error=found.error, fix=found.fix)
@@ -152,4 +197,5 @@ SPEC = ToolSpec(
     scanned=True,
     launch_log=True,
     verdict_needs=True,
+    facts=("log_growth", "log_watch"),
 )

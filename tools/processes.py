@@ -375,6 +375,12 @@ def _mark_busy_unknown(procs: list[Proc]) -> None:
             p.busy_unknown = True
 
 
+def _busy(p: Proc) -> bool:
+    """Running hard now (state R or half a core), not a kernel thread, not ps itself."""
+    running = p.stat.startswith("R") or (p.cpu_pct or 0.0) >= 50.0
+    return running and not p.zombie and p.command[:1] != "[" and not _never(p)
+
+
 def _never(p: Proc) -> bool:
     return engines.classify(p.command).never
 
@@ -612,6 +618,7 @@ def run(host: Host, args: Args) -> Result:
             or p.server
             or p.building
             or p.busy_unknown
+            or _busy(p)  # at work beside the server: unpacking, converting what it waits for
             or p.zombie
             or p.d_state
             or p.pid in gpu_mib

@@ -311,3 +311,91 @@ def test_a_container_ended_by_a_signal_from_outside_was_killed(
         is killed
     )
     assert "host_oom_killed" in r.ruled_out
+
+
+TRITON_QUIET = (
+    "I1109 10:02:12.830221 1 model_lifecycle.cc:459] loading: text_cleaner:1\n"
+    "I1109 10:02:14.120110 1 python_be.cc:1767] Using Python execution env "
+    "/models/text_cleaner/py38_env.tar.gz\n"
+)
+PS_TRITON = PS_IDLE + (
+    "triton     2201  1.0  1.2 3120110 390112 ?      Ssl  10:02   0:02 tritonserver "
+    "--model-repository=/models\n"
+)
+TAR = (
+    "triton     2261 98.0  0.1  20332  6120 ?        R    10:02   0:03 tar -xzf "
+    "{path} -C /tmp/python_env_cache/2f9c1a\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("extra", "working"),
+    [
+        (TAR.format(path="/models/text_cleaner/py38_env.tar.gz"), True),
+        ("", False),  # control: nothing at work beside the quiet server
+        (TAR.format(path="/backup/home.tar.gz"), False),  # control: busy on another file
+    ],
+)
+def test_a_quiet_server_waiting_on_a_helper_at_work_on_its_file_is_starting(
+    tmp_path: Any, extra: str, working: bool
+) -> None:
+    card = _card({"/var/log/triton/server.log": TRITON_QUIET}, PS_TRITON + extra, GPU_CLEAN)
+    r = _run(card.model_copy(update={"engine": "other"}), tmp_path)
+    if working:
+        assert r.root_cause == "still_starting", (r.status, r.summary)
+        assert any("tar -xzf" in e.line for e in r.evidence), r.evidence
+    else:
+        assert r.root_cause != "still_starting", (r.status, r.summary)
+
+
+def test_container_logs_watch_sees_new_lines_and_says_when_none_came() -> None:
+    import json
+
+    from cards.model import IncidentCard
+    from cards.replay import ReplayHost
+    from tools.container_host import ContainerHost
+    from tools.registry import TOOLS
+
+    inspect = json.dumps(
+        [
+            {
+                "Id": "77aa10bc3d2e" * 4,
+                "Name": "/t",
+                "State": {
+                    "Status": "running",
+                    "Running": True,
+                    "StartedAt": "2022-11-09T10:02:11Z",
+                },
+                "HostConfig": {},
+                "Config": {"Image": "x"},
+            }
+        ],
+        indent=4,
+    )
+
+    def card(second_at: int) -> IncidentCard:
+        logs = [
+            {"at": 0, "text": "I1109 10:02:14.1 1 python_be.cc:1767] Using Python execution env\n"},
+            {
+                "at": second_at,
+                "text": "I1109 10:02:14.1 1 python_be.cc:1767] Using Python execution env\n"
+                "I1109 10:09:51.3 1 python_be.cc:2080] TRITONBACKEND_ModelInstanceInitialize: t_0\n",
+            },
+        ]
+        return IncidentCard.model_validate(
+            {
+                "id": "c",
+                "title": "t",
+                "source": "test",
+                "engine": "other",
+                "symptom": "s",
+                "invocation": {"container": "t"},
+                "host": {"containers": {"t": {"inspect": inspect, "logs": logs}}},
+            }
+        )
+
+    soon = TOOLS["container_logs"].call(ContainerHost(ReplayHost(card(3)), "t"), {"watch_s": 6})
+    assert soon.ok and soon.watched and soon.grew and soon.waited_s >= 3, soon.lines()
+    late = TOOLS["container_logs"].call(ContainerHost(ReplayHost(card(240)), "t"), {"watch_s": 6})
+    assert late.ok and late.watched and late.grew is False and late.waited_s >= 6, late.lines()
+    assert "# watched it for" in "\n".join(late.lines())
