@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import contextvars
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from pydantic import ValidationError
@@ -14,7 +12,7 @@ from tools import registry as tool_registry
 from tools.base import ToolResult, bound_lines
 from tools.host import Host
 from tools.registry import TOOLS
-from tools.shared_reads import one_wave
+from tools.shared_reads import at_once, one_wave
 
 MAX_PARALLEL = 8
 
@@ -50,11 +48,9 @@ def crash_lines(tool: str, exc: BaseException) -> list[str]:
 def run_many(
     host: Host, calls: list[tuple[str, dict[str, Any]]], first_id: int, round_no: int
 ) -> list[Observation]:
-    # one wave: a read two tools ask for at once is taken once (tools/shared_reads.py); each
-    # thread runs in its own copy of this context, which holds the wave
-    with one_wave(), ThreadPoolExecutor(max_workers=min(MAX_PARALLEL, max(1, len(calls)))) as pool:
-        jobs = [(contextvars.copy_context(), tool, args) for tool, args in calls]
-        results = list(pool.map(lambda j: j[0].run(call, host, j[1], j[2]), jobs))
+    # one wave: a read two tools ask for at once is taken once (tools/shared_reads.py)
+    with one_wave():
+        results = at_once(lambda c: call(host, c[0], c[1]), calls, MAX_PARALLEL, "pivot-wave")
     out: list[Observation] = []
     for i, ((tool, args), (ok, lines, data)) in enumerate(zip(calls, results, strict=True)):
         out.append(

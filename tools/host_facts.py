@@ -10,7 +10,6 @@ installed (rc 127) is recorded as unavailable, which is a fact, not an error.
 from __future__ import annotations
 
 import re
-from concurrent.futures import ThreadPoolExecutor
 from typing import Literal
 
 from pydantic import BaseModel, Field
@@ -18,6 +17,7 @@ from pydantic import BaseModel, Field
 from tools.base import ToolResult, ToolSpec, bound_lines
 from tools.host import Host
 from tools.processes import MEM_PRESSURE_PCT
+from tools.shared_reads import at_once
 
 SectionName = Literal[
     "driver", "ecc", "memory", "ulimit", "kernel", "network", "env", "docker", "kubectl", "pods"
@@ -214,10 +214,12 @@ def run(host: Host, args: Args) -> Result:
     names = list(dict.fromkeys(args.sections))
     # independent one-line reads: run at once over the one connection (each its own channel),
     # so the sweep waits for the slowest command, not for the sum of nine
-    with ThreadPoolExecutor(max_workers=max(1, min(len(names), _PARALLEL))) as pool:
-        results = list(
-            pool.map(lambda n: host.run(COMMANDS[n][0], timeout=15, max_bytes=200_000), names)
-        )
+    results = at_once(
+        lambda n: host.run(COMMANDS[n][0], timeout=15, max_bytes=200_000),
+        names,
+        _PARALLEL,
+        "pivot-host-facts",
+    )
     for name, res in zip(names, results, strict=True):
         command, keep = COMMANDS[name]
         text = res.stdout if res.stdout.strip() else res.stderr
