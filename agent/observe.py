@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from pydantic import ValidationError
@@ -13,6 +12,7 @@ from tools import registry as tool_registry
 from tools.base import ToolResult, bound_lines
 from tools.host import Host
 from tools.registry import TOOLS
+from tools.shared_reads import at_once, one_wave
 
 MAX_PARALLEL = 8
 
@@ -48,8 +48,9 @@ def crash_lines(tool: str, exc: BaseException) -> list[str]:
 def run_many(
     host: Host, calls: list[tuple[str, dict[str, Any]]], first_id: int, round_no: int
 ) -> list[Observation]:
-    with ThreadPoolExecutor(max_workers=min(MAX_PARALLEL, max(1, len(calls)))) as pool:
-        results = list(pool.map(lambda c: call(host, c[0], c[1]), calls))
+    # one wave: a read two tools ask for at once is taken once (tools/shared_reads.py)
+    with one_wave():
+        results = at_once(lambda c: call(host, c[0], c[1]), calls, MAX_PARALLEL, "pivot-wave")
     out: list[Observation] = []
     for i, ((tool, args), (ok, lines, data)) in enumerate(zip(calls, results, strict=True)):
         out.append(

@@ -167,12 +167,31 @@ class Result(ToolResult):
         return bound_lines(out, max_lines=2 * 200 + 4)
 
 
-def _any_of(patterns: list[str]) -> re.Pattern[str]:
-    """One compiled regex that matches what `any(fnmatch.fnmatch(x, p) for p in patterns)`
-    matches (POSIX paths: fnmatch's normcase is the identity). A host lists thousands of
-    files and classify runs on each: per-pattern fnmatch calls cost ~60 ms of the first
-    sweep's CPU, inside the process that also drives every other read of the wave."""
-    return re.compile("|".join(f"(?:{fnmatch.translate(p)})" for p in patterns))
+class _AnyOf:
+    """Matches what `any(fnmatch.fnmatch(x, p) for p in patterns)` matches (POSIX paths:
+    fnmatch's normcase is the identity), with compiled regexes. A host lists thousands of files
+    and classify runs on each, inside the process that also drives every other read of the
+    wave: per-pattern fnmatch calls cost ~60 ms of the first sweep's CPU. A pattern that starts
+    with `*` is searched for as the rest anchored at the end (`*.log` is a search for `\\.log\\Z`),
+    which is the same test: fnmatch's leading `.*` made re try every split of the string, for
+    every pattern, from the start (half of classify's time on a box's 4000 paths)."""
+
+    def __init__(self, patterns: list[str]) -> None:
+        def one(ps: list[str]) -> re.Pattern[str] | None:
+            return re.compile("|".join(f"(?:{fnmatch.translate(p)})" for p in ps)) if ps else None
+
+        self._whole = one([p for p in patterns if not p.startswith("*")])
+        self._tail = one([p[1:] for p in patterns if p.startswith("*")])
+
+    def match(self, text: str) -> bool:
+        return bool(
+            (self._whole is not None and self._whole.match(text))
+            or (self._tail is not None and self._tail.search(text))
+        )
+
+
+def _any_of(patterns: list[str]) -> _AnyOf:
+    return _AnyOf(patterns)
 
 
 _SITECUSTOMIZE = _any_of(["sitecustomize.py*"])
@@ -188,6 +207,12 @@ _NOT_OUTPUT_TXT_RE = _any_of(_NOT_OUTPUT_TXT)
 
 def classify(path: str) -> Literal["log", "config"] | None:
     """Pure: what a path looks like, by name and directory (mirrors the find expression)."""
+    kind = _kind(path)
+    return "log" if kind == "weak" else kind
+
+
+def _kind(path: str) -> Literal["log", "weak", "config"] | None:
+    """classify, telling a teed .txt candidate (`weak`, listed after named logs) apart."""
     name = posixpath.basename(path)
     if _SITECUSTOMIZE.match(name) or name == "usercustomize.py":
         return "config"
@@ -200,7 +225,7 @@ def classify(path: str) -> Literal["log", "config"] | None:
     if _CONFIG_DIR_NAMES_RE.match(name) and _CONFIG_DIRS_RE.match(path):
         return "config"
     if weak_log(path):
-        return "log"
+        return "weak"
     return None
 
 
@@ -227,6 +252,39 @@ def _or(flag: str, patterns: list[str]) -> str:
     return " -o ".join(f"{flag} {shlex.quote(p)}" for p in patterns)
 
 
+#: How "/" is spelled to find when other roots under it are walked on their own: the paths of that
+#: walk then start with "//" (the same directory on POSIX), so `-path //tmp -prune` skips the
+#: second walk of /tmp in it, while the walk rooted at /tmp (a path that is just "/tmp") is left
+#: whole. parse_find turns "//" back into "/".
+_SLASH_APART = "//"
+
+
+def _walked_apart(roots: list[str]) -> list[str]:
+    """Roots under "/" that are walked on their own. Each goes as deep below itself as the "/"
+    walk would, and deeper, so the "/" walk would only list its files a second time: on a box
+    with a busy /tmp that was a quarter of the first sweep's slowest read. Globs and ~ are left
+    alone (their expansion is the shell's); a root that is a symlink is skipped by both walks,
+    as before (find never follows one it meets, nor one it is given without a trailing slash)."""
+    if "/" not in roots:
+        return []
+    return [
+        r for r in roots if r.startswith("/") and r.strip("/") and not any(c in r for c in "*?[")
+    ]
+
+
+def _walk_roots(roots: list[str]) -> list[str]:
+    return [_SLASH_APART if r == "/" and _walked_apart(roots) else r for r in roots]
+
+
+def _prunes(roots: list[str]) -> list[str]:
+    """_PRUNE, plus the same trees and the roots walked apart as the "//" walk spells them."""
+    apart = _walked_apart(roots)
+    if not apart:
+        return _PRUNE
+    absolute = [p for p in _PRUNE if p.startswith("/")]
+    return [*_PRUNE, *(_SLASH_APART + p.strip("/") for p in [*absolute, *apart])]
+
+
 def build_command(args: Args) -> str:
     not_under = " ".join(f"-not -path {shlex.quote(p)}" for p in _NOT_UNDER)
     logs = (
@@ -240,8 +298,8 @@ def build_command(args: Args) -> str:
         f" {not_under} \\)"
     )
     match = {"logs": logs, "configs": configs, "all": f"{logs} -o {configs}"}[args.kind]
-    roots = " ".join(_root_arg(r) for r in args.roots)
-    prune = _or("-path", _PRUNE)
+    roots = " ".join(_root_arg(r) for r in _walk_roots(args.roots))
+    prune = _or("-path", _prunes(args.roots))
     return (
         f"find {roots} -maxdepth {args.max_depth} \\( {prune} \\) -prune"
         f" -o -type f \\( {match} \\)"
@@ -258,10 +316,16 @@ def parse_find(output: str) -> list[tuple[float | None, int | None, str, str]]:
         parts = line.split(" ", 2)
         if len(parts) == 3:
             try:
-                rows.append((float(parts[0]), int(parts[1]), parts[2], line))
-                continue
+                mtime, size = float(parts[0]), int(parts[1])
             except ValueError:
                 pass
+            else:
+                path = parts[2]
+                if path.startswith(_SLASH_APART):  # found by the "/" walk (_walked_apart)
+                    path = path[1:]
+                    line = f"{parts[0]} {parts[1]} {path}"
+                rows.append((mtime, size, path, line))
+                continue
         rows.append((None, None, line.strip(), line))
     return rows
 
@@ -272,28 +336,37 @@ def run(host: Host, args: Args) -> Result:
     # find exits 1 when a root is missing or unreadable; what it did list is still good.
     if res.timed_out or res.error or res.rc not in (0, 1):
         return failed(Result, res, command=command)
-    logs: list[FoundFile] = []
+    named: list[FoundFile] = []
+    weak: list[FoundFile] = []
     configs: list[FoundFile] = []
     seen: set[str] = set()
     rows = parse_find(res.stdout)
     for mtime, size, path, line in rows:
         if path in seen:  # overlapping roots list a file twice; classify is pure
             continue
-        kind = classify(path)
+        kind = _kind(path)
         if kind is None:
             continue
-        if args.kind != "all" and kind + "s" != args.kind:
+        if args.kind != "all" and ("config" if kind == "config" else "log") + "s" != args.kind:
             continue
         seen.add(path)
-        bucket = logs if kind == "log" else configs
-        bucket.append(FoundFile(path=path, kind=kind, mtime=mtime, size=size, line=line))
-    # named logs first (newest first within each group), teed .txt candidates after them
-    logs.sort(key=lambda f: weak_log(f.path))
-    logs, configs = logs[: args.limit], configs[: args.limit]
+        # named logs first (newest first within each group), teed .txt candidates after them;
+        # only the first `limit` of each are kept, so only they are built
+        bucket = named if kind == "log" else weak if kind == "weak" else configs
+        if len(bucket) < args.limit:
+            bucket.append(
+                FoundFile(
+                    path=path,
+                    kind="config" if kind == "config" else "log",
+                    mtime=mtime,
+                    size=size,
+                    line=line,
+                )
+            )
     return Result(
         host=host.name,
         command=command,
-        logs=logs,
+        logs=(named + weak)[: args.limit],
         configs=configs,
         capped=len(rows) >= HOST_LINE_CAP or res.truncated,
     )

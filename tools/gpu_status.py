@@ -19,6 +19,7 @@ from pydantic import BaseModel, Field
 from tools.base import ToolResult, ToolSpec, bound_lines
 from tools.host import CommandResult, Host
 from tools.log_window import poll_interval
+from tools.shared_reads import shared
 
 #: The first six fields are exactly what incident cards record (`host.nvidia_smi`), so a row
 #: with fewer columns is read by prefix and cards, old drivers and the wide query all parse.
@@ -383,7 +384,7 @@ MOVED_MIB = 64
 
 
 def run(host: Host, args: Args) -> Result:
-    first = read_once(host)
+    first = snapshot(host)
     if args.watch_s is None or not first.ok or not first.gpus:
         return first
     t0 = host.clock()
@@ -405,6 +406,13 @@ def run(host: Host, args: Args) -> Result:
     res.watched, res.memory_moved_mib = True, float(moved)
     res.waited_s = round(host.clock() - t0, 3)
     return res
+
+
+def snapshot(host: Host) -> Result:
+    """One read, shared with the other tools of the wave that ask for it (`processes` links
+    pids to GPU memory through it): nvidia-smi's queries run once per sweep, not once per tool.
+    Each caller gets its own copy (a watch updates its result in place)."""
+    return shared(host, "gpu_status", lambda: read_once(host)).model_copy(deep=True)
 
 
 def read_once(host: Host) -> Result:

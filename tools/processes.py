@@ -595,7 +595,7 @@ def run(host: Host, args: Args) -> Result:
         )
     gpu_mib: dict[int, int | None] = {p: None for p in args.gpu_pids}
     if args.link_gpu and not args.gpu_pids:
-        gs = gpu_status.run(host, gpu_status.Args())
+        gs = gpu_status.snapshot(host)
         gpu_mib = {p.pid: p.used_mib for p in gs.processes}
     match = _matcher(args.pattern)
     own = {p.pid for p in parsed.procs if re.match(r"^(?:ps|ls|ss)\s", p.command)}

@@ -13,8 +13,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import sqlite_utils
-
 from store.ledger.base import Event, ExperimentRow, NightRow, Phase
 from store.ledger.codec import (
     baseline_file,
@@ -26,7 +24,7 @@ from store.ledger.codec import (
     new_night,
     night_fields,
 )
-from store.sqlite_db import migration_lock, open_database
+from store.sqlite_db import migration_lock, open_database, sqlite_utils
 
 
 def _m001_init(db: sqlite_utils.Database) -> None:

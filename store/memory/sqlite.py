@@ -16,8 +16,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import sqlite_utils
-
 from store.memory.base import ConclusionRow, HandoffRow, MemoryReads, SessionRow, TodoRow
 from store.memory.codec import (
     alert_row,
@@ -31,7 +29,7 @@ from store.memory.codec import (
     session_outcome,
 )
 from store.records import AlertRow, Event, Report, now
-from store.sqlite_db import migration_lock, open_database
+from store.sqlite_db import migration_lock, open_database, sqlite_utils
 
 
 def _m001_core(db: sqlite_utils.Database) -> None:

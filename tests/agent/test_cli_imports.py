@@ -61,3 +61,16 @@ def test_a_part_with_one_command_is_still_called_by_its_name() -> None:
         )
         assert out.returncode == 0 and "Usage:" in out.stdout, (cmd, out.stdout, out.stderr)
         assert "unexpected extra argument" not in out.stdout + out.stderr
+
+
+def test_the_memory_store_does_not_load_numpy() -> None:
+    """sqlite-utils imports numpy (and pandas) for a type mapping Pivot never uses: ~0.1 s of
+    the investigate path. store/sqlite_db.py imports it without them; numpy still imports after."""
+    code = (
+        "import sys, store.memory.sqlite, store.ledger.sqlite; "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('numpy', 'pandas'))); "
+        "import importlib.util; print(importlib.util.find_spec('numpy') is not None)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split("\n")[0] == "[]", out.stdout
+    assert out.stdout.split("\n")[1] == "True", out.stdout

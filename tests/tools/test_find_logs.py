@@ -96,6 +96,30 @@ def test_command_is_one_find_with_home_expanded() -> None:
     assert cmd.count("find ") == 1 and "-printf '%T@ %s %p\\n'" in cmd
 
 
+def test_the_walk_from_slash_skips_the_roots_walked_on_their_own(tmp_path: Path) -> None:
+    """With "/" among the roots, "/" is spelled "//" so `-path //tmp -prune` skips only that walk's
+    copy of /tmp (the walk rooted at /tmp keeps it whole); the "//" is read back as "/"."""
+    cmd = build_command(Args(roots=["/tmp", "~", "/usr/lib/python3*", "/"], max_depth=6))
+    assert cmd.startswith('find /tmp "$HOME" /usr/lib/python3* // -maxdepth 6')
+    assert "-path //tmp " in cmd and "-path //proc " in cmd and "-path /proc " in cmd
+    assert "-path //usr/lib/python3" not in cmd and '-path //"$HOME"' not in cmd
+    assert build_command(Args(roots=["/"])).startswith("find / -maxdepth")
+    rows = parse_find("1700000000.5 42 //work/x/serve.log\n1700000000.5 42 /tmp/a.log\n")
+    assert [(r[2], r[3]) for r in rows] == [
+        ("/work/x/serve.log", "1700000000.5 42 /work/x/serve.log"),
+        ("/tmp/a.log", "1700000000.5 42 /tmp/a.log"),
+    ]
+    # for real: the same files as walking "/" and the roots each in full, each listed once
+    (tmp_path / "a" / "b").mkdir(parents=True)
+    (tmp_path / "a" / "b" / "deep.log").write_text("x\n")
+    (tmp_path / "top.log").write_text("x\n")
+    res = run(LocalHost(), Args(roots=[str(tmp_path), "/"], max_depth=3, kind="logs", limit=200))
+    mine = sorted(f.path for f in res.logs if f.path.startswith(str(tmp_path)))
+    assert mine == [str(tmp_path / "a" / "b" / "deep.log"), str(tmp_path / "top.log")]
+    assert len({f.path for f in res.logs}) == len(res.logs)
+    assert all(not f.path.startswith("//") and " //" not in f.line for f in res.logs)
+
+
 def test_teed_txt_output_is_a_log_candidate_after_the_named_logs(tmp_path: Path) -> None:
     """`| tee all_reduce_4_gpus.txt` is where a launch's output often is; it is listed, but after
     every named log even when newer, and text files that are not output never are."""

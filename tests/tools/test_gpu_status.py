@@ -236,3 +236,33 @@ def test_a_watched_read_sees_gpu_memory_move_on_the_hosts_clock(replay_host_fact
         Args(watch_s=30),
     )
     assert steady.watched and steady.memory_moved_mib == 0 and steady.waited_s >= 30
+
+
+def test_one_wave_reads_nvidia_smi_once_for_gpu_status_and_processes(
+    fake_gpu_path: Path, monkeypatch: pytest.MonkeyPatch, local_host: LocalHost
+) -> None:
+    """The first sweep's gpu_status and processes (which links pids to GPU memory) share one
+    snapshot (tools/shared_reads.py); outside a wave each reads on its own."""
+    from agent.observe import run_many
+
+    monkeypatch.setenv("PIVOT_FAKE_GPU_STATE", "busy")
+    asked: list[str] = []
+    real = local_host.run
+
+    def run(command: str, *a, **k):  # type: ignore[no-untyped-def]
+        asked.append(command)
+        return real(command, *a, **k)
+
+    monkeypatch.setattr(local_host, "run", run)
+    gpu, procs = run_many(local_host, [("gpu_status", {}), ("processes", {})], 1, 0)
+    once = [c for c in asked if c.startswith("nvidia-smi")]
+    assert len(once) == len(set(once)) and once, asked
+    assert gpu["ok"] and gpu["data"]["processes"][0]["pid"] == 471
+    assert procs["data"]["gpu_pids_missing"] == [471]  # linked through the shared read
+    asked.clear()
+    SPEC.call(local_host)
+    from tools.processes import SPEC as PROCESSES
+
+    PROCESSES.call(local_host)
+    twice = [c for c in asked if c.startswith("nvidia-smi")]
+    assert len(twice) == 2 * len(once), asked

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from tests.cardkit import minimal_card as _card
-from tools.host_facts import COMMANDS, SPEC, Args, parse_ecc, parse_free
+from tools.host import CommandResult
+from tools.host_facts import COMMANDS, SPEC, Args, parse_ecc, parse_free, run
 
 FIX = Path(__file__).resolve().parent.parent / "fixtures"
 ECC_BAD = """
@@ -134,3 +135,44 @@ def test_free_reads_what_is_held(text: str, held: float) -> None:
 def test_free_without_a_mem_row_is_no_reading() -> None:
     assert parse_free("free: command not found\n") is None
     assert parse_free("Mem: 1 2 3\n") is None  # no header: columns unknown
+
+
+class _Kubectl:
+    """A host whose kubectl answers `events` as given; records what it was asked."""
+
+    name = "box"
+
+    def __init__(self, events: CommandResult) -> None:
+        self.events = events
+        self.asked: list[str] = []
+
+    def run(self, command: str, timeout: float = 0, max_bytes: int = 0) -> CommandResult:
+        self.asked.append(command)
+        if command == "kubectl get events":
+            return self.events.model_copy(update={"command": command})
+        return CommandResult(host="box", command=command, rc=0, stdout="Name: p\nStatus: Running\n")
+
+
+@pytest.mark.parametrize(
+    ("events", "asks_pods", "pods_rc"),
+    [
+        (dict(rc=0, stdout="LAST SEEN   TYPE   REASON\n"), True, 0),
+        (dict(rc=1, stderr="Error from server (Forbidden): events is forbidden"), True, 0),
+        (
+            dict(rc=1, stderr="The connection to the server localhost:8080 was refused - did"),
+            False,
+            1,
+        ),
+        (dict(rc=127, stderr="sh: kubectl: not found"), False, 127),
+        (dict(rc=None, timed_out=True, error="ran past its 15s timeout"), False, None),
+    ],
+)
+def test_pods_are_asked_only_of_a_cluster_that_answers(
+    events: dict, asks_pods: bool, pods_rc: int | None
+) -> None:
+    host = _Kubectl(CommandResult(host="box", command="", **events))
+    res = run(host, Args(sections=["kubectl", "pods"]))  # type: ignore[arg-type]
+    assert ("kubectl describe pods" in host.asked) is asks_pods
+    pods = next(s for s in res.sections if s.name == "pods")
+    assert pods.command == "kubectl describe pods" and pods.rc == pods_rc
+    assert pods.available is (pods_rc != 127)
