@@ -46,14 +46,31 @@ class Stage(BaseModel):
     not_examples: list[str] = []
 
 
+class EndedBefore(BaseModel):
+    refutes: list[str]
+    patterns: list[str]
+    examples: list[str] = []
+
+
 class _Stages(BaseModel):
     stages: list[Stage]
+    ended_before_loading: EndedBefore
+
+
+@lru_cache(maxsize=1)
+def _raw() -> _Stages:
+    return _Stages.model_validate(yamlio.safe_load(STAGES.read_text(encoding="utf-8")))
+
+
+@lru_cache(maxsize=1)
+def ended_before() -> tuple[EndedBefore, re.Pattern[str]]:
+    e = _raw().ended_before_loading
+    return e, re.compile("|".join(f"(?:{p})" for p in e.patterns), re.M)
 
 
 @lru_cache(maxsize=1)
 def stages() -> list[tuple[Stage, re.Pattern[str]]]:
-    raw = _Stages.model_validate(yamlio.safe_load(STAGES.read_text(encoding="utf-8")))
-    return [(s, re.compile("|".join(f"(?:{p})" for p in s.patterns))) for s in raw.stages]
+    return [(s, re.compile("|".join(f"(?:{p})" for p in s.patterns))) for s in _raw().stages]
 
 
 def _own_logs(observations: list[Observation]) -> list[tuple[Observation, list[str]]]:
@@ -96,6 +113,20 @@ def passed_rules(facts: Facts, observations: list[Observation], add) -> None:  #
                 break
     if facts.server_alive:
         return  # a live launch has not ended; liveness speaks to the kill labels
+    before, rx = ended_before()
+    for o, lines in logs:
+        line = next((ln for ln in lines if rx.search(ln)), None)
+        if line is not None:
+            for label in before.refutes:
+                add(
+                    label,
+                    "stage",
+                    F.refutes,
+                    o["id"],
+                    line,
+                    "the launch ended before loading anything: its command was refused or never ran",
+                )
+            break
     for o, lines in logs:
         line = own_end(lines)
         if line is not None:

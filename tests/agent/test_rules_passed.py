@@ -109,3 +109,21 @@ def test_own_end_skips_signals_peers_and_see_above_lines() -> None:
         "RuntimeError: Connection closed by peer [10.0.0.2]:29500",
     ]
     assert rules_passed.own_end(peer) is None
+
+
+def test_a_refused_command_line_rules_out_every_loading_failure(tmp_path: Any) -> None:
+    before, rx = rules_passed.ended_before()
+    assert all(rx.search(ex) for ex in before.examples)
+    log = "usage: vllm [-h] [-v] {chat,complete,serve} ...\nvllm: error: unrecognized arguments: --task=embed\n"
+    r = _run(_card({"/var/log/vllm/server.log": log}, PS_IDLE, GPU_CLEAN), tmp_path)
+    assert r.root_cause == "bad_launch_argument", r.summary
+    assert {"model_load_error", "gpu_oom_weights", "kv_cache_no_room"} <= set(r.ruled_out)
+
+
+def test_control_an_error_after_loading_began_rules_nothing_out_as_never_started(
+    tmp_path: Any,
+) -> None:
+    log = VLLM_START + "INFO 05-08 00:41:35 [loader.py:120] Loading weights\n" + BAD_ARG
+    r = _run(_card({"/var/log/vllm/server.log": log}, PS_IDLE, GPU_CLEAN), tmp_path)
+    notes = [e.line for h in r.hypotheses if h.label == "gpu_oom_weights" for e in h.against]
+    assert not any("error: unrecognized" in n for n in notes), notes
