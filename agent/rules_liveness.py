@@ -85,6 +85,16 @@ def liveness_rules(facts: Facts, observations: list[Observation], hits, add) -> 
                 facts.procs.get(pid, ""),
                 f"server pid {pid} is alive",
             )
+            # a hang is a stop: a log that moves forward now is no collective stuck now (the
+            # stage rules keep it where an NCCL line of its own supports it)
+            add(
+                "nccl_failure",
+                "stage",
+                F.refutes,
+                obs_id,
+                line,
+                "the log advanced between two reads: nothing is stuck in a collective",
+            )
         killed_sig = any(m.label == "killed_externally" for _, m in hits)
         pressure = _memory_pressure(facts, add)
         if (

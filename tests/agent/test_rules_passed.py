@@ -127,3 +127,13 @@ def test_control_an_error_after_loading_began_rules_nothing_out_as_never_started
     r = _run(_card({"/var/log/vllm/server.log": log}, PS_IDLE, GPU_CLEAN), tmp_path)
     notes = [e.line for h in r.hypotheses if h.label == "gpu_oom_weights" for e in h.against]
     assert not any("error: unrecognized" in n for n in notes), notes
+
+
+def test_a_log_that_advances_rules_out_a_stuck_collective(tmp_path: Any) -> None:
+    from tests.agent.test_rules import GPU_HELD, LOADING
+
+    start = VLLM_START + "INFO 05-08 00:41:35 [loader.py:120] Loading weights\n"
+    snaps = [start + LOADING.format(p=10, n=3, s=6), start + LOADING.format(p=40, n=12, s=25)]
+    r = _run(_card({"/var/log/vllm/server.log": snaps}, PS_SERVER, GPU_HELD), tmp_path)
+    assert r.root_cause == "still_starting", r.summary
+    assert "nccl_failure" in r.ruled_out, r.ruled_out
