@@ -20,9 +20,12 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from agent.at_work import working_on_logged_file
-from agent.evidence import LOG_TOOLS, last_launch, text_lines
+from agent.evidence import LOG_TOOLS, last_launch, latest_text_observations, text_lines
 from agent.facts import LOG_PORT, Facts
+from agent.proof import log_pids
+from agent.rules_common import OTHER_PROC_MEM
 from agent.state import Observation
+from agent.thresholds import THRESHOLDS
 from tools import yamlio
 
 KNOWLEDGE = Path(__file__).with_name("knowledge") / "launch.yaml"
@@ -172,6 +175,51 @@ def duplicate_mains(observations: list[Observation], facts: Facts) -> list[int]:
     return sorted(out)
 
 
+def duplicate_instances(facts: Facts, observations: list[Observation]) -> dict[int, float]:
+    """pid -> GiB of live server processes that torch's OOM line names as holding memory, when
+    that OOM is a SECOND launch's: the log holds two launches (a supervisor's restart appended
+    to it) and the named pid is not one the last launch's lines name as their own writer.
+    Torch may list the dying process itself (a container's pid namespace), so one launch alone
+    never makes its own pid a duplicate."""
+    out: dict[int, float] = {}
+    for o in latest_text_observations(observations):
+        if o["tool"] != "log_tail":
+            continue
+        lines = text_lines(o)
+        cut = last_launch(lines)
+        for ln in lines[cut:]:
+            # the line names the process that failed (pid=M) and another, N, holding memory: a
+            # live server process N is then another instance, even in a one-launch log
+            failed = {int(x) for x in FAILED_PID.findall(ln)}
+            for m in OTHER_PROC_MEM.finditer(ln) if failed else ():
+                pid = int(m.group(1))
+                gib = float(m.group(2)) / (1024 if m.group(3) == "MiB" else 1)
+                if (
+                    pid not in failed
+                    and pid in facts.server_pids
+                    and gib >= THRESHOLDS.oom.duplicate_gib
+                ):
+                    out[pid] = gib
+        if cut == 0:
+            continue  # one launch in this log: the named pid may be itself
+        own = set(log_pids(lines[cut:]))
+        for ln in lines[cut:]:
+            for m in OTHER_PROC_MEM.finditer(ln):
+                pid = int(m.group(1))
+                gib = float(m.group(2)) / (1024 if m.group(3) == "MiB" else 1)
+                if (
+                    pid in facts.server_pids
+                    and pid not in own
+                    and gib >= THRESHOLDS.oom.duplicate_gib
+                ):
+                    out[pid] = gib
+    return out
+
+
+#: the pid of the process an error line is about: "pid=1291230", "[pid 1291230]", "(pid 42)"
+FAILED_PID = re.compile(r"\bpid[= ](\d+)\b")
+
+
 def family(facts: Facts, roots: list[int]) -> set[int]:
     """The roots and their descendants in ps."""
     tree = set(roots)
@@ -194,6 +242,9 @@ def build(
 
     logs_given = list(logs_given or [])
     text = _launch_text(observations, facts)
+    # a live instance that the failed start's own OOM names as holding the memory: the same
+    # command started earlier (a supervisor's restart), never this launch
+    twins = duplicate_instances(facts, observations)
     members = [
         Member(
             pid=p,
@@ -204,6 +255,7 @@ def build(
             line=facts.procs.get(p, ""),
         )
         for p in facts.server_pids
+        if p not in twins
     ]
     if container:
         anchor = f"--container {container}"
@@ -218,7 +270,7 @@ def build(
         anchor = "the newest server log found (no launch process runs)"
     else:
         anchor = "none: no launch process or server log was found"
-    dups = duplicate_mains(observations, facts)
+    dups = sorted(set(duplicate_mains(observations, facts)) | set(twins))
     dup_family = family(facts, dups)
     tp = first_value("tensor_parallel", text)
     launch = Launch(
@@ -262,18 +314,18 @@ def build(
         else:
             user = str(facts._ps_recs.get(holder, {}).get("user") or "")
             whose = (
-                "this launch"
-                if holder in facts.server_pids
-                else "another instance of the launch"
+                "another instance of the launch"
                 if holder in dup_family
+                else "this launch"
+                if holder in facts.server_pids
                 else "not this launch"
             )
             launch.port_holder = f"pid {holder}" + (f" ({user})" if user else "") + f": {whose}"
     for pid, mib in sorted(facts.gpu_pids.items(), key=lambda kv: -kv[1]):
-        if pid in facts.server_pids:
-            owner, why = "this launch", ""
-        elif pid in dup_family:
+        if pid in dup_family:
             owner, why = "another instance of the launch", f"runs the launch's model {launch.model}"
+        elif pid in facts.server_pids:
+            owner, why = "this launch", ""
         elif pid in facts.leftover_pids:
             owner, why = "leftover", facts.leftover_pids[pid]
         elif pid in facts.co_tenant_pids:

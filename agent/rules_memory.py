@@ -8,7 +8,13 @@ import re
 
 from agent.evidence import latest_text_observations, text_lines
 from agent.facts import Facts
-from agent.launch import duplicate_mains, family, launch_gpus
+from agent.launch import (
+    FAILED_PID,
+    duplicate_instances,
+    duplicate_mains,
+    family,
+    launch_gpus,
+)
 from agent.rules_common import (
     ALLOC,
     MEMORY_LABELS,
@@ -142,53 +148,6 @@ def oom_phase(
             return "gpu_oom_weights", None
     return m.label or "cuda_oom_runtime", None
 
-
-def duplicate_instances(facts: Facts, observations: list[Observation]) -> dict[int, float]:
-    """pid -> GiB of live server processes that torch's OOM line names as holding memory, when
-    that OOM is a SECOND launch's: the log holds two launches (a supervisor's restart appended
-    to it) and the named pid is not one the last launch's lines name as their own writer.
-    Torch may list the dying process itself (a container's pid namespace), so one launch alone
-    never makes its own pid a duplicate."""
-    from agent.evidence import last_launch
-    from agent.proof import log_pids
-
-    out: dict[int, float] = {}
-    for o in latest_text_observations(observations):
-        if o["tool"] != "log_tail":
-            continue
-        lines = text_lines(o)
-        cut = last_launch(lines)
-        for ln in lines[cut:]:
-            # the line names the process that failed (pid=M) and another, N, holding memory: a
-            # live server process N is then another instance, even in a one-launch log
-            failed = {int(x) for x in _FAILED_PID.findall(ln)}
-            for m in OTHER_PROC_MEM.finditer(ln) if failed else ():
-                pid = int(m.group(1))
-                gib = float(m.group(2)) / (1024 if m.group(3) == "MiB" else 1)
-                if (
-                    pid not in failed
-                    and pid in facts.server_pids
-                    and gib >= THRESHOLDS.oom.duplicate_gib
-                ):
-                    out[pid] = gib
-        if cut == 0:
-            continue  # one launch in this log: the named pid may be itself
-        own = set(log_pids(lines[cut:]))
-        for ln in lines[cut:]:
-            for m in OTHER_PROC_MEM.finditer(ln):
-                pid = int(m.group(1))
-                gib = float(m.group(2)) / (1024 if m.group(3) == "MiB" else 1)
-                if (
-                    pid in facts.server_pids
-                    and pid not in own
-                    and gib >= THRESHOLDS.oom.duplicate_gib
-                ):
-                    out[pid] = gib
-    return out
-
-
-#: the pid of the process an error line is about: "pid=1291230", "[pid 1291230]", "(pid 42)"
-_FAILED_PID = re.compile(r"\bpid[= ](\d+)\b")
 
 #: torch's own accounting in an OOM line: the process itself held most of the GPU
 _SELF_HELD = (
@@ -349,7 +308,7 @@ def stale_rules(facts: Facts, observations: list[Observation], hits, add) -> Non
             duplicate = pid in twins
             # the OOM line names the process that failed (pid=M, "[pid M]") and another, N, that
             # holds memory: N is someone else, whatever ps calls it, unless another user's job
-            failed = {int(x) for x in _FAILED_PID.findall(ln)}
+            failed = {int(x) for x in FAILED_PID.findall(ln)}
             other = (
                 bool(failed)
                 and pid not in failed

@@ -145,6 +145,12 @@ def test_a_duplicate_instance_named_by_the_oom_is_the_cause_not_the_gpu_size(tmp
     r = _run(card, tmp_path)
     assert r.root_cause == "stale_gpu_process", (r.root_cause, r.summary)
     assert "another instance" in r.next_step and "530" in r.next_step, r.next_step
+    # the Launch view says the same: 530 is a duplicate, not a member (H200 run 13 showed both)
+    launch = r.launch or {}
+    assert 530 in launch["duplicates"], launch
+    assert 530 not in [m["pid"] for m in launch["members"]], launch["members"]
+    holders = [g["owner"] for g in launch["gpu"] if g["pid"] == 530]
+    assert all(o == "another instance of the launch" for o in holders), launch["gpu"]
 
 
 def test_control_one_launch_whose_oom_names_its_own_pid_is_an_ordinary_oom(tmp_path) -> None:  # type: ignore[no-untyped-def]

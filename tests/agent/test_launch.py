@@ -64,6 +64,12 @@ def test_sourced_file_forms() -> None:
 def test_login_lines_are_bystanders() -> None:
     assert bystander_line("Dec  1 10:00:01 box sshd[812]: Accepted publickey for bob from 10.0.0.9")
     assert not bystander_line("ERROR 07-15 08:41:44 [core.py:396] EngineCore failed to start.")
+    # sshd's own stderr (the test sshd's -e log, a container's sshd): no syslog prefix
+    assert bystander_line(
+        "Accepted publickey for alice from 127.0.0.1 port 50312 ssh2: ED25519 SHA256:Qm3yRr2t"
+    )
+    assert bystander_line("Received disconnect from 127.0.0.1 port 50312:11: disconnected by user")
+    assert not bystander_line("ERROR: Connection closed by peer [10.0.0.2]:29500")
 
 
 def test_another_instance_of_the_launch_holds_the_memory_not_other_users_jobs(
