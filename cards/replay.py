@@ -609,8 +609,10 @@ def _filtered(text: str, stages: list[list[str]]) -> str:
             flags = {a for a in stage[1:] if a.startswith("-") and a != "-e"}
             pats = [stage[i + 1] for i, a in enumerate(stage[:-1]) if a == "-e"]
             pats = pats or [a for a in stage[1:] if not a.startswith("-")][:1]
-            if not pats or flags - {"-E", "-i", "-v"}:
+            if not pats or flags - {"-E", "-i", "-v", "-a"}:
                 return text
+            if "-E" in flags and any("(?" in p or "\\d" in p for p in pats):
+                return ""  # GNU grep -E rejects Python-only syntax: nothing reaches stdout
             try:
                 rx = re.compile("|".join(pats), re.I if "-i" in flags else 0)
             except re.error:

@@ -19,6 +19,7 @@ from pydantic import BaseModel, Field
 from tools.base import ToolResult, ToolSpec, bound_lines, failed
 from tools.container_inspect import parse_inspect, target
 from tools.host import Host
+from tools.logfile import to_ere
 from tools.textclean import clean_lines
 
 #: The CLI's --timestamps prefix: RFC 3339 with nanoseconds (Docker: Z; Podman: Z or +00:00).
@@ -157,8 +158,12 @@ def read_once(host: Host, args: Args) -> Result:
         except (ValueError, IndexError, KeyError, TypeError):
             pass
     if args.pattern:
+        # the pattern is a Python regex: grep -E cannot read `(?i)` or `\d` (it prints nothing,
+        # and the pipeline's tail still exits 0), so it is said in ERE, or grep -P where it can't
+        ere = to_ere(args.pattern)
+        flag, pat = ("-E", ere[0]) if ere is not None else ("-P", args.pattern)
         command = (
-            f"{cli} logs --timestamps {name} 2>&1 | grep -E -i -e {shlex.quote(args.pattern)} "
+            f"{cli} logs --timestamps {name} 2>&1 | grep -a {flag} -i -e {shlex.quote(pat)} "
             f"| tail -n {args.tail}"
         )
     else:

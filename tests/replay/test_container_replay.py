@@ -106,3 +106,17 @@ def test_log_tail_and_search_and_the_kernel_tail_are_applied() -> None:
     assert [e.text for e in hit.entries] == ["step 1", "boom"]
     dmesg = host.run("dmesg -T | tail -n 500").stdout.splitlines()
     assert len(dmesg) == 500 and dmesg[-1] == "line 999"
+
+
+def test_a_python_regex_search_of_a_container_log_is_said_in_grep_terms() -> None:
+    """GNU grep -E matches nothing for `(?i)...` or `\\d` (checked: it warns and exits 1, and the
+    pipeline's tail exits 0): the tool says the pattern in ERE, and replay's grep does as grep."""
+    from cards.replay import _filtered
+
+    host = ContainerHost(ReplayHost(card()), "vllm-0")
+    r = TOOLS["container_logs"].call(host, {"pattern": r"(?i)LOADING|\d+ GiB"})
+    assert r.ok and any("loading" in e.text for e in r.entries), r.lines()
+    assert "(?i)" not in r.command and r"\d" not in r.command, r.command
+    raw = "Out of memory 12\n"
+    assert _filtered(raw, [["grep", "-E", "-i", "-e", "(?i)out"]]) == ""
+    assert _filtered(raw, [["grep", "-E", "-i", "-e", "out|[0-9]+ GiB"]]) == raw
