@@ -82,8 +82,10 @@ def _launch_span(observations: list[Observation]) -> tuple[logtime.Stamp, logtim
     launch on; the latest-ending log is the launch's (an earlier run's log ends before it)."""
     newest: dict[str, Observation] = {}
     for o in observations:
-        if o["ok"] and o["tool"] in LOG_TOOLS:
-            newest[str(o["args"].get("path"))] = o
+        if o["ok"] and o["tool"] in LOG_TOOLS and not o["args"].get("pattern"):
+            # a search's few hits (or none) are not the log's span: keep the tail's read
+            key = str(o["args"].get("path") or o["args"].get("name") or o["tool"])
+            newest[key] = o
     spans = []
     for o in newest.values():
         lines = text_lines(o)

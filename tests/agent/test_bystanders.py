@@ -204,3 +204,40 @@ def test_a_worker_older_than_the_servers_entry_point_is_an_earlier_launchs(
     f = derive([obs])
     assert (44213 in f.leftover_pids) is leftover, (f.server_pids, f.leftover_pids)
     assert (44213 in f.server_pids) is not leftover
+
+
+def test_a_search_that_found_nothing_does_not_hide_the_logs_span() -> None:
+    """A kill a day before the launch's log began is a bystander's; a later search of the same
+    log (no hits) must not replace the tail's read and make the launch's life unknown."""
+    from agent.kills import bystander_kills
+
+    def obs(i: int, tool: str, args: dict, lines: list[str]) -> dict:
+        return {
+            "id": f"o{i}",
+            "tool": tool,
+            "args": args,
+            "ok": True,
+            "lines": lines,
+            "data": {},
+            "round": 0,
+        }
+
+    kill = (
+        "[Sun Apr 12 21:14:02 2026] Out of memory: Killed process 30117 (python3) "
+        "total-vm:131200412kB, anon-rss:118211040kB, file-rss:2112kB, shmem-rss:0kB, UID:1000"
+    )
+    tail = [
+        "(APIServer pid=1) INFO 04-13 22:03:48 [api_server.py:1896] vLLM API server version 0.18.1",
+        "(APIServer pid=1) INFO 04-13 23:10:14 [loggers.py:127] Engine 000: Avg prompt throughput: 0.0 tokens/s",
+    ]
+    observations = [
+        obs(1, "dmesg", {}, [kill]),
+        obs(2, "container_logs", {}, tail),
+        obs(
+            3,
+            "container_logs",
+            {"pattern": "(?i)out of memory"},
+            ["# the container printed nothing"],
+        ),
+    ]
+    assert kill in bystander_kills(observations)  # type: ignore[arg-type]
