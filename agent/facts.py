@@ -15,7 +15,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, PrivateAttr
 
 from agent import proof
-from agent.proof import frontend_only, log_pids
+from agent.proof import frontend_only, log_pids, main_log_pids
 from agent.state import Observation
 from agent.typed_results import typed
 from tools import (
@@ -235,7 +235,12 @@ def derive(observations: list[Observation]) -> Facts:
     _keep_plausible_workloads(f, log_reads)
     _keep_plausible_builds(f, log_reads)
     _writers_named_by_log(f, log_reads)
-    if _other_ports(f, log_reads) | _other_engines(f, log_reads) | _other_users(f, log_reads):
+    if (
+        _other_ports(f, log_reads)
+        | _other_engines(f, log_reads)
+        | _other_users(f, log_reads)
+        | _other_writers(f, log_reads)
+    ):
         # a process taken for the launch was another launch: who the launch is (its user, its
         # ranks) and who the other holders are follow from what remains
         _identity(f)
@@ -428,6 +433,31 @@ def _other_users(f: Facts, log_reads: LogReads) -> bool:
             and rec.get("ours") is not True
         ):
             theirs.add(int(rec.get("launch") or pid))
+    if not theirs:
+        return False
+    _set_aside(f, theirs)
+    return True
+
+
+def _other_writers(f: Facts, log_reads: LogReads) -> bool:
+    """Every log under investigation names the process that wrote it (glog's pid column,
+    uvicorn's "Started server process [N]"), and each of those is gone: a live server with
+    another pid did not write them, so it is another launch (a neighbour's Triton on the same
+    GPU), never this one still running."""
+    if not f.server_main_pids or not log_reads:
+        return False
+    named = [main_log_pids(reads[-1][2]) for reads in log_reads.values()]
+    if not all(named):
+        return False  # a log that names no writer: who wrote it is not known
+    mains = set().union(*named)
+    if any(p in f._ps_recs and not f._ps_recs[p].get("zombie") for p in mains):
+        return False
+    writers = {p for ps in f.log_writers.values() for p in ps}
+    theirs = {
+        int(f._ps_recs.get(pid, {}).get("launch") or pid)
+        for pid in f.server_main_pids
+        if pid not in writers and f._ps_recs.get(pid, {}).get("ours") is not True
+    }
     if not theirs:
         return False
     _set_aside(f, theirs)

@@ -44,6 +44,7 @@ class _Structure(BaseModel):
     label_hints: list[LabelHint] = []
     frame_hints: list[LabelHint] = []
     log_pid: list[str] = []
+    log_main_pid: list[str] = []
     quiet_phase: list[str] = []
     wait_message: list[str] = []
     peer_lost: list[str] = []
@@ -149,6 +150,26 @@ def log_pids(lines: list[str]) -> dict[int, str]:
             m = rx.search(ln)
             if m:
                 out.setdefault(int(m.group(1)), ln)
+    return out
+
+
+@lru_cache(maxsize=1)
+def _main_pid_rx() -> tuple[re.Pattern[str], ...]:
+    raw = yamlio.safe_load(
+        (Path(__file__).parent / "knowledge" / "structure.yaml").read_text(encoding="utf-8")
+    )
+    return tuple(re.compile(p) for p in _Structure.model_validate(raw).log_main_pid)
+
+
+def main_log_pids(lines: list[str]) -> set[int]:
+    """Pids a log names as the server's main process itself (glog's pid column, uvicorn's
+    `Started server process [N]`), not a worker's."""
+    out: set[int] = set()
+    for ln in lines:
+        for rx in _main_pid_rx():
+            m = rx.search(ln)
+            if m:
+                out.add(int(m.group(1)))
     return out
 
 

@@ -248,3 +248,61 @@ def test_another_users_idle_gpu_job_is_theirs_not_a_leftover(
     assert holders.get(7001) == owner, r.launch["gpu"]
     if user == "bob":
         assert "kill 7001" not in r.next_step and r.root_cause != "stale_gpu_process", r.next_step
+
+
+def test_a_live_server_is_not_the_launch_whose_log_names_a_gone_writer(tmp_path: Path) -> None:
+    """Triton's glog lines name their writer's pid (140610); it is gone. The tritonserver alive
+    beside it (118220, another team's) did not write this log: another launch, never a member."""
+    from cards.model import IncidentCard
+
+    log = (
+        "I1128 14:01:40.120331 140610 model_lifecycle.cc:461] loading: tensorrt_llm:1\n"
+        "[TensorRT-LLM][INFO] Loaded engine size: 13824 MiB\n"
+        "[TensorRT-LLM][ERROR] 1: [defaultAllocator.cpp::allocate::20] Error Code 1: Cuda Runtime (out of memory)\n"
+        "E1128 14:01:47.331220 140610 model_lifecycle.cc:621] failed to load 'tensorrt_llm' version 1: "
+        "Internal: unexpected error when creating modelInstanceState: [TensorRT-LLM][ERROR] CUDA "
+        "runtime error in ::cudaMallocAsync(ptr, n, mCudaStream->get()): out of memory\n"
+    )
+    ps = (
+        "USER         PID %CPU %MEM    VSZ   RSS TTY      STAT START   TIME COMMAND\n"
+        "search    118220  3.1  2.0 60220110 5210330 ?    Sl   Nov27  41:10 /opt/tritonserver/bin/"
+        "tritonserver --model-repository=/srv/search/repo --http-port 8000\n"
+        "teamb     140211  0.0  0.0  10228  5400 pts/0    Ss   13:50   0:00 -bash\n"
+    )
+    gpu = "0, NVIDIA A100-SXM4-80GB, 76214 MiB, 5706 MiB, 81920 MiB, 0 %\n"
+
+    def card(lines: str) -> IncidentCard:
+        return IncidentCard.model_validate(
+            {
+                "id": "t",
+                "title": "t",
+                "source": "test",
+                "engine": "trtllm",
+                "symptom": "why?",
+                "invocation": {"log": "/srv/teamb/triton.log"},
+                "host": {"ps": ps, "nvidia_smi": gpu, "files": {"/srv/teamb/triton.log": lines}},
+            }
+        )
+
+    from agent.runner import investigate
+    from agent.settings import Settings
+    from cards.replay import ReplayHost
+
+    c = card(log)
+    r = investigate(
+        ReplayHost(c),
+        c.symptom,
+        settings=Settings(home=tmp_path / "h"),
+        logs=["/srv/teamb/triton.log"],
+    )
+    assert 118220 not in [m["pid"] for m in (r.launch or {})["members"]], r.launch
+    # control: a log that names no writer cannot say the live server is someone else's
+    bare = "\n".join(ln for ln in log.splitlines() if not ln.startswith(("I1128", "E1128")))
+    c2 = card(bare + "\n")
+    r2 = investigate(
+        ReplayHost(c2),
+        c2.symptom,
+        settings=Settings(home=tmp_path / "h2"),
+        logs=["/srv/teamb/triton.log"],
+    )
+    assert 118220 in [m["pid"] for m in (r2.launch or {})["members"]], r2.launch
