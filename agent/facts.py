@@ -561,7 +561,7 @@ def _ps(f: Facts, o: Observation, _logs: LogReads) -> None:
     f._older = {}
     for r in res.processes:
         pid, cmd = r.pid, r.command
-        line = _find_line(o["lines"], f" {pid} ", cmd[:40]) or _find_line(o["lines"], cmd[:60])
+        line = _ps_line(o["lines"], pid, r.raw, cmd)
         f.procs[pid] = line or cmd
         if r.building:
             f.building_pids[pid] = f.procs[pid]
@@ -584,6 +584,17 @@ def _ps(f: Facts, o: Observation, _logs: LogReads) -> None:
         (f.server_main_pids if role in ("main", "launcher") else f.server_worker_pids).append(pid)
     _older_than_the_launch(f)
     _identity(f)
+
+
+def _ps_line(lines: list[str], pid: int, raw: str, cmd: str) -> str:
+    """The ps row of `pid` itself: the tool's own row for it, else a row naming that pid as a
+    whole number beside its command. Never the first row with the same command: a second copy
+    of the launch's command (a supervisor's restart) has the same argv, and a pid at the start
+    of a row has no space before it."""
+    if raw and raw in lines:
+        return raw
+    own = re.compile(rf"(?<!\d){pid}(?!\d)")
+    return next((ln for ln in lines if cmd[:40] in ln and own.search(ln)), "")
 
 
 def _identity(f: Facts) -> None:

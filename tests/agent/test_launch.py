@@ -242,3 +242,35 @@ def test_another_users_idle_gpu_job_is_theirs_not_a_leftover(
     assert holders.get(7001) == owner, r.launch["gpu"]
     if user == "bob":
         assert "kill 7001" not in r.next_step and r.root_cause != "stale_gpu_process", r.next_step
+
+
+#: two copies of one command (a supervisor's restart beside the launch), pids at column 0
+TWIN_PS = (
+    "  PID  PPID USER     STAT ELAPSED %CPU %MEM   RSS COMMAND\n"
+    "31714 31656 root     Ss         9  0.9  0.0 11284 /usr/bin/python3 -m sglang.launch_server "
+    "--model-path /models/Llama-3.1-8B-Instruct --port 30000\n"
+    "31715 31656 root     Ss         8  0.9  0.0 11284 /usr/bin/python3 -m sglang.launch_server "
+    "--model-path /models/Llama-3.1-8B-Instruct --port 30000\n"
+)
+
+
+@pytest.mark.parametrize("from_raw", [True, False], ids=["tool-row", "pid-in-row"])
+def test_a_members_ps_line_is_its_own_not_its_twins(from_raw: bool) -> None:
+    """The launch writes the log (31715); its twin (31714, the same argv) writes another: the
+    line shown and cited for the member is its own row, never the first row of that command."""
+    from tools import processes
+
+    procs = processes.parse_ps(TWIN_PS).procs
+    processes.identify(procs, {31715: "/l/server.log", 31714: "other:/sup/server.log"})
+    res = processes.Result(
+        host="h", header=TWIN_PS.splitlines()[0], processes=procs, total=2, servers=[31714, 31715]
+    )
+    data = res.model_dump(mode="json")
+    if not from_raw:  # an older recording: no raw row kept, found by its pid
+        for p in data["processes"]:
+            p["raw"] = ""
+    obs = {"id": "o1", "tool": "processes", "ok": True, "args": {}, "round": 0}
+    f = derive([{**obs, "lines": res.lines(), "data": data}])  # type: ignore[list-item]
+    assert f.server_pids == [31715]
+    assert f.procs[31715].startswith("31715 "), f.procs[31715]
+    assert f.procs[31714].startswith("31714 "), f.procs[31714]
