@@ -597,6 +597,28 @@ def _ps_line(lines: list[str], pid: int, raw: str, cmd: str) -> str:
     return next((ln for ln in lines if cmd[:40] in ln and own.search(ln)), "")
 
 
+def launch_reads(observations: list[Observation], f: Facts) -> list[Observation]:
+    """The observations with each ps read cut to the rows that may speak for the launch: the
+    row of an engine process outside the launch (a second copy of its command, a neighbour's
+    server, another launch) is another process's setting, never this launch's, however alike
+    their command lines are. Rows of processes no engine claims stay (a custom launcher)."""
+    theirs = {
+        f.procs[p]
+        for p, rec in f._ps_recs.items()
+        if p in f.procs
+        and p not in f.server_pids
+        and (rec.get("server") or p in f.other_launch_pids)
+    }
+    if not theirs:
+        return observations
+    return [
+        {**o, "lines": [ln for ln in o["lines"] if ln not in theirs]}
+        if o["tool"] == "processes" and o["ok"]
+        else o
+        for o in observations
+    ]
+
+
 def _identity(f: Facts) -> None:
     """The launch's engine and user, from its main processes (recomputed when another launch
     is told apart later: a neighbour's server must not lend the launch its user)."""

@@ -274,3 +274,36 @@ def test_a_members_ps_line_is_its_own_not_its_twins(from_raw: bool) -> None:
     assert f.server_pids == [31715]
     assert f.procs[31715].startswith("31715 "), f.procs[31715]
     assert f.procs[31714].startswith("31714 "), f.procs[31714]
+
+
+def test_a_setting_is_read_from_the_launchs_own_row_not_its_twins() -> None:
+    """Both copies of the command name an unresolvable rendezvous host: the setting cited is the
+    launch's own row (31715, the log's writer), never its twin's (31714, another log)."""
+    from agent.rules_causes import cause_rules
+    from tools import processes
+
+    bad = "node-0.pivot-test.invalid"
+    ps = TWIN_PS.replace("--port 30000", f"--port 30000 --dist-init-addr {bad}:5000")
+    procs = processes.parse_ps(ps).procs
+    processes.identify(procs, {31715: "/l/server.log", 31714: "other:/sup/server.log"})
+    res = processes.Result(host="h", header=ps.splitlines()[0], processes=procs, total=2)
+    err = (
+        f"[W1202 05:22:09.000000000 socket.cpp:767] [c10d] The IPv6 network addresses of ({bad}, "
+        "5000) cannot be retrieved (gai error: -2 - Name or service not known)."
+    )
+    refused = (
+        "[W1202 05:22:09.000000000 socket.cpp:767] [c10d] The client socket has failed to "
+        f"connect to [{bad}]:5000 (errno: 22 - Invalid argument)."
+    )
+    base = {"ok": True, "round": 0}
+    obs = [
+        {**base, "id": "o1", "tool": "processes", "args": {}, "lines": res.lines(),
+         "data": res.model_dump(mode="json")},
+        {**base, "id": "o2", "tool": "log_tail", "args": {"path": "/l/server.log"},
+         "lines": [err, refused], "data": {"host": "h", "path": "/l/server.log", "size": 300}},
+    ]  # fmt: skip
+    f = derive(obs)  # type: ignore[arg-type]
+    added: list[tuple[str, str]] = []
+    cause_rules(f, obs, [], lambda label, kind, w, oid, line, why: added.append((oid, line)))
+    rows = [line for oid, line in added if oid == "o1"]
+    assert rows and all(r.startswith("31715 ") for r in rows), added
