@@ -160,6 +160,9 @@ class Facts(BaseModel):
     log_growth: dict[str, bool] = Field(default_factory=dict)  # path -> grew between reads
     log_growth_obs: dict[str, str] = Field(default_factory=dict)
     log_watch: dict[str, bool] = Field(default_factory=dict)  # path -> grew within the window
+    log_owners: dict[str, str] = Field(
+        default_factory=dict, description="log path -> the user owning the file (stat)"
+    )
     #: the server's container (--container): its record, the observation and lines it came from
     container: ContainerState | None = None
     container_cli: str = ""
@@ -465,6 +468,8 @@ def _log_tail(f: Facts, o: Observation, log_reads: LogReads) -> None:
     log_reads.setdefault(path, []).append((o["id"], tail.size, text))
     if tail.grew is not None:  # a watched read: the window itself says
         f.log_watch[path] = tail.grew
+    if tail.owner:
+        f.log_owners[path] = tail.owner
 
 
 _DIGITS = re.compile(r"\d+")
@@ -776,20 +781,27 @@ def _launch_user(f: Facts, log_reads: LogReads) -> None:
     """Who the launch runs as. With none of its processes alive, the live main processes of the
     engine its log prints (another instance of the same command, a supervisor's restart) run as
     the same user, when they all agree: a GPU holder of another user is then that user's job,
-    never a leftover of the launch (a neighbour's idle notebook is not the launch's to kill)."""
+    never a leftover of the launch (a neighbour's idle notebook is not the launch's to kill).
+    With none of those either, the owner of the launch's log (stat), when its logs agree: the
+    launch wrote it. (A root shell's redirect makes a log root's: another user's job is then
+    told theirs, never called the launch's leftover, the safe side.)"""
     f.launch_user = f.server_user
     engine = _log_engine(log_reads) if f.launch_user is None else None
-    if engine is None:
-        return
-    users = {
-        str(r.get("user") or "")
-        for r in f._ps_recs.values()
-        if r.get("server") == engine
-        and r.get("role") in ("main", "launcher")
-        and not r.get("zombie")
-    }
-    if len(users) == 1 and "" not in users:
-        f.launch_user = users.pop()
+    if engine is not None:
+        users = {
+            str(r.get("user") or "")
+            for r in f._ps_recs.values()
+            if r.get("server") == engine
+            and r.get("role") in ("main", "launcher")
+            and not r.get("zombie")
+        }
+        if len(users) == 1 and "" not in users:
+            f.launch_user = users.pop()
+    if f.launch_user is None:
+        # none alive: the launch's log was written by it, so its owner is who it ran as
+        owners = {f.log_owners[p] for p in log_reads if p in f.log_owners}
+        if len(owners) == 1:
+            f.launch_user = owners.pop()
 
 
 def _tenancy(f: Facts) -> None:

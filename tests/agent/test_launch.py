@@ -307,3 +307,37 @@ def test_a_setting_is_read_from_the_launchs_own_row_not_its_twins() -> None:
     cause_rules(f, obs, [], lambda label, kind, w, oid, line, why: added.append((oid, line)))
     rows = [line for oid, line in added if oid == "o1"]
     assert rows and all(r.startswith("31715 ") for r in rows), added
+
+
+class _OwnedLogs(ReplayHost):
+    """A replayed host whose `stat` names each log's owner, as a live one's does (a card records
+    no owners: replay answers None, unknown)."""
+
+    def __init__(self, card: Any, owner: str) -> None:
+        super().__init__(card)
+        self.owner = owner
+
+    def read_tail(self, path: str, max_bytes: int = 256_000) -> Any:
+        return super().read_tail(path, max_bytes).model_copy(update={"owner": self.owner})
+
+
+@pytest.mark.parametrize(
+    ("holder", "owner"), [("bob", "another user's job"), ("alice", "leftover")]
+)
+def test_with_nothing_of_the_engine_alive_the_logs_owner_is_the_launchs_user(
+    tmp_path: Path, holder: str, owner: str
+) -> None:
+    """alice's launch died and no process of its engine runs: her log's owner says the launch
+    was hers, so bob's idle 20 GiB job is bob's (never "kill" it); her own idle holder (control)
+    stays her earlier launch's leftover."""
+    card = _dead_launch_beside_a_held_gpu(holder)
+    ps = "\n".join(ln for ln in card.host.ps.splitlines() if " 6200 " not in ln) + "\n"
+    card = card.model_copy(update={"host": card.host.model_copy(update={"ps": ps})})
+    host = _OwnedLogs(card, "alice")
+    r = investigate(host, card.symptom, settings=Settings(home=tmp_path / "h"), logs=[
+        "/home/alice/logs/server.log"
+    ])  # fmt: skip
+    holders = {g["pid"]: g["owner"] for g in r.launch["gpu"]}
+    assert holders.get(7001) == owner, r.launch["gpu"]
+    if holder == "bob":
+        assert "kill 7001" not in r.next_step and r.root_cause != "stale_gpu_process", r.next_step
