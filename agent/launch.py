@@ -155,9 +155,16 @@ def _same_model(a: str | None, b: str | None) -> bool:
 def duplicate_mains(observations: list[Observation], facts: Facts) -> list[int]:
     """Live engine main processes outside the launch that run the launch's own model: a second
     instance of the same command (a supervisor's restart beside a still-loading first one, an
-    orphan an orchestrator lost track of). Their GPU memory is what the launch ran short of."""
+    orphan an orchestrator lost track of). Their GPU memory is what the launch ran short of.
+    A command that names no model but the launch's own config file (`--config server.yaml`, as
+    read for the launch) is the same command too."""
     model = first_value("model", _launch_text(observations, facts))
-    if not model:
+    configs = {
+        posixpath.normpath(str(o["args"].get("path")))
+        for o in observations
+        if o["tool"] == "config_read" and o["ok"] and o["args"].get("path")
+    }
+    if not model and not configs:
         return []
     members = set(facts.server_pids)
     out = []
@@ -166,7 +173,9 @@ def duplicate_mains(observations: list[Observation], facts: Facts) -> list[int]:
             continue
         if not rec.get("server"):
             continue
-        if _same_model(first_value("model", str(rec.get("command") or "")), model):
+        cmd = str(rec.get("command") or "")
+        words = {posixpath.normpath(w) for w in re.split(r"[\s=]+", cmd) if w.startswith("/")}
+        if _same_model(first_value("model", cmd), model) or configs & words:
             out.append(pid)
     return sorted(out)
 

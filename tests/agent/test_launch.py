@@ -341,3 +341,37 @@ def test_with_nothing_of_the_engine_alive_the_logs_owner_is_the_launchs_user(
     assert holders.get(7001) == owner, r.launch["gpu"]
     if holder == "bob":
         assert "kill 7001" not in r.next_step and r.root_cause != "stale_gpu_process", r.next_step
+
+
+@pytest.mark.parametrize(
+    ("config", "dup"), [("/srv/conf/server.yaml", True), ("/srv/b.yaml", False)]
+)
+def test_a_copy_of_the_command_naming_the_launchs_config_is_another_instance(
+    config: str, dup: bool
+) -> None:
+    """The launch (dead) was `--config /srv/conf/server.yaml`; a live copy of that command (a
+    supervisor's) names no model, only the config: it is another instance of the launch. A
+    server given another config (control) is not."""
+    from agent.launch import build
+    from tools import processes
+
+    ps = (
+        "  PID  PPID USER     STAT ELAPSED %CPU %MEM   RSS COMMAND\n"
+        "41714     1 alice    Ss         9  0.9  0.0 11284 /usr/bin/python3 -m "
+        f"sglang.launch_server --config {config} --port 30000\n"
+    )
+    procs = processes.parse_ps(ps).procs
+    processes.identify(procs, {41714: "other:/sup/server.log"})
+    res = processes.Result(host="h", header=ps.splitlines()[0], processes=procs, total=1)
+    log = "[2025-06-01 10:00:00] server_args=ServerArgs(model_path='/models/m', port=30000)"
+    base = {"ok": True, "round": 0}
+    obs = [
+        {**base, "id": "o1", "tool": "processes", "args": {}, "lines": res.lines(),
+         "data": res.model_dump(mode="json")},
+        {**base, "id": "o2", "tool": "log_tail", "args": {"path": "/l/server.log"},
+         "lines": [log], "data": {"host": "h", "path": "/l/server.log", "size": 90}},
+        {**base, "id": "o3", "tool": "config_read", "args": {"path": "/srv/conf/server.yaml"},
+         "lines": ["port: 30000"], "data": {}},
+    ]  # fmt: skip
+    launch = build(obs, derive(obs), ["/l/server.log"])  # type: ignore[arg-type]
+    assert launch.duplicates == ([41714] if dup else []), launch
