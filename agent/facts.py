@@ -151,8 +151,15 @@ class Facts(BaseModel):
     shm_mib: float | None = None
     shm_use_pct: float | None = None
     shm_line: str = ""
-    full_mounts: list[tuple[str, float, str]] = Field(default_factory=list)  # mount, pct, line
+    #: mount, pct, line: full mounts the launch writes to (or all, when nothing of it is known)
+    full_mounts: list[tuple[str, float, str]] = Field(default_factory=list)
+    others_full_mounts: list[tuple[str, float, str]] = Field(
+        default_factory=list,
+        description="full mounts no path of the launch lies on (another team's volume): never "
+        "its disk_full",
+    )
     disk_obs: str | None = None
+    mounts_seen: list[str] = Field(default_factory=list, description="every mount df listed")
     disk_available: bool = False
     listeners: dict[int, str] = Field(default_factory=dict)  # port -> verbatim line
     listener_pids: dict[int, int] = Field(default_factory=dict)  # port -> the pid holding it
@@ -244,6 +251,7 @@ def derive(observations: list[Observation]) -> Facts:
         _ranks(f, [ln for reads in log_reads.values() for ln in reads[-1][2]])
         _launch_user(f, log_reads)
         _tenancy(f)
+    _launch_mounts(f, log_reads)
     for path, reads in log_reads.items():
         if len(reads) >= 2:
             (_, s0, t0), (oid, s1, t1) = reads[-2], reads[-1]
@@ -870,6 +878,7 @@ def _disk(f: Facts, o: Observation, _logs: LogReads) -> None:
     f.disk_available = True
     f.disk_obs = o["id"]
     shm = next((m for m in res.mounts if m.mount == "/dev/shm"), None)
+    f.mounts_seen = [m.mount for m in res.mounts if m.mount]
     for m in [*res.mounts, *([res.shm] if res.shm and shm is None else [])]:
         line = _find_line(o["lines"], m.mount) if m.mount else ""
         if m.mount == "/dev/shm":
@@ -878,6 +887,50 @@ def _disk(f: Facts, o: Observation, _logs: LogReads) -> None:
             f.shm_line = line
         elif m.use_pct is not None and m.use_pct >= disk.FULL_PCT:  # the disk tool's one number
             f.full_mounts.append((m.mount, float(m.use_pct), line))
+
+
+#: an absolute path in a log line or a command line (quoted or bare, up to a separator)
+_ABS_PATH = re.compile(r"(?<![\w.~/-])(/[\w.@%+-]+(?:/[\w.@%+=-]+)*)")
+#: where any launch writes besides its own paths: temp files, IPC, the build and model caches
+_ALWAYS_WRITTEN = ("/tmp", "/var/tmp", "/dev/shm")
+
+
+def _mount_of(path: str, mounts: list[str]) -> str | None:
+    """The mount a path lies on: the longest mount point that is a prefix of it."""
+    best = None
+    for m in mounts:
+        root = m.rstrip("/") or "/"
+        if (path == root or path.startswith(root + "/") or root == "/") and (
+            best is None or len(root) > len(best.rstrip("/") or "/")
+        ):
+            best = m
+    return best
+
+
+def _launch_mounts(f: Facts, log_reads: LogReads) -> None:
+    """A full mount is the launch's disk_full only when the launch writes there: the mount of
+    its log, of a path its own lines or command line name (model, cache, output), of its
+    user's home (caches), or of /tmp and /dev/shm. Another team's full volume
+    (/var/lib/containers) is theirs. With nothing of the launch known, every full mount stays."""
+    if not f.full_mounts or not log_reads:
+        return
+    paths = set(log_reads) | set(_ALWAYS_WRITTEN)
+    for reads in log_reads.values():
+        for ln in reads[-1][2]:
+            paths.update(_ABS_PATH.findall(ln))
+    for pid in f.server_pids:
+        paths.update(_ABS_PATH.findall(str(f._ps_recs.get(pid, {}).get("command") or "")))
+    user = f.launch_user or f.server_user
+    if user:
+        paths.add("/root" if user == "root" else f"/home/{user}")
+    mounts = [m for m, _, _ in f.full_mounts]
+    # every mount df listed is a candidate for "the mount a path lies on", not only full ones:
+    # a path on a roomy /data must not count as lying on a full /
+    every = mounts + [m for m in f.mounts_seen if m not in mounts]
+    written = {_mount_of(p, every) for p in paths}
+    keep = [fm for fm in f.full_mounts if fm[0] in written]
+    f.others_full_mounts = [fm for fm in f.full_mounts if fm[0] not in written]
+    f.full_mounts = keep
 
 
 def _container(f: Facts, o: Observation, _logs: LogReads) -> None:

@@ -375,3 +375,35 @@ def test_a_copy_of_the_command_naming_the_launchs_config_is_another_instance(
     ]  # fmt: skip
     launch = build(obs, derive(obs), ["/l/server.log"])  # type: ignore[arg-type]
     assert launch.duplicates == ([41714] if dup else []), launch
+
+
+DF_OTHERS_FULL = (
+    "Filesystem      Size  Used Avail Use% Mounted on\n"
+    "/dev/vda1       200G   80G  120G  40% /\n"
+    "/dev/vdc       1000G 1000G     0 100% /var/lib/containers\n"
+    "tmpfs            64G     0   64G   0% /dev/shm\n"
+)
+
+
+@pytest.mark.parametrize(("log", "ours"), [("/home/alice/logs/server.log", False),
+                                           ("/var/lib/containers/alice/server.log", True)])  # fmt: skip
+def test_a_full_mount_is_the_launchs_only_where_it_writes(log: str, ours: bool) -> None:
+    """Another team's /var/lib/containers is full; the launch's log, model and temp files lie on
+    a roomy /: that mount is not the launch's disk_full. Control: the launch logs onto it."""
+    from agent.observe import call
+    from tests.agent.test_rules import _card
+
+    text = (
+        "INFO 11-30 10:00:01 [api_server.py:1044] args: Namespace(model='/models/llama-70b', "
+        "port=8000)\nERROR 11-30 10:00:09 [engine.py:400] RuntimeError: engine died\n"
+    )
+    card = _card({log: text}, "", "", commands={"df -hP": DF_OTHERS_FULL})
+    host = ReplayHost(card)
+    obs = []
+    for i, (tool, args) in enumerate((("disk", {}), ("log_tail", {"path": log}))):
+        ok, lines, data = call(host, tool, args)
+        obs.append({"id": f"o{i}", "tool": tool, "ok": ok, "args": args, "lines": lines,
+                    "data": data, "round": 0})  # fmt: skip
+    f = derive(obs)  # type: ignore[arg-type]
+    full = [m for m, _, _ in f.full_mounts]
+    assert full == (["/var/lib/containers"] if ours else []), full
