@@ -452,6 +452,39 @@ def said_port(symptom: str) -> int | None:
     return next(iter(ports)) if len(ports) == 1 else None
 
 
+def said_engine(symptom: str) -> str | None:
+    """The one engine the operator's words name ("sglang died", "my vLLM hangs"), by the engine
+    registry's names as whole words; None when none or several."""
+    from tools import engines
+
+    found = {
+        name
+        for name, e in engines.registry().engines.items()
+        if not e.generic
+        and any(re.search(rf"(?i)(?<![\w-]){n}(?![\w-])", symptom) for n in e.names)
+    }
+    return next(iter(found)) if len(found) == 1 else None
+
+
+def log_engines(lines: list[str]) -> set[str]:
+    """The engines whose launch banner a log's lines print."""
+    from tools import engines
+
+    text = "\n".join(lines[:2000])
+    return {
+        name
+        for name, e in engines.registry().engines.items()
+        if not e.generic and any(re.search(m, text) for m in e.launch_markers)
+    }
+
+
+#: what a read of a log of another engine's launch (or of no launch) says, when no --log was given
+NOT_THE_ENGINES_LOG = (
+    "# not this launch's log: {path} prints {what}; the launch in question ({engine}) writes "
+    "{actual}"
+)
+
+
 def log_port(lines: list[str]) -> int | None:
     """The port the newest launch in a log serves on, by its own lines; None when unsaid or
     when it names several."""

@@ -407,3 +407,45 @@ def test_a_full_mount_is_the_launchs_only_where_it_writes(log: str, ours: bool) 
     f = derive(obs)  # type: ignore[arg-type]
     full = [m for m, _, _ in f.full_mounts]
     assert full == (["/var/lib/containers"] if ours else []), full
+
+
+def _busy_box_without_a_log() -> Any:
+    """No --log: three other jobs' growing files come first in the listing (a test run's output,
+    a neighbour's vLLM log, a build's output); the dead sglang launch's log is the fourth."""
+    from tests.agent.test_rules import PS_HEADER, _card
+    from tests.live import staging as S
+
+    ps = PS_HEADER + (
+        "root      6200  1.0  0.5 912345 412345 ?      Sl   09:02   0:03 python3 -m "
+        "vllm.entrypoints.openai.api_server --model /models/Qwen2.5-7B --port 8001\n"
+        "alice     6300  9.0  0.1  12345  2345 ?       R    09:03   0:01 python3 "
+        "/srv/ci/run_tests.py -x tests/\n"
+    )
+    neighbour = (
+        "INFO 12-02 09:00:00 [api_server.py:1043] vLLM API server version 0.8.5\n"
+        "INFO:     Uvicorn running on http://127.0.0.1:8001 (Press CTRL+C to quit)\n"
+        "INFO 12-02 09:00:03 [loggers.py:116] Engine 000: Avg prompt throughput: 812.4 "
+        "tokens/s, Running: 3 reqs\n"
+    )
+    files = {
+        "/srv/ci/test-run.out": "tests/test_tokenizer.py::test_roundtrip[1] PASSED  [  1%]\n",
+        "/srv/other/vllm-neighbour.log": neighbour,
+        "/srv/build/make.out": "nvcc -c batch_prefill_sm90.cu -o batch_prefill_sm90.o\n",
+        "/srv/run/logs/server.log": S.startup() + S.LOADED.lstrip("\n") + S.JIT_TRACEBACK,
+    }
+    gpu = "0, NVIDIA H200, 0 MiB, 143771 MiB, 143771 MiB, 0 %\n"
+    card = _card(files, ps, gpu)
+    return card.model_copy(update={"symptom": "sglang died at start-up on the H200, why?"})
+
+
+def test_without_a_log_the_named_engines_log_is_found_beyond_the_newest(tmp_path: Path) -> None:
+    """The operator names sglang; the newest logs are a test run's, a neighbour vLLM's and a
+    build's: the sglang launch's own log is found among the others listed and its error is the
+    verdict, the others' reads set aside (was: the neighbour's vLLM taken for the launch,
+    `healthy`)."""
+    r = _run(_busy_box_without_a_log(), tmp_path)
+    assert r.root_cause in ("unsupported_gpu_arch", "dependency_error"), (r.root_cause, r.summary)
+    from tests.live import staging as S
+
+    assert S.JIT_FATAL in [e.line for e in r.evidence]
+    assert "vllm-neighbour" not in " ".join(e.line for e in r.evidence)
