@@ -152,8 +152,15 @@ class Facts(BaseModel):
     shm_mib: float | None = None
     shm_use_pct: float | None = None
     shm_line: str = ""
-    full_mounts: list[tuple[str, float, str]] = Field(default_factory=list)  # mount, pct, line
+    #: mount, pct, line: full mounts the launch writes to (or all, when nothing of it is known)
+    full_mounts: list[tuple[str, float, str]] = Field(default_factory=list)
+    others_full_mounts: list[tuple[str, float, str]] = Field(
+        default_factory=list,
+        description="full mounts no path of the launch lies on (another team's volume): never "
+        "its disk_full",
+    )
     disk_obs: str | None = None
+    mounts_seen: list[str] = Field(default_factory=list, description="every mount df listed")
     disk_available: bool = False
     listeners: dict[int, str] = Field(default_factory=dict)  # port -> verbatim line
     listener_pids: dict[int, int] = Field(default_factory=dict)  # port -> the pid holding it
@@ -161,6 +168,9 @@ class Facts(BaseModel):
     log_growth: dict[str, bool] = Field(default_factory=dict)  # path -> grew between reads
     log_growth_obs: dict[str, str] = Field(default_factory=dict)
     log_watch: dict[str, bool] = Field(default_factory=dict)  # path -> grew within the window
+    log_owners: dict[str, str] = Field(
+        default_factory=dict, description="log path -> the user owning the file (stat)"
+    )
     #: the server's container (--container): its record, the observation and lines it came from
     container: ContainerState | None = None
     container_cli: str = ""
@@ -247,6 +257,7 @@ def derive(observations: list[Observation]) -> Facts:
         _ranks(f, [ln for reads in log_reads.values() for ln in reads[-1][2]])
         _launch_user(f, log_reads)
         _tenancy(f)
+    _launch_mounts(f, log_reads)
     for path, reads in log_reads.items():
         if len(reads) >= 2:
             (_, s0, t0), (oid, s1, t1) = reads[-2], reads[-1]
@@ -496,6 +507,8 @@ def _log_tail(f: Facts, o: Observation, log_reads: LogReads) -> None:
     log_reads.setdefault(path, []).append((o["id"], tail.size, text))
     if tail.grew is not None:  # a watched read: the window itself says
         f.log_watch[path] = tail.grew
+    if tail.owner:
+        f.log_owners[path] = tail.owner
 
 
 def _container_logs(f: Facts, o: Observation, log_reads: LogReads) -> None:
@@ -605,7 +618,7 @@ def _ps(f: Facts, o: Observation, _logs: LogReads) -> None:
     f._older = {}
     for r in res.processes:
         pid, cmd = r.pid, r.command
-        line = _find_line(o["lines"], f" {pid} ", cmd[:40]) or _find_line(o["lines"], cmd[:60])
+        line = _ps_line(o["lines"], pid, r.raw, cmd)
         f.procs[pid] = line or cmd
         if r.building:
             f.building_pids[pid] = f.procs[pid]
@@ -628,6 +641,39 @@ def _ps(f: Facts, o: Observation, _logs: LogReads) -> None:
         (f.server_main_pids if role in ("main", "launcher") else f.server_worker_pids).append(pid)
     _older_than_the_launch(f)
     _identity(f)
+
+
+def _ps_line(lines: list[str], pid: int, raw: str, cmd: str) -> str:
+    """The ps row of `pid` itself: the tool's own row for it, else a row naming that pid as a
+    whole number beside its command. Never the first row with the same command: a second copy
+    of the launch's command (a supervisor's restart) has the same argv, and a pid at the start
+    of a row has no space before it."""
+    if raw and raw in lines:
+        return raw
+    own = re.compile(rf"(?<!\d){pid}(?!\d)")
+    return next((ln for ln in lines if cmd[:40] in ln and own.search(ln)), "")
+
+
+def launch_reads(observations: list[Observation], f: Facts) -> list[Observation]:
+    """The observations with each ps read cut to the rows that may speak for the launch: the
+    row of an engine process outside the launch (a second copy of its command, a neighbour's
+    server, another launch) is another process's setting, never this launch's, however alike
+    their command lines are. Rows of processes no engine claims stay (a custom launcher)."""
+    theirs = {
+        f.procs[p]
+        for p, rec in f._ps_recs.items()
+        if p in f.procs
+        and p not in f.server_pids
+        and (rec.get("server") or p in f.other_launch_pids)
+    }
+    if not theirs:
+        return observations
+    return [
+        {**o, "lines": [ln for ln in o["lines"] if ln not in theirs]}
+        if o["tool"] == "processes" and o["ok"]
+        else o
+        for o in observations
+    ]
 
 
 def _identity(f: Facts) -> None:
@@ -787,20 +833,27 @@ def _launch_user(f: Facts, log_reads: LogReads) -> None:
     """Who the launch runs as. With none of its processes alive, the live main processes of the
     engine its log prints (another instance of the same command, a supervisor's restart) run as
     the same user, when they all agree: a GPU holder of another user is then that user's job,
-    never a leftover of the launch (a neighbour's idle notebook is not the launch's to kill)."""
+    never a leftover of the launch (a neighbour's idle notebook is not the launch's to kill).
+    With none of those either, the owner of the launch's log (stat), when its logs agree: the
+    launch wrote it. (A root shell's redirect makes a log root's: another user's job is then
+    told theirs, never called the launch's leftover, the safe side.)"""
     f.launch_user = f.server_user
     engine = _log_engine(log_reads) if f.launch_user is None else None
-    if engine is None:
-        return
-    users = {
-        str(r.get("user") or "")
-        for r in f._ps_recs.values()
-        if r.get("server") == engine
-        and r.get("role") in ("main", "launcher")
-        and not r.get("zombie")
-    }
-    if len(users) == 1 and "" not in users:
-        f.launch_user = users.pop()
+    if engine is not None:
+        users = {
+            str(r.get("user") or "")
+            for r in f._ps_recs.values()
+            if r.get("server") == engine
+            and r.get("role") in ("main", "launcher")
+            and not r.get("zombie")
+        }
+        if len(users) == 1 and "" not in users:
+            f.launch_user = users.pop()
+    if f.launch_user is None:
+        # none alive: the launch's log was written by it, so its owner is who it ran as
+        owners = {f.log_owners[p] for p in log_reads if p in f.log_owners}
+        if len(owners) == 1:
+            f.launch_user = owners.pop()
 
 
 def _tenancy(f: Facts) -> None:
@@ -869,6 +922,7 @@ def _disk(f: Facts, o: Observation, _logs: LogReads) -> None:
     f.disk_available = True
     f.disk_obs = o["id"]
     shm = next((m for m in res.mounts if m.mount == "/dev/shm"), None)
+    f.mounts_seen = [m.mount for m in res.mounts if m.mount]
     for m in [*res.mounts, *([res.shm] if res.shm and shm is None else [])]:
         line = _find_line(o["lines"], m.mount) if m.mount else ""
         if m.mount == "/dev/shm":
@@ -877,6 +931,50 @@ def _disk(f: Facts, o: Observation, _logs: LogReads) -> None:
             f.shm_line = line
         elif m.use_pct is not None and m.use_pct >= disk.FULL_PCT:  # the disk tool's one number
             f.full_mounts.append((m.mount, float(m.use_pct), line))
+
+
+#: an absolute path in a log line or a command line (quoted or bare, up to a separator)
+_ABS_PATH = re.compile(r"(?<![\w.~/-])(/[\w.@%+-]+(?:/[\w.@%+=-]+)*)")
+#: where any launch writes besides its own paths: temp files, IPC, the build and model caches
+_ALWAYS_WRITTEN = ("/tmp", "/var/tmp", "/dev/shm")
+
+
+def _mount_of(path: str, mounts: list[str]) -> str | None:
+    """The mount a path lies on: the longest mount point that is a prefix of it."""
+    best = None
+    for m in mounts:
+        root = m.rstrip("/") or "/"
+        if (path == root or path.startswith(root + "/") or root == "/") and (
+            best is None or len(root) > len(best.rstrip("/") or "/")
+        ):
+            best = m
+    return best
+
+
+def _launch_mounts(f: Facts, log_reads: LogReads) -> None:
+    """A full mount is the launch's disk_full only when the launch writes there: the mount of
+    its log, of a path its own lines or command line name (model, cache, output), of its
+    user's home (caches), or of /tmp and /dev/shm. Another team's full volume
+    (/var/lib/containers) is theirs. With nothing of the launch known, every full mount stays."""
+    if not f.full_mounts or not log_reads:
+        return
+    paths = set(log_reads) | set(_ALWAYS_WRITTEN)
+    for reads in log_reads.values():
+        for ln in reads[-1][2]:
+            paths.update(_ABS_PATH.findall(ln))
+    for pid in f.server_pids:
+        paths.update(_ABS_PATH.findall(str(f._ps_recs.get(pid, {}).get("command") or "")))
+    user = f.launch_user or f.server_user
+    if user:
+        paths.add("/root" if user == "root" else f"/home/{user}")
+    mounts = [m for m, _, _ in f.full_mounts]
+    # every mount df listed is a candidate for "the mount a path lies on", not only full ones:
+    # a path on a roomy /data must not count as lying on a full /
+    every = mounts + [m for m in f.mounts_seen if m not in mounts]
+    written = {_mount_of(p, every) for p in paths}
+    keep = [fm for fm in f.full_mounts if fm[0] in written]
+    f.others_full_mounts = [fm for fm in f.full_mounts if fm[0] not in written]
+    f.full_mounts = keep
 
 
 def _container(f: Facts, o: Observation, _logs: LogReads) -> None:

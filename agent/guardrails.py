@@ -23,7 +23,7 @@ from agent import launch as launch_mod
 from agent.at_work import working_on_logged_file
 from agent.board import related
 from agent.evidence import LOG_TOOLS, last_launch, launch_line, text_lines
-from agent.facts import Facts
+from agent.facts import Facts, launch_reads
 from agent.hits import signature_hits
 from agent.rules import HW_ERROR, stale_gpu_possible
 from agent.signatures import Match
@@ -460,7 +460,7 @@ def _bad_launch(
 ) -> list[str]:
     """A setting proven wrong by host facts needs no crash line: a node of rank >= 1 told to meet
     rank 0 at its own address hangs without printing an error."""
-    obs = list(by_id.values())
+    obs = launch_reads(list(by_id.values()), facts)
     if rules_causes.rendezvous_self(obs) is not None:
         return []
     if rules_causes.loopback_across_nodes(obs) is not None:

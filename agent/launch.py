@@ -159,9 +159,16 @@ def _same_model(a: str | None, b: str | None) -> bool:
 def duplicate_mains(observations: list[Observation], facts: Facts) -> list[int]:
     """Live engine main processes outside the launch that run the launch's own model: a second
     instance of the same command (a supervisor's restart beside a still-loading first one, an
-    orphan an orchestrator lost track of). Their GPU memory is what the launch ran short of."""
+    orphan an orchestrator lost track of). Their GPU memory is what the launch ran short of.
+    A command that names no model but the launch's own config file (`--config server.yaml`, as
+    read for the launch) is the same command too."""
     model = first_value("model", _launch_text(observations, facts))
-    if not model:
+    configs = {
+        posixpath.normpath(str(o["args"].get("path")))
+        for o in observations
+        if o["tool"] == "config_read" and o["ok"] and o["args"].get("path")
+    }
+    if not model and not configs:
         return []
     members = set(facts.server_pids)
     out = []
@@ -170,7 +177,9 @@ def duplicate_mains(observations: list[Observation], facts: Facts) -> list[int]:
             continue
         if not rec.get("server"):
             continue
-        if _same_model(first_value("model", str(rec.get("command") or "")), model):
+        cmd = str(rec.get("command") or "")
+        words = {posixpath.normpath(w) for w in re.split(r"[\s=]+", cmd) if w.startswith("/")}
+        if _same_model(first_value("model", cmd), model) or configs & words:
             out.append(pid)
     return sorted(out)
 
@@ -497,6 +506,39 @@ def said_port(symptom: str) -> int | None:
     """The one port the operator's words name, if exactly one."""
     ports = {int(a or b) for a, b in _SAID_PORT.findall(symptom)}
     return next(iter(ports)) if len(ports) == 1 else None
+
+
+def said_engine(symptom: str) -> str | None:
+    """The one engine the operator's words name ("sglang died", "my vLLM hangs"), by the engine
+    registry's names as whole words; None when none or several."""
+    from tools import engines
+
+    found = {
+        name
+        for name, e in engines.registry().engines.items()
+        if not e.generic
+        and any(re.search(rf"(?i)(?<![\w-]){n}(?![\w-])", symptom) for n in e.names)
+    }
+    return next(iter(found)) if len(found) == 1 else None
+
+
+def log_engines(lines: list[str]) -> set[str]:
+    """The engines whose launch banner a log's lines print."""
+    from tools import engines
+
+    text = "\n".join(lines[:2000])
+    return {
+        name
+        for name, e in engines.registry().engines.items()
+        if not e.generic and any(re.search(m, text) for m in e.launch_markers)
+    }
+
+
+#: what a read of a log of another engine's launch (or of no launch) says, when no --log was given
+NOT_THE_ENGINES_LOG = (
+    "# not this launch's log: {path} prints {what}; the launch in question ({engine}) writes "
+    "{actual}"
+)
 
 
 def log_port(lines: list[str]) -> int | None:

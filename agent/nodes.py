@@ -28,16 +28,19 @@ from agent.evidence import text_lines
 from agent.findings import compute
 from agent.guardrails import INFERRED_CONFIDENCE as INFERRED_AT
 from agent.guardrails import check_conclusion, qualify
-from agent.launch import build as build_launch
 from agent.launch import (
+    NOT_THE_ENGINES_LOG,
+    log_engines,
     log_port,
     not_this_log,
+    said_engine,
     said_port,
     script_log_targets,
     sourced_files,
     without_bystanders,
     wrong_log_said,
 )
+from agent.launch import build as build_launch
 from agent.observe import first_wave, inside_wave, run_many
 from agent.state import Action, Observation, State
 from agent.thresholds import THRESHOLDS
@@ -149,6 +152,8 @@ def sweep(state: State, runtime: Runtime[RunContext]) -> dict[str, Any]:
     # the operator's --log may be another launch's: the symptom names the launch's port, the log
     # serves another; then the log the launch in question wrote is found and read instead
     all_obs += _right_log(host, state.get("symptom", ""), all_obs, obs1, list(ctx.extra_logs))
+    if not ctx.extra_logs:
+        all_obs += _engine_log(host, state.get("symptom", ""), all_obs, obs1)
     all_obs = _drop_wrong_logs(all_obs)
     # the log the launch's own script writes (`| tee logs/x.log`), when no --log was given and
     # the sweep's search did not reach it (a project tree deeper than it looks)
@@ -535,6 +540,48 @@ def _right_log(
         for o in obs
         if o["tool"] in ("log_tail", "log_search") and str(o["args"].get("path")) in theirs
     ]
+    return [*marks, *out]
+
+
+def _engine_log(
+    host: Host, symptom: str, obs: list[Observation], obs1: list[Observation]
+) -> list[Observation]:
+    """No --log, and the operator names the engine ("sglang died"): on a busy box the newest
+    logs are other jobs' growing outputs (a neighbour's vLLM, a test run). When none of the logs
+    read prints a launch of that engine, the newest logs found are read for one that does; the
+    reads of logs of another engine's launch, or of none, are then set aside (with the process
+    listing tied to them), and the writers of the launch's own log are read instead."""
+    engine = said_engine(symptom)
+    read = {str(o["args"].get("path")): o for o in obs if o["tool"] == "log_tail" and o["ok"]}
+    if engine is None or not read:
+        return []
+    if any(engine in log_engines(text_lines(o)) for o in read.values()):
+        return []
+    candidates = [p for p in split_paths(listed_paths(obs1))[0] if p not in read]
+    candidates = candidates[:PORT_SEARCH_LOGS]
+    if not candidates:
+        return []
+    cand_obs = run_many(host, [("log_tail", {"path": p}) for p in candidates], len(obs) + 1, 0)
+    match = next((o for o in cand_obs if o["ok"] and engine in log_engines(text_lines(o))), None)
+    if match is None:
+        return []  # not found: what was read stands, and nothing was made up
+    actual = str(match["args"]["path"])
+    out: list[Observation] = [match]
+    if "processes" in TOOLS:
+        out += run_many(host, [("processes", {"logs": [actual]})], len(obs) + len(out) + 1, 0)
+    for o in out:
+        _emit("observation", _obs_event(o))
+    marks: list[Observation] = []
+    for o in obs:
+        if o["tool"] not in ("log_tail", "log_search") or not o["ok"]:
+            continue
+        path = str(o["args"].get("path"))
+        if path not in read:
+            continue
+        theirs = sorted(log_engines(text_lines(read[path])))
+        what = f"a {', '.join(theirs)} launch" if theirs else "no launch of an inference engine"
+        line = NOT_THE_ENGINES_LOG.format(path=path, what=what, engine=engine, actual=actual)
+        marks.append({**o, "ok": False, "lines": [line], "data": {}})
     return [*marks, *out]
 
 

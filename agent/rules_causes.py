@@ -14,6 +14,7 @@ from pathlib import Path
 
 from agent import proof
 from agent.evidence import LOG_TOOLS, text_lines
+from agent.facts import launch_reads
 from agent.rules_common import F
 from agent.state import Observation
 from agent.thresholds import THRESHOLDS
@@ -83,6 +84,7 @@ def missing_interface(
 
 
 def cause_rules(facts, observations: list[Observation], hits, add) -> None:  # type: ignore[no-untyped-def]
+    observations = launch_reads(observations, facts)  # a setting is read from the launch's own
     rendezvous_rules(observations, add)
     loopback_rules(observations, add)
     misspelled_env_rules(observations, hits, add)

@@ -208,5 +208,9 @@ def host_rules(facts: Facts, hits, add, observations: list[Observation] | None =
             F.weakens_clearly,
             facts.disk_obs,
             facts.shm_line or "Filesystem",
-            "no filesystem is near full",
+            "no filesystem the launch writes to is near full (full: "
+            + ", ".join(m for m, _, _ in facts.others_full_mounts[:3])
+            + ", where no path of the launch lies)"
+            if facts.others_full_mounts
+            else "no filesystem is near full",
         )

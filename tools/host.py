@@ -53,6 +53,28 @@ class FileTail(BaseModel):
     #: when the file was last written, as the host's own wall clock says it ("2026-12-01
     #: 23:30:01"), comparable with `dmesg -T` lines; None when not known (a replayed card)
     modified: str | None = None
+    #: the file's owner as the host names it (`stat -c %U`): who the writer of a log runs as,
+    #: for a launch none of whose processes is alive; None when not known (a replayed card)
+    owner: str | None = None
+
+
+#: `stat`'s format for a tail's head line: size, owner, modification time (GNU coreutils)
+STAT_HEAD = "%s %U %y"
+
+
+def parse_stat_head(head: bytes) -> tuple[int, str | None, str | None] | None:
+    """(size, owner, modified) from STAT_HEAD's line ("52 alice 2026-12-01 23:30:01.1 +0000");
+    None when the line is not that. `UNKNOWN` (a uid with no name here) is no owner."""
+    parts = head.strip().split(b" ", 2)
+    if len(parts) < 2 or not parts[0].isdigit():
+        return None
+    owner = parts[1].decode("utf-8", "replace") if len(parts) > 2 else None
+    when = parts[2] if len(parts) > 2 else parts[1]
+    return (
+        int(parts[0]),
+        (None if owner == "UNKNOWN" else owner),
+        when.decode("ascii", "replace")[:19] or None,
+    )
 
 
 @runtime_checkable

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import pwd
 import signal
 import subprocess
 import tempfile
@@ -87,6 +88,10 @@ class LocalHost:
                 fix="check permissions on the file",
             )
         modified = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(st.st_mtime))
+        try:
+            owner: str | None = pwd.getpwuid(st.st_uid).pw_name
+        except KeyError:  # a uid with no name here (stat's UNKNOWN)
+            owner = None
         return FileTail(
             host=self.name,
             path=path,
@@ -94,6 +99,7 @@ class LocalHost:
             size=size,
             bytes_read=len(data),
             modified=modified,
+            owner=owner,
         )
 
     def write_file(self, path: str, data: bytes, mode: int | None = None) -> CommandResult:

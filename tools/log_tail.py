@@ -76,6 +76,10 @@ class Result(ToolResult):
     modified: str | None = Field(
         None, description="when the file was last written, on the host's wall clock"
     )
+    owner: str | None = Field(
+        None,
+        description="the user owning the file (stat %U): who its writer runs as; None unknown",
+    )
     last_progress: Progress | None = Field(
         None, description="the newest progress bar or slow phase in the last lines, with ETA"
     )
@@ -84,7 +88,8 @@ class Result(ToolResult):
         if self.error:
             return super().lines()
         head = (
-            f"# {self.path} on {self.host}: {self.size} bytes; last {len(self.tail)} lines"
+            f"# {self.path} on {self.host}: {self.size} bytes"
+            f"{f', owner {self.owner}' if self.owner else ''}; last {len(self.tail)} lines"
             f"{' (file holds more)' if self.truncated else ''}"
         )
         notes = [head]
@@ -188,6 +193,7 @@ def read_once(host: Host, args: Args) -> Result:
         progress_collapsed=cleaned.progress_collapsed,
         last_progress=last_progress(tail),
         modified=ft.modified,
+        owner=ft.owner,
     )
 
 

@@ -36,10 +36,12 @@ from paramiko.common import cMSG_CHANNEL_REQUEST
 from tools.host import (
     DEFAULT_MAX_BYTES,
     DEFAULT_TIMEOUT_S,
+    STAT_HEAD,
     CommandResult,
     FileTail,
     decode,
     failure,
+    parse_stat_head,
 )
 
 log = logging.getLogger("pivot.ssh")
@@ -455,7 +457,7 @@ class SSHHost:
         """`stat` + `tail -c` in one command: one round trip, cost independent of file size."""
         q = shlex.quote(path)
         n = max(0, int(max_bytes))
-        cmd = f"stat -L -c '%s %y' -- {q} && tail -c {n} -- {q}"
+        cmd = f"stat -L -c '{STAT_HEAD}' -- {q} && tail -c {n} -- {q}"
         o = self._exec(cmd, DEFAULT_TIMEOUT_S, n + 64, readonly=True)
         if o.error and o.rc is None:
             return FileTail(host=self.name, path=path, exists=False, error=o.error, fix=o.fix)
@@ -474,17 +476,16 @@ class SSHHost:
                 else f"check permissions on {path} for user {self.target.user}",
             )
         head, _, data = o.out.partition(b"\n")
-        size_s, _, when = head.strip().partition(b" ")
-        if not size_s.isdigit():
+        parsed = parse_stat_head(head)
+        if parsed is None:
             return FileTail(
                 host=self.name,
                 path=path,
                 error=f"reading {path} on {self.name}: `stat -c %s` printed {head[:80]!r}",
                 fix="the host needs GNU coreutils stat/tail; read the file with another tool",
             )
-        size = int(size_s)
         # `%y` is the host's local wall time ("2026-12-01 23:30:01.123456789 +0000")
-        modified = when.decode("ascii", "replace")[:19] or None
+        size, owner, modified = parsed
         return FileTail(
             host=self.name,
             path=path,
@@ -492,6 +493,7 @@ class SSHHost:
             size=size,
             bytes_read=len(data),
             modified=modified,
+            owner=owner,
         )
 
     def write_file(self, path: str, data: bytes, mode: int | None = None) -> CommandResult:

@@ -306,3 +306,210 @@ def test_a_live_server_is_not_the_launch_whose_log_names_a_gone_writer(tmp_path:
         logs=["/srv/teamb/triton.log"],
     )
     assert 118220 in [m["pid"] for m in (r2.launch or {})["members"]], r2.launch
+
+
+#: two copies of one command (a supervisor's restart beside the launch), pids at column 0
+TWIN_PS = (
+    "  PID  PPID USER     STAT ELAPSED %CPU %MEM   RSS COMMAND\n"
+    "31714 31656 root     Ss         9  0.9  0.0 11284 /usr/bin/python3 -m sglang.launch_server "
+    "--model-path /models/Llama-3.1-8B-Instruct --port 30000\n"
+    "31715 31656 root     Ss         8  0.9  0.0 11284 /usr/bin/python3 -m sglang.launch_server "
+    "--model-path /models/Llama-3.1-8B-Instruct --port 30000\n"
+)
+
+
+@pytest.mark.parametrize("from_raw", [True, False], ids=["tool-row", "pid-in-row"])
+def test_a_members_ps_line_is_its_own_not_its_twins(from_raw: bool) -> None:
+    """The launch writes the log (31715); its twin (31714, the same argv) writes another: the
+    line shown and cited for the member is its own row, never the first row of that command."""
+    from tools import processes
+
+    procs = processes.parse_ps(TWIN_PS).procs
+    processes.identify(procs, {31715: "/l/server.log", 31714: "other:/sup/server.log"})
+    res = processes.Result(
+        host="h", header=TWIN_PS.splitlines()[0], processes=procs, total=2, servers=[31714, 31715]
+    )
+    data = res.model_dump(mode="json")
+    if not from_raw:  # an older recording: no raw row kept, found by its pid
+        for p in data["processes"]:
+            p["raw"] = ""
+    obs = {"id": "o1", "tool": "processes", "ok": True, "args": {}, "round": 0}
+    f = derive([{**obs, "lines": res.lines(), "data": data}])  # type: ignore[list-item]
+    assert f.server_pids == [31715]
+    assert f.procs[31715].startswith("31715 "), f.procs[31715]
+    assert f.procs[31714].startswith("31714 "), f.procs[31714]
+
+
+def test_a_setting_is_read_from_the_launchs_own_row_not_its_twins() -> None:
+    """Both copies of the command name an unresolvable rendezvous host: the setting cited is the
+    launch's own row (31715, the log's writer), never its twin's (31714, another log)."""
+    from agent.rules_causes import cause_rules
+    from tools import processes
+
+    bad = "node-0.pivot-test.invalid"
+    ps = TWIN_PS.replace("--port 30000", f"--port 30000 --dist-init-addr {bad}:5000")
+    procs = processes.parse_ps(ps).procs
+    processes.identify(procs, {31715: "/l/server.log", 31714: "other:/sup/server.log"})
+    res = processes.Result(host="h", header=ps.splitlines()[0], processes=procs, total=2)
+    err = (
+        f"[W1202 05:22:09.000000000 socket.cpp:767] [c10d] The IPv6 network addresses of ({bad}, "
+        "5000) cannot be retrieved (gai error: -2 - Name or service not known)."
+    )
+    refused = (
+        "[W1202 05:22:09.000000000 socket.cpp:767] [c10d] The client socket has failed to "
+        f"connect to [{bad}]:5000 (errno: 22 - Invalid argument)."
+    )
+    base = {"ok": True, "round": 0}
+    obs = [
+        {**base, "id": "o1", "tool": "processes", "args": {}, "lines": res.lines(),
+         "data": res.model_dump(mode="json")},
+        {**base, "id": "o2", "tool": "log_tail", "args": {"path": "/l/server.log"},
+         "lines": [err, refused], "data": {"host": "h", "path": "/l/server.log", "size": 300}},
+    ]  # fmt: skip
+    f = derive(obs)  # type: ignore[arg-type]
+    added: list[tuple[str, str]] = []
+    cause_rules(f, obs, [], lambda label, kind, w, oid, line, why: added.append((oid, line)))
+    rows = [line for oid, line in added if oid == "o1"]
+    assert rows and all(r.startswith("31715 ") for r in rows), added
+
+
+class _OwnedLogs(ReplayHost):
+    """A replayed host whose `stat` names each log's owner, as a live one's does (a card records
+    no owners: replay answers None, unknown)."""
+
+    def __init__(self, card: Any, owner: str) -> None:
+        super().__init__(card)
+        self.owner = owner
+
+    def read_tail(self, path: str, max_bytes: int = 256_000) -> Any:
+        return super().read_tail(path, max_bytes).model_copy(update={"owner": self.owner})
+
+
+@pytest.mark.parametrize(
+    ("holder", "owner"), [("bob", "another user's job"), ("alice", "leftover")]
+)
+def test_with_nothing_of_the_engine_alive_the_logs_owner_is_the_launchs_user(
+    tmp_path: Path, holder: str, owner: str
+) -> None:
+    """alice's launch died and no process of its engine runs: her log's owner says the launch
+    was hers, so bob's idle 20 GiB job is bob's (never "kill" it); her own idle holder (control)
+    stays her earlier launch's leftover."""
+    card = _dead_launch_beside_a_held_gpu(holder)
+    ps = "\n".join(ln for ln in card.host.ps.splitlines() if " 6200 " not in ln) + "\n"
+    card = card.model_copy(update={"host": card.host.model_copy(update={"ps": ps})})
+    host = _OwnedLogs(card, "alice")
+    r = investigate(host, card.symptom, settings=Settings(home=tmp_path / "h"), logs=[
+        "/home/alice/logs/server.log"
+    ])  # fmt: skip
+    holders = {g["pid"]: g["owner"] for g in r.launch["gpu"]}
+    assert holders.get(7001) == owner, r.launch["gpu"]
+    if holder == "bob":
+        assert "kill 7001" not in r.next_step and r.root_cause != "stale_gpu_process", r.next_step
+
+
+@pytest.mark.parametrize(
+    ("config", "dup"), [("/srv/conf/server.yaml", True), ("/srv/b.yaml", False)]
+)
+def test_a_copy_of_the_command_naming_the_launchs_config_is_another_instance(
+    config: str, dup: bool
+) -> None:
+    """The launch (dead) was `--config /srv/conf/server.yaml`; a live copy of that command (a
+    supervisor's) names no model, only the config: it is another instance of the launch. A
+    server given another config (control) is not."""
+    from agent.launch import build
+    from tools import processes
+
+    ps = (
+        "  PID  PPID USER     STAT ELAPSED %CPU %MEM   RSS COMMAND\n"
+        "41714     1 alice    Ss         9  0.9  0.0 11284 /usr/bin/python3 -m "
+        f"sglang.launch_server --config {config} --port 30000\n"
+    )
+    procs = processes.parse_ps(ps).procs
+    processes.identify(procs, {41714: "other:/sup/server.log"})
+    res = processes.Result(host="h", header=ps.splitlines()[0], processes=procs, total=1)
+    log = "[2025-06-01 10:00:00] server_args=ServerArgs(model_path='/models/m', port=30000)"
+    base = {"ok": True, "round": 0}
+    obs = [
+        {**base, "id": "o1", "tool": "processes", "args": {}, "lines": res.lines(),
+         "data": res.model_dump(mode="json")},
+        {**base, "id": "o2", "tool": "log_tail", "args": {"path": "/l/server.log"},
+         "lines": [log], "data": {"host": "h", "path": "/l/server.log", "size": 90}},
+        {**base, "id": "o3", "tool": "config_read", "args": {"path": "/srv/conf/server.yaml"},
+         "lines": ["port: 30000"], "data": {}},
+    ]  # fmt: skip
+    launch = build(obs, derive(obs), ["/l/server.log"])  # type: ignore[arg-type]
+    assert launch.duplicates == ([41714] if dup else []), launch
+
+
+DF_OTHERS_FULL = (
+    "Filesystem      Size  Used Avail Use% Mounted on\n"
+    "/dev/vda1       200G   80G  120G  40% /\n"
+    "/dev/vdc       1000G 1000G     0 100% /var/lib/containers\n"
+    "tmpfs            64G     0   64G   0% /dev/shm\n"
+)
+
+
+@pytest.mark.parametrize(("log", "ours"), [("/home/alice/logs/server.log", False),
+                                           ("/var/lib/containers/alice/server.log", True)])  # fmt: skip
+def test_a_full_mount_is_the_launchs_only_where_it_writes(log: str, ours: bool) -> None:
+    """Another team's /var/lib/containers is full; the launch's log, model and temp files lie on
+    a roomy /: that mount is not the launch's disk_full. Control: the launch logs onto it."""
+    from agent.observe import call
+    from tests.agent.test_rules import _card
+
+    text = (
+        "INFO 11-30 10:00:01 [api_server.py:1044] args: Namespace(model='/models/llama-70b', "
+        "port=8000)\nERROR 11-30 10:00:09 [engine.py:400] RuntimeError: engine died\n"
+    )
+    card = _card({log: text}, "", "", commands={"df -hP": DF_OTHERS_FULL})
+    host = ReplayHost(card)
+    obs = []
+    for i, (tool, args) in enumerate((("disk", {}), ("log_tail", {"path": log}))):
+        ok, lines, data = call(host, tool, args)
+        obs.append({"id": f"o{i}", "tool": tool, "ok": ok, "args": args, "lines": lines,
+                    "data": data, "round": 0})  # fmt: skip
+    f = derive(obs)  # type: ignore[arg-type]
+    full = [m for m, _, _ in f.full_mounts]
+    assert full == (["/var/lib/containers"] if ours else []), full
+
+
+def _busy_box_without_a_log() -> Any:
+    """No --log: three other jobs' growing files come first in the listing (a test run's output,
+    a neighbour's vLLM log, a build's output); the dead sglang launch's log is the fourth."""
+    from tests.agent.test_rules import PS_HEADER, _card
+    from tests.live import staging as S
+
+    ps = PS_HEADER + (
+        "root      6200  1.0  0.5 912345 412345 ?      Sl   09:02   0:03 python3 -m "
+        "vllm.entrypoints.openai.api_server --model /models/Qwen2.5-7B --port 8001\n"
+        "alice     6300  9.0  0.1  12345  2345 ?       R    09:03   0:01 python3 "
+        "/srv/ci/run_tests.py -x tests/\n"
+    )
+    neighbour = (
+        "INFO 12-02 09:00:00 [api_server.py:1043] vLLM API server version 0.8.5\n"
+        "INFO:     Uvicorn running on http://127.0.0.1:8001 (Press CTRL+C to quit)\n"
+        "INFO 12-02 09:00:03 [loggers.py:116] Engine 000: Avg prompt throughput: 812.4 "
+        "tokens/s, Running: 3 reqs\n"
+    )
+    files = {
+        "/srv/ci/test-run.out": "tests/test_tokenizer.py::test_roundtrip[1] PASSED  [  1%]\n",
+        "/srv/other/vllm-neighbour.log": neighbour,
+        "/srv/build/make.out": "nvcc -c batch_prefill_sm90.cu -o batch_prefill_sm90.o\n",
+        "/srv/run/logs/server.log": S.startup() + S.LOADED.lstrip("\n") + S.JIT_TRACEBACK,
+    }
+    gpu = "0, NVIDIA H200, 0 MiB, 143771 MiB, 143771 MiB, 0 %\n"
+    card = _card(files, ps, gpu)
+    return card.model_copy(update={"symptom": "sglang died at start-up on the H200, why?"})
+
+
+def test_without_a_log_the_named_engines_log_is_found_beyond_the_newest(tmp_path: Path) -> None:
+    """The operator names sglang; the newest logs are a test run's, a neighbour vLLM's and a
+    build's: the sglang launch's own log is found among the others listed and its error is the
+    verdict, the others' reads set aside (was: the neighbour's vLLM taken for the launch,
+    `healthy`)."""
+    r = _run(_busy_box_without_a_log(), tmp_path)
+    assert r.root_cause in ("unsupported_gpu_arch", "dependency_error"), (r.root_cause, r.summary)
+    from tests.live import staging as S
+
+    assert S.JIT_FATAL in [e.line for e in r.evidence]
+    assert "vllm-neighbour" not in " ".join(e.line for e in r.evidence)

@@ -246,7 +246,8 @@ class Stage:
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     #: processes re-parented to init (no Popen of ours to wait on): killed at cleanup
     orphans: list[int] = field(default_factory=list)
-    #: start_server also starts a second copy of the same command first (start_duplicate)
+    #: start_server also starts a second copy of the same command first (start_duplicate); on
+    #: in every verdict test
     duplicate_each_launch: bool = False
 
     @property
@@ -420,11 +421,10 @@ class Stage:
         )
 
     def start_more_bystanders(self) -> None:
-        """Issue 20's further neighbours, opt-in: beside every verdict test they expose bugs not
-        fixed yet (a duplicate's ps line cited, another user's idle GPU job called a leftover
-        when no engine process is alive): the SSH user's own `make -j2`
-        building kernels with nvcc (the same user as the launch), and another user's (nobody's)
-        training job holding 20 GiB of GPU 0 in the nvidia-smi stand-in."""
+        """Issue 20's further neighbours, on in every verdict test (`_busy` in
+        tests/live/test_verdicts_live.py): the SSH user's own `make -j2` building kernels with
+        nvcc (the same user as the launch), and another user's (nobody's) training job holding
+        20 GiB of GPU 0 in the nvidia-smi stand-in."""
         uid, gid = self._ids()
         quiet: dict[str, Any] = {
             "stdout": subprocess.DEVNULL,

@@ -1,7 +1,10 @@
 """End-to-end verdicts on a live, shared box (issue 11): `pivot investigate --host ALIAS --log PATH
 --json` as a real subprocess of the CLI, over the real test sshd, against failing servers staged
 for real as the SSH user, each with unrelated jobs running beside it (an http.server, a `sleep
-600 # vllm`, a cc1plus stand-in whose arguments mention sglang, and this pytest).
+600 # vllm`, a cc1plus stand-in whose arguments mention sglang, and this pytest), and, in every
+scenario, issue 20's further neighbours: a second copy of the launch's command a supervisor
+started into its own log, the SSH user's `make -j2` of nvcc's, and nobody's job holding 20 GiB
+in the nvidia-smi stand-in.
 
 Each scenario runs logged in as root and as the unprivileged user `pivot-test`, and asserts the
 verdict: `status`, `root_cause`, that every line cited from a log is a verbatim line of the staged
@@ -96,11 +99,20 @@ class Scene:
                 assert pid not in others, f"an unrelated job cited as the server: {e['line']}"
 
 
+def _busy(stage: S.Stage) -> None:
+    """Every scenario's box: the unrelated jobs, a second copy of the launch's command started
+    by a supervisor into its own log (before each launch), the SSH user's own `make -j2` of
+    nvcc's, and nobody's job holding 20 GiB in the nvidia-smi stand-in (issue 20)."""
+    stage.start_bystanders()
+    stage.start_more_bystanders()
+    stage.duplicate_each_launch = True
+
+
 @pytest.fixture
 def scene(live_server: Sshd, tmp_path: Path, bystander_kill: str) -> Iterator[Scene]:
     stage = S.new_stage(live_server)
     try:
-        stage.start_bystanders()
+        _busy(stage)
         yield Scene(live_server, stage, tmp_path / "home")
     finally:
         stage.cleanup()
@@ -110,7 +122,7 @@ def scene(live_server: Sshd, tmp_path: Path, bystander_kill: str) -> Iterator[Sc
 def user_scene(live_user_server: Sshd, tmp_path: Path, bystander_kill: str) -> Iterator[Scene]:
     stage = S.new_stage(live_user_server)
     try:
-        stage.start_bystanders()
+        _busy(stage)
         yield Scene(live_user_server, stage, tmp_path / "home")
     finally:
         stage.cleanup()
@@ -552,14 +564,32 @@ def test_jit_error_beside_a_duplicate_a_build_and_another_users_gpu_job(scene: S
     """The dead launch's verdict holds beside a second copy of its command (named another
     instance, never a member), the SSH user's own `make -j` of nvcc's, and nobody's job
     holding 20 GiB (listed as another user's job, never a leftover to kill)."""
-    scene.stage.duplicate_each_launch = True
-    scene.stage.start_more_bystanders()
     log = scene.stage.logs / "server.log"
     script = [["out", S.startup()], ["out", S.LOADED], ["out", S.JIT_TRACEBACK]]
     proc = scene.stage.start_server([*script, ["exit", 1]], log, S.SERVER_ARGS)
     assert proc.wait(timeout=20) == 1
 
     v = scene.investigate([log], "sglang died at start-up on the H200, why?")
+
+    assert_concluded(v, "unsupported_gpu_arch", "dependency_error")
+    assert_cites(v, log, S.JIT_FATAL)
+    scene.assert_bystanders_untouched(v)
+
+
+# -- no --log: the launch found on a busy box -------------------------------------------------------
+def test_without_a_log_the_dead_launchs_own_log_is_found_and_read(scene: Scene) -> None:
+    """No --log: the launch's log must be found among the busy box's growing files (the
+    neighbour's server log, the test runner's output, other runs' files); neither
+    the test runner nor the neighbour's vLLM is the server, and the verdict is the launch's own
+    error. No second copy of the command here: which of two sglang launches the operator means
+    is theirs to say (--log); the neighbours of every other kind stay."""
+    scene.stage.duplicate_each_launch = False
+    log = scene.stage.logs / "server.log"
+    script = [["out", S.startup()], ["out", S.LOADED], ["out", S.JIT_TRACEBACK]]
+    proc = scene.stage.start_server([*script, ["exit", 1]], log, S.SERVER_ARGS)
+    assert proc.wait(timeout=20) == 1
+
+    v = scene.investigate([], "sglang died at start-up on the H200, why?")
 
     assert_concluded(v, "unsupported_gpu_arch", "dependency_error")
     assert_cites(v, log, S.JIT_FATAL)

@@ -220,3 +220,27 @@ def test_binary_log_is_flagged_and_never_shown(tmp_path: Path) -> None:
     text = tmp_path / "hostile.log"
     text.write_bytes(b"INFO ok\x00\x00\x00 NUL tail\n" + b"INFO line\n" * 50)
     assert run(LocalHost(), Args(path=str(text))).ok  # a few NULs are still text
+
+
+@pytest.mark.parametrize(
+    ("head", "want"),
+    [
+        (b"52 alice 2026-12-01 23:30:01.123456789 +0000", (52, "alice", "2026-12-01 23:30:01")),
+        (b"7 UNKNOWN 2026-12-01 23:30:01.1 +0000", (7, None, "2026-12-01 23:30:01")),
+        (b"stat: cannot stat 'x'", None),
+    ],
+)
+def test_the_stat_head_gives_size_owner_and_time(head: bytes, want: object) -> None:
+    from tools.host import parse_stat_head
+
+    assert parse_stat_head(head) == want
+
+
+def test_a_local_read_names_the_logs_owner(tmp_path: Path) -> None:
+    import pwd
+
+    log = tmp_path / "server.log"
+    log.write_text("INFO start\n")
+    res = run(LocalHost(), Args(path=str(log)))
+    assert res.owner == pwd.getpwuid(os.getuid()).pw_name
+    assert f"owner {res.owner}" in res.lines()[0]
