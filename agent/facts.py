@@ -464,15 +464,31 @@ def _other_writers(f: Facts, log_reads: LogReads) -> bool:
     if any(p in f._ps_recs and not f._ps_recs[p].get("zombie") for p in mains):
         return False
     writers = {p for ps in f.log_writers.values() for p in ps}
+    text = "\n".join(ln for reads in log_reads.values() for ln in reads[-1][2])
     theirs = {
         int(f._ps_recs.get(pid, {}).get("launch") or pid)
         for pid in f.server_main_pids
-        if pid not in writers and f._ps_recs.get(pid, {}).get("ours") is not True
+        if pid not in writers
+        and f._ps_recs.get(pid, {}).get("ours") is not True
+        # a pid in a container's namespace (its log says 1, the host's ps 2201) is no proof:
+        # a server whose own arguments (its model repository, its model) the log names is it
+        and not any(p in text for p in _arg_paths(f, pid))
     }
     if not theirs:
         return False
     _set_aside(f, theirs)
     return True
+
+
+#: absolute paths on a command line
+_ARG_PATH = re.compile(r"(?:^|[\s=])(/[\w.@%+-]+(?:/[\w.@%+-]+)*)")
+
+
+def _arg_paths(f: Facts, pid: int) -> list[str]:
+    """The absolute paths a process's arguments name (its program's own path left out)."""
+    cmd = str(f._ps_recs.get(pid, {}).get("command") or "")
+    paths = _ARG_PATH.findall(cmd)
+    return paths[1:] if cmd.startswith("/") else paths
 
 
 def _dmesg(f: Facts, o: Observation, _logs: LogReads) -> None:
