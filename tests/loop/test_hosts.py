@@ -124,7 +124,10 @@ def test_two_slots_run_trials_in_parallel_and_each_reverts(state: Path) -> None:
     assert sorted(t.number for t in study.trials) == sorted(r.trial_number for r in trials)
     for t in study.trials:
         row = next(r for r in trials if r.trial_number == t.number)
-        assert t.value == row.metric_mean and t.params == row.change
+        assert t.params == row.change
+        # a decided trial tells the study its own mean; one inside the launch noise is told the
+        # baseline's level (loop/night_search.py), so TPE is not steered by noise
+        assert t.value == row.metric_mean or row.status == "inconclusive", (t.value, row)
 
     local = LocalHost()
     assert launcher.marked_pids(local, prefix="two-slots/") == []  # servers and orphans
