@@ -33,6 +33,7 @@ from agent.launch import (
     log_engines,
     log_port,
     not_this_log,
+    said_ended,
     said_engine,
     said_port,
     script_log_targets,
@@ -529,6 +530,8 @@ def _right_log(
     match = next((o for o in cand_obs if o["ok"] and log_port(text_lines(o)) == port), None)
     if match is None:
         return []  # not found: the operator's log stands, and nothing was made up
+    # the one read kept takes the next id: the listing after it must not reuse a candidate's
+    match = {**match, "id": f"o{len(obs) + 1}"}
     actual = str(match["args"]["path"])
     out: list[Observation] = [match]
     if "processes" in TOOLS:
@@ -562,9 +565,14 @@ def _engine_log(
     if not candidates:
         return []
     cand_obs = run_many(host, [("log_tail", {"path": p}) for p in candidates], len(obs) + 1, 0)
-    match = next((o for o in cand_obs if o["ok"] and engine in log_engines(text_lines(o))), None)
-    if match is None:
+    theirs = [o for o in cand_obs if o["ok"] and engine in log_engines(text_lines(o))]
+    if not theirs:
         return []  # not found: what was read stands, and nothing was made up
+    # "sglang died": of several logs of that engine (another run's loader beside it), the newest
+    # whose last launch ended in a fatal line is the one asked about; else the newest
+    ended = [o for o in theirs if said_ended(symptom) and _ends_fatal(text_lines(o))]
+    # the one read kept takes the next id (the others' reads are dropped, their ids reused)
+    match = {**(ended or theirs)[0], "id": f"o{len(obs) + 1}"}
     actual = str(match["args"]["path"])
     out: list[Observation] = [match]
     if "processes" in TOOLS:
@@ -583,6 +591,14 @@ def _engine_log(
         line = NOT_THE_ENGINES_LOG.format(path=path, what=what, engine=engine, actual=actual)
         marks.append({**o, "ok": False, "lines": [line], "data": {}})
     return [*marks, *out]
+
+
+def _ends_fatal(lines: list[str]) -> bool:
+    """The newest launch in a log holds a line fatal by its shape."""
+    from agent.evidence import last_launch
+    from agent.proof import fatal_lines
+
+    return bool(fatal_lines(lines[last_launch(lines) :]))
 
 
 def _drop_wrong_logs(obs: list[Observation]) -> list[Observation]:
