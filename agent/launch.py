@@ -36,6 +36,7 @@ class Knowledge(BaseModel):
     tensor_parallel: list[str]
     sourced: list[str]
     bystander_lines: list[str]
+    ended_words: list[str]
 
 
 @lru_cache(maxsize=1)
@@ -520,6 +521,11 @@ def said_engine(symptom: str) -> str | None:
         and any(re.search(rf"(?i)(?<![\w-]){n}(?![\w-])", symptom) for n in e.names)
     }
     return next(iter(found)) if len(found) == 1 else None
+
+
+def said_ended(symptom: str) -> bool:
+    """The operator's words say the launch ended (died, crashed, exited, was killed)."""
+    return any(p.search(symptom) for p in _patterns("ended_words"))
 
 
 def log_engines(lines: list[str]) -> set[str]:

@@ -33,6 +33,7 @@ from agent.launch import (
     log_engines,
     log_port,
     not_this_log,
+    said_ended,
     said_engine,
     said_port,
     script_log_targets,
@@ -529,6 +530,8 @@ def _right_log(
     match = next((o for o in cand_obs if o["ok"] and log_port(text_lines(o)) == port), None)
     if match is None:
         return []  # not found: the operator's log stands, and nothing was made up
+    # the one read kept takes the next id: the listing after it must not reuse a candidate's
+    match = {**match, "id": f"o{len(obs) + 1}"}
     actual = str(match["args"]["path"])
     out: list[Observation] = [match]
     if "processes" in TOOLS:
@@ -548,23 +551,36 @@ def _engine_log(
 ) -> list[Observation]:
     """No --log, and the operator names the engine ("sglang died"): on a busy box the newest
     logs are other jobs' growing outputs (a neighbour's vLLM, a test run). When none of the logs
-    read prints a launch of that engine, the newest logs found are read for one that does; the
-    reads of logs of another engine's launch, or of none, are then set aside (with the process
-    listing tied to them), and the writers of the launch's own log are read instead."""
+    read prints a launch of that engine (or, when the operator says it died, none that ended in
+    an error), the newest logs found are read for one that does; the reads of logs of another
+    engine's launch, of none, or of another launch of it that ended in no error are then set
+    aside (with the process listing tied to them), and the writers of the launch's own log are
+    read instead."""
     engine = said_engine(symptom)
     read = {str(o["args"].get("path")): o for o in obs if o["tool"] == "log_tail" and o["ok"]}
     if engine is None or not read:
         return []
-    if any(engine in log_engines(text_lines(o)) for o in read.values()):
-        return []
+    ended = said_ended(symptom)
+    if any(
+        engine in log_engines(text_lines(o)) and (not ended or _ends_fatal(text_lines(o)))
+        for o in read.values()
+    ):
+        return []  # a log of that engine read (one that ended in an error, when it "died")
     candidates = [p for p in split_paths(listed_paths(obs1))[0] if p not in read]
     candidates = candidates[:PORT_SEARCH_LOGS]
     if not candidates:
         return []
     cand_obs = run_many(host, [("log_tail", {"path": p}) for p in candidates], len(obs) + 1, 0)
-    match = next((o for o in cand_obs if o["ok"] and engine in log_engines(text_lines(o))), None)
-    if match is None:
+    theirs = [o for o in cand_obs if o["ok"] and engine in log_engines(text_lines(o))]
+    if not theirs:
         return []  # not found: what was read stands, and nothing was made up
+    # "sglang died": of several logs of that engine (another run's loader beside it), the newest
+    # whose last launch ended in a fatal line is the one asked about; else the newest
+    fatal = [o for o in theirs if ended and _ends_fatal(text_lines(o))]
+    if ended and not fatal and any(engine in log_engines(text_lines(o)) for o in read.values()):
+        return []  # no other log of it ended in an error: the one read stands
+    # the one read kept takes the next id (the others' reads are dropped, their ids reused)
+    match = {**(fatal or theirs)[0], "id": f"o{len(obs) + 1}"}
     actual = str(match["args"]["path"])
     out: list[Observation] = [match]
     if "processes" in TOOLS:
@@ -578,11 +594,21 @@ def _engine_log(
         path = str(o["args"].get("path"))
         if path not in read:
             continue
-        theirs = sorted(log_engines(text_lines(read[path])))
-        what = f"a {', '.join(theirs)} launch" if theirs else "no launch of an inference engine"
+        printed = sorted(log_engines(text_lines(read[path])))
+        what = f"a {', '.join(printed)} launch" if printed else "no launch of an inference engine"
+        if engine in printed:
+            what = f"another {engine} launch, which ended in no error"
         line = NOT_THE_ENGINES_LOG.format(path=path, what=what, engine=engine, actual=actual)
         marks.append({**o, "ok": False, "lines": [line], "data": {}})
     return [*marks, *out]
+
+
+def _ends_fatal(lines: list[str]) -> bool:
+    """The newest launch in a log holds a line fatal by its shape."""
+    from agent.evidence import last_launch
+    from agent.proof import fatal_lines
+
+    return bool(fatal_lines(lines[last_launch(lines) :]))
 
 
 def _drop_wrong_logs(obs: list[Observation]) -> list[Observation]:

@@ -473,9 +473,10 @@ def test_a_full_mount_is_the_launchs_only_where_it_writes(log: str, ours: bool) 
     assert full == (["/var/lib/containers"] if ours else []), full
 
 
-def _busy_box_without_a_log() -> Any:
+def _busy_box_without_a_log(loader: str = "") -> Any:
     """No --log: three other jobs' growing files come first in the listing (a test run's output,
-    a neighbour's vLLM log, a build's output); the dead sglang launch's log is the fourth."""
+    a neighbour's vLLM log, a build's output); the dead sglang launch's log is the fourth, and
+    with `loader` another run's sglang loader's log (no error) at that path, listed before it."""
     from tests.agent.test_rules import PS_HEADER, _card
     from tests.live import staging as S
 
@@ -495,19 +496,30 @@ def _busy_box_without_a_log() -> Any:
         "/srv/ci/test-run.out": "tests/test_tokenizer.py::test_roundtrip[1] PASSED  [  1%]\n",
         "/srv/other/vllm-neighbour.log": neighbour,
         "/srv/build/make.out": "nvcc -c batch_prefill_sm90.cu -o batch_prefill_sm90.o\n",
-        "/srv/run/logs/server.log": S.startup() + S.LOADED.lstrip("\n") + S.JIT_TRACEBACK,
     }
+    if loader:
+        bar = S.SHARD_BAR.format(pct=2, i=5, n=200, el="00:05", eta="03:15").lstrip("\r")
+        files[loader] = S.startup() + bar + "\n"
+    files["/srv/run/logs/server.log"] = S.startup() + S.LOADED.lstrip("\n") + S.JIT_TRACEBACK
     gpu = "0, NVIDIA H200, 0 MiB, 143771 MiB, 143771 MiB, 0 %\n"
     card = _card(files, ps, gpu)
     return card.model_copy(update={"symptom": "sglang died at start-up on the H200, why?"})
 
 
-def test_without_a_log_the_named_engines_log_is_found_beyond_the_newest(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "loader",
+    ["", "/srv/pool/supervisor/server.log", "/srv/ci2/supervisor/server.log"],
+    ids=["alone", "a-loader-found-first", "a-loader-read-first"],
+)
+def test_without_a_log_the_named_engines_log_is_found_beyond_the_newest(
+    tmp_path: Path, loader: str
+) -> None:
     """The operator names sglang; the newest logs are a test run's, a neighbour vLLM's and a
     build's: the sglang launch's own log is found among the others listed and its error is the
     verdict, the others' reads set aside (was: the neighbour's vLLM taken for the launch,
-    `healthy`)."""
-    r = _run(_busy_box_without_a_log(), tmp_path)
+    `healthy`). "Died": of two sglang logs, the one whose launch ended in a fatal line is read,
+    not a newer loader's."""
+    r = _run(_busy_box_without_a_log(loader), tmp_path)
     assert r.root_cause in ("unsupported_gpu_arch", "dependency_error"), (r.root_cause, r.summary)
     from tests.live import staging as S
 

@@ -579,11 +579,10 @@ def test_jit_error_beside_a_duplicate_a_build_and_another_users_gpu_job(scene: S
 # -- no --log: the launch found on a busy box -------------------------------------------------------
 def test_without_a_log_the_dead_launchs_own_log_is_found_and_read(scene: Scene) -> None:
     """No --log: the launch's log must be found among the busy box's growing files (the
-    neighbour's server log, the test runner's output, other runs' files); neither
-    the test runner nor the neighbour's vLLM is the server, and the verdict is the launch's own
-    error. No second copy of the command here: which of two sglang launches the operator means
-    is theirs to say (--log); the neighbours of every other kind stay."""
-    scene.stage.duplicate_each_launch = False
+    neighbour's server log, the test runner's output, the duplicate's supervisor log, other
+    runs' files); neither the test runner nor the neighbour's vLLM is the server, the duplicate
+    (still loading, no error) is not the launch that "died", and the verdict is the launch's own
+    error."""
     log = scene.stage.logs / "server.log"
     script = [["out", S.startup()], ["out", S.LOADED], ["out", S.JIT_TRACEBACK]]
     proc = scene.stage.start_server([*script, ["exit", 1]], log, S.SERVER_ARGS)
