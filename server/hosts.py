@@ -28,6 +28,7 @@ class HostInfo(BaseModel):
     name: str
     kind: Literal["replay", "ssh", "local"]
     title: str = ""
+    address: str = ""  # an SSH alias's HostName, so the page's picker can search by it
     reachable: bool | None = None
     detail: str = ""
 
@@ -130,8 +131,10 @@ class HostCatalog:
                 results = list(pool.map(lambda i: _tcp_reachable(i[1], i[2], t), infos))
         else:
             results = [(None, "not checked")] * len(infos)
-        for (name, _, _), (ok, detail) in zip(infos, results, strict=True):
-            out.append(HostInfo(name=name, kind="ssh", reachable=ok, detail=detail))
+        for (name, hostname, _), (ok, detail) in zip(infos, results, strict=True):
+            out.append(
+                HostInfo(name=name, kind="ssh", address=hostname, reachable=ok, detail=detail)
+            )
         for cid, path in self.cards().items():
             try:
                 title = self.load(path).title

@@ -402,7 +402,7 @@ async function openSession(id, push = true) {
   catch (err) { status(`cannot open session ${id}: ${err.message}`); return; }
   if (id !== S.session) return;
   S.sessionHost = d.host;
-  if (d.host !== S.host && [...$("#host").options].some((o) => o.value === d.host)) { $("#host").value = d.host; S.host = d.host; loadNotes(); }
+  if (d.host !== S.host && HP.hosts.some((h) => h.name === d.host)) { setHost(d.host, false); loadNotes(); }
   if (d.alert) showAlert(d.alert);
   if (!d.events.some((e) => e.type === "session")) { say("user", d.symptom); S.symptomShown = true; }
   for (const e of d.events) handle(e);
@@ -489,16 +489,94 @@ async function loadCauses() {
   renderAnswer();
 }
 
-async function loadHosts() {
-  const hosts = await api("/api/hosts?check=true");
-  const sel = $("#host"); sel.replaceChildren();
-  for (const h of hosts) {
-    const mark = h.reachable === false ? " (unreachable)" : "";
-    sel.append(el("option", { value: h.name, title: h.title || h.detail }, `${h.name}${mark}`));
+// The host picker: a combobox that filters as you type (alias, address, card title), real hosts
+// apart from the replayed demo cards; arrow keys, Enter and Escape work as in a native list.
+const HP = { hosts: [], shown: [], active: -1 };
+const hostMark = (h) => (h.reachable === false ? " (unreachable)" : "");
+
+function setHost(name, remember = true) {
+  const h = HP.hosts.find((x) => x.name === name);
+  const changed = name !== S.host;
+  S.host = name; $("#host").value = name; $("#host").title = h ? h.title || h.address || h.detail || "" : "";
+  if (remember) localStorage.setItem("pivot.host", name);
+  return changed;
+}
+
+function hostOpen(open) {
+  const list = $("#host-list"); list.hidden = !open;
+  $("#host").setAttribute("aria-expanded", String(open));
+  if (!open) { HP.active = -1; $("#host").removeAttribute("aria-activedescendant"); }
+}
+
+function hostFilter(q) {
+  const words = q.toLowerCase().split(/\s+/).filter(Boolean);
+  const list = $("#host-list"); list.replaceChildren(); HP.shown = []; HP.active = -1;
+  const hit = (h) => { const hay = `${h.name} ${h.address || ""} ${h.title || ""}`.toLowerCase(); return words.every((w) => hay.includes(w)); };
+  const groups = [["Hosts", "real", HP.hosts.filter((h) => h.kind !== "replay")],
+    ["Demo cards (replayed)", "demo", HP.hosts.filter((h) => h.kind === "replay")]];
+  for (const [label, key, hosts] of groups) {
+    const rows = hosts.filter(hit); if (!rows.length) continue;
+    const g = el("div", { role: "group", class: "hp-group", "data-group": key, "aria-labelledby": `hp-head-${key}` },
+      el("div", { class: "hp-head", id: `hp-head-${key}`, role: "presentation" }, `${label} (${rows.length})`));
+    for (const h of rows) {
+      const i = HP.shown.length; HP.shown.push(h);
+      const sub = h.title || (h.address && h.address !== h.name ? h.address : "");
+      g.append(el("div", { role: "option", id: `hp-opt-${i}`, class: "hp-opt", "data-value": h.name,
+        "aria-selected": String(h.name === S.host), title: h.detail || null,
+        onmousedown: (e) => e.preventDefault(), onclick: () => hostPick(h.name) },
+        el("span", { class: "hp-name" }, `${h.name}${hostMark(h)}`), sub ? el("span", { class: "hp-sub" }, sub) : null));
+    }
+    list.append(g);
   }
+  if (!HP.shown.length) list.append(el("div", { class: "hp-none muted" }, `no host matches "${q}"`));
+}
+
+function hostActive(i) {
+  const opts = document.querySelectorAll("#host-list [role=option]");
+  if (!opts.length) return;
+  HP.active = (i + opts.length) % opts.length;
+  opts.forEach((o, k) => o.classList.toggle("active", k === HP.active));
+  const o = opts[HP.active]; o.scrollIntoView({ block: "nearest" });
+  $("#host").setAttribute("aria-activedescendant", o.id);
+}
+
+function hostPick(name) {
+  hostOpen(false);
+  if (setHost(name)) loadNotes();
+}
+
+function hostKeys(e) {
+  const open = !$("#host-list").hidden;
+  if (e.key === "ArrowDown" || e.key === "ArrowUp") {
+    e.preventDefault();
+    if (!open) { hostFilter(""); hostOpen(true); }
+    hostActive(HP.active < 0 ? (e.key === "ArrowDown" ? 0 : -1) : HP.active + (e.key === "ArrowDown" ? 1 : -1));
+  } else if (e.key === "Enter") {
+    e.preventDefault();
+    const h = HP.shown[HP.active] || (open && HP.shown.length === 1 ? HP.shown[0] : null);
+    if (h) hostPick(h.name); else if (!open) { hostFilter(""); hostOpen(true); }
+  } else if (e.key === "Escape") {
+    if (open) { e.preventDefault(); hostOpen(false); $("#host").value = S.host; }
+  }
+}
+
+function hostBoot() {
+  const inp = $("#host");
+  inp.addEventListener("focus", () => { inp.select(); hostFilter(""); hostOpen(true); });
+  inp.addEventListener("click", () => { if ($("#host-list").hidden) { hostFilter(""); hostOpen(true); } });
+  inp.addEventListener("input", () => { hostFilter(inp.value); hostOpen(true); if (inp.value.trim()) hostActive(0); });
+  inp.addEventListener("keydown", hostKeys);
+  // Leaving the field without a pick keeps the host that was chosen before.
+  inp.addEventListener("blur", () => { hostOpen(false); inp.value = S.host; });
+}
+
+async function loadHosts() {
+  HP.hosts = await api("/api/hosts?check=true");
   const keep = localStorage.getItem("pivot.host");
-  if (keep && hosts.some((h) => h.name === keep)) sel.value = keep;
-  S.host = sel.value;
+  const first = HP.hosts.find((h) => h.kind !== "replay") || HP.hosts[0];
+  const name = keep && HP.hosts.some((h) => h.name === keep) ? keep : HP.hosts.some((h) => h.name === S.host) ? S.host : first ? first.name : "";
+  setHost(name, false);
+  if (!$("#host-list").hidden) hostFilter($("#host").value === S.host ? "" : $("#host").value);
 }
 
 const when = (iso) => { const t = new Date(iso); return isNaN(t) ? "" : t.toLocaleString([], { month: "short", day: "numeric", hour: "2-digit", minute: "2-digit" }); };
@@ -678,7 +756,7 @@ function boot() {
   $("#chat-form").addEventListener("submit", (e) => { e.preventDefault(); send(); });
   $("#chat-text").addEventListener("keydown", (e) => { if (e.key === "Enter" && !e.shiftKey) { e.preventDefault(); send(); } });
   $("#new-session").addEventListener("click", () => newInvestigation());
-  $("#host").addEventListener("change", (e) => { S.host = e.target.value; localStorage.setItem("pivot.host", S.host); loadNotes(); });
+  hostBoot();
   $("#todo-form").addEventListener("submit", async (e) => { e.preventDefault(); const t = $("#todo-text"); if (!t.value.trim()) return;
     await api(`/api/hosts/${encodeURIComponent(S.host)}/todos`, { method: "POST", body: { text: t.value.trim(), session_id: S.session } }).catch((err) => say("error", err.message));
     t.value = ""; loadNotes(); });

@@ -104,3 +104,15 @@ class Console:
             if not (REFUSED in text and any(a <= t <= b for a, b in windows))
             and not (text.startswith("Failed to load resource") and any(a <= t <= b for a, b in windows))
         ]  # fmt: skip
+
+
+def pick_host(page: Any, name: str) -> None:
+    """Choose `name` in the page's host picker the way a user does: type, then tap the entry."""
+    from playwright.sync_api import expect
+
+    box = page.locator("#host")
+    box.click()
+    box.fill(name)
+    page.locator(f'#host-list [role="option"][data-value="{name}"]').click()
+    expect(box).to_have_value(name)
+    expect(page.locator("#host-list")).to_be_hidden()

@@ -119,7 +119,7 @@ def test_page_through_the_proxy_shows_the_approval_card_every_time(
     followed live until its approval card shows the diff and Approve, then approved."""
     from playwright.sync_api import expect, sync_playwright
 
-    from tests.server.serve_proc import ARGS, ARTIFACTS, CHROMIUM, Console
+    from tests.server.serve_proc import ARGS, ARTIFACTS, CHROMIUM, Console, pick_host
 
     a, _, proxy = behind_proxy
     ARTIFACTS.mkdir(exist_ok=True)
@@ -129,11 +129,11 @@ def test_page_through_the_proxy_shows_the_approval_card_every_time(
         page = browser.new_page(viewport={"width": 768, "height": 900})
         console = Console(page)
         page.goto(f"{proxy.base_url}/#token={a.token}")
-        expect(page.locator(f'#host option[value="{SEED}"]')).to_have_count(1)
+        expect(page.locator("#host")).not_to_have_value("")  # the hosts are in
         for i in range(4):
             if i:
                 page.goto(f"{proxy.base_url}/")  # a fresh investigation each time
-            page.select_option("#host", SEED)
+            pick_host(page, SEED)
             page.fill("#chat-text", f"{SYMPTOM} (try {i})")
             page.press("#chat-text", "Enter")
             card = page.locator("#approvals")
