@@ -510,6 +510,30 @@ def conclude(state: State, runtime: Runtime[RunContext]) -> dict[str, Any]:
 _UNKNOWN_MATTERS = tool_registry.verdict_needs()
 
 
+def _read_other_logs(
+    host: Host, obs: list[Observation], obs1: list[Observation], read: dict[str, Observation]
+) -> list[Observation]:
+    """The newest logs the sweep found and did not read, read at once (each a bounded tail): on
+    a busy box the newest few are other jobs' growing outputs, so up to PORT_SEARCH_LOGS."""
+    candidates = [p for p in split_paths(listed_paths(obs1))[0] if p not in read]
+    candidates = candidates[:PORT_SEARCH_LOGS]
+    if not candidates:
+        return []
+    return run_many(host, [("log_tail", {"path": p}) for p in candidates], len(obs) + 1, 0)
+
+
+def _adopt_log(host: Host, match: Observation, obs: list[Observation]) -> list[Observation]:
+    """Keep one candidate's read as the launch's log, with the process listing tied to it. The
+    read kept takes the next id: the other candidates' reads are dropped and their ids reused."""
+    out: list[Observation] = [{**match, "id": f"o{len(obs) + 1}"}]
+    if "processes" in TOOLS:
+        logs = [str(match["args"]["path"])]
+        out += run_many(host, [("processes", {"logs": logs})], len(obs) + len(out) + 1, 0)
+    for o in out:
+        _emit("observation", _obs_event(o))
+    return out
+
+
 def _right_log(
     host: Host, symptom: str, obs: list[Observation], obs1: list[Observation], given: list[str]
 ) -> list[Observation]:
@@ -522,22 +546,12 @@ def _right_log(
     theirs = {p: log_port(text_lines(o)) for p, o in read.items() if p in given}
     if not theirs or any(v is None or v == port for v in theirs.values()):
         return []
-    candidates = [p for p in split_paths(listed_paths(obs1))[0] if p not in read]
-    candidates = candidates[:PORT_SEARCH_LOGS]
-    if not candidates:
-        return []
-    cand_obs = run_many(host, [("log_tail", {"path": p}) for p in candidates], len(obs) + 1, 0)
+    cand_obs = _read_other_logs(host, obs, obs1, read)
     match = next((o for o in cand_obs if o["ok"] and log_port(text_lines(o)) == port), None)
     if match is None:
         return []  # not found: the operator's log stands, and nothing was made up
-    # the one read kept takes the next id: the listing after it must not reuse a candidate's
-    match = {**match, "id": f"o{len(obs) + 1}"}
-    actual = str(match["args"]["path"])
-    out: list[Observation] = [match]
-    if "processes" in TOOLS:
-        out += run_many(host, [("processes", {"logs": [actual]})], len(obs) + len(out) + 1, 0)
-    for o in out:
-        _emit("observation", _obs_event(o))
+    out = _adopt_log(host, match, obs)
+    actual = str(out[0]["args"]["path"])
     marks = [
         not_this_log(o, port, theirs.get(str(o["args"].get("path")), 0) or 0, actual)
         for o in obs
@@ -566,11 +580,7 @@ def _engine_log(
         for o in read.values()
     ):
         return []  # a log of that engine read (one that ended in an error, when it "died")
-    candidates = [p for p in split_paths(listed_paths(obs1))[0] if p not in read]
-    candidates = candidates[:PORT_SEARCH_LOGS]
-    if not candidates:
-        return []
-    cand_obs = run_many(host, [("log_tail", {"path": p}) for p in candidates], len(obs) + 1, 0)
+    cand_obs = _read_other_logs(host, obs, obs1, read)
     theirs = [o for o in cand_obs if o["ok"] and engine in log_engines(text_lines(o))]
     if not theirs:
         return []  # not found: what was read stands, and nothing was made up
@@ -579,14 +589,8 @@ def _engine_log(
     fatal = [o for o in theirs if ended and _ends_fatal(text_lines(o))]
     if ended and not fatal and any(engine in log_engines(text_lines(o)) for o in read.values()):
         return []  # no other log of it ended in an error: the one read stands
-    # the one read kept takes the next id (the others' reads are dropped, their ids reused)
-    match = {**(fatal or theirs)[0], "id": f"o{len(obs) + 1}"}
-    actual = str(match["args"]["path"])
-    out: list[Observation] = [match]
-    if "processes" in TOOLS:
-        out += run_many(host, [("processes", {"logs": [actual]})], len(obs) + len(out) + 1, 0)
-    for o in out:
-        _emit("observation", _obs_event(o))
+    out = _adopt_log(host, (fatal or theirs)[0], obs)
+    actual = str(out[0]["args"]["path"])
     marks: list[Observation] = []
     for o in obs:
         if o["tool"] not in ("log_tail", "log_search") or not o["ok"]:

@@ -97,36 +97,26 @@ def own_end(lines: list[str]) -> str | None:
 
 def passed_rules(facts: Facts, observations: list[Observation], add) -> None:  # type: ignore[no-untyped-def]
     logs = _own_logs(observations)
-    for stage, rx in stages():
+
+    def refute_on_first(rx: re.Pattern[str], labels: list[str], note: str) -> None:
+        """The first line of the launch's own logs that `rx` finds refutes `labels`."""
         for o, lines in logs:
             line = next((ln for ln in lines if rx.search(ln)), None)
             if line is not None:
-                for label in stage.refutes:
-                    add(
-                        label,
-                        "stage",
-                        F.refutes,
-                        o["id"],
-                        line,
-                        f"the launch got past {stage.name}",
-                    )
-                break
+                for label in labels:
+                    add(label, "stage", F.refutes, o["id"], line, note)
+                return
+
+    for stage, rx in stages():
+        refute_on_first(rx, stage.refutes, f"the launch got past {stage.name}")
     if facts.server_alive:
         return  # a live launch has not ended; liveness speaks to the kill labels
     before, rx = ended_before()
-    for o, lines in logs:
-        line = next((ln for ln in lines if rx.search(ln)), None)
-        if line is not None:
-            for label in before.refutes:
-                add(
-                    label,
-                    "stage",
-                    F.refutes,
-                    o["id"],
-                    line,
-                    "the launch ended before loading anything: its command was refused or never ran",
-                )
-            break
+    refute_on_first(
+        rx,
+        before.refutes,
+        "the launch ended before loading anything: its command was refused or never ran",
+    )
     for o, lines in logs:
         line = own_end(lines)
         if line is not None:

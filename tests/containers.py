@@ -72,6 +72,7 @@ while True:
 #: of a real vLLM launch (so the engine registry knows its processes, from the host too), mounted
 #: into the container at run time (the image stays as built). Its own modes, on top of ENGINE's:
 #:   nogpu     - what vLLM prints when CUDA finds no device (no nvidia-smi, no /dev/nvidia*), exit 1
+#:   slow-load - a loader printing one shard every 2 s: a log that keeps growing
 #:   shm-stay  - the engine's /dev/shm failure in a worker, while the API server stays up (as
 #:               vLLM's frontend lingers after its engine core dies): the container keeps running
 #: Outside a container (no /engine.py) any mode only prints a start line and sleeps: a host launch.
@@ -93,6 +94,12 @@ if mode == "nogpu":
             "NVIDIA GPU and installed a driver from http://www.nvidia.com/Download/index.aspx")
         sys.exit(1)
     mode = "serve"
+if mode == "slow-load":
+    log("INFO:     Started server process [%d]" % os.getpid())
+    for k in range(1, 1000):
+        log("Loading safetensors checkpoint shards: %d%% Completed | %d/50 [00:%02d<01:40, 2.0s/it]"
+            % (2 * k, k, 2 * k))
+        time.sleep(2)
 if mode == "shm-stay":
     subprocess.run([sys.executable, "/engine.py", "shm"])
     log("ERROR vllm.engine: Engine core died; the API server keeps running")

@@ -351,13 +351,9 @@ class Stage:
         wait_for(lambda: _ppid(pid) == 1, 10, "the orphan re-parented to init")
         return pid
 
-    def start_bystanders(self) -> None:
-        """Unrelated jobs that must never count as the server: an http.server, a sleep whose
-        command line says vllm, and a C++ compile whose arguments mention sglang (the test's own
-        pytest runs too). The http.server and the sleep run as the SSH user (readable /proc, the
-        hardest case for telling jobs apart), the compiler as root."""
-        uid, gid = self._ids()
-        quiet: dict[str, Any] = {
+    def _quiet(self) -> dict[str, Any]:
+        """Popen options for a background job that prints nowhere, in its own session."""
+        return {
             "stdout": subprocess.DEVNULL,
             "stderr": subprocess.DEVNULL,
             "stdin": subprocess.DEVNULL,
@@ -365,6 +361,14 @@ class Stage:
             "env": self.env(),
             "start_new_session": True,
         }
+
+    def start_bystanders(self) -> None:
+        """Unrelated jobs that must never count as the server: an http.server, a sleep whose
+        command line says vllm, and a C++ compile whose arguments mention sglang (the test's own
+        pytest runs too). The http.server and the sleep run as the SSH user (readable /proc, the
+        hardest case for telling jobs apart), the compiler as root."""
+        uid, gid = self._ids()
+        quiet = self._quiet()
         self.procs["http.server"] = subprocess.Popen(
             [PY, "-m", "http.server", "0", "--bind", "127.0.0.1"], user=uid, group=gid, **quiet
         )
@@ -426,14 +430,7 @@ class Stage:
         nvcc (the same user as the launch), and another user's (nobody's) training job holding
         20 GiB of GPU 0 in the nvidia-smi stand-in."""
         uid, gid = self._ids()
-        quiet: dict[str, Any] = {
-            "stdout": subprocess.DEVNULL,
-            "stderr": subprocess.DEVNULL,
-            "stdin": subprocess.DEVNULL,
-            "cwd": "/tmp",
-            "env": self.env(),
-            "start_new_session": True,
-        }
+        quiet = self._quiet()
         build = self.root / "build"
         (build / "bin").mkdir(parents=True)
         (build / "bin" / "nvcc").symlink_to(PY)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -201,3 +202,15 @@ def test_the_image_is_built_once_per_recipe() -> None:
     containers.need_podman()
     assert containers.image() == containers.image()
     assert subprocess.run(["podman", "image", "exists", containers.image()]).returncode == 0
+
+
+@pytest.mark.parametrize(("mode", "grows"), [("slow-load", True), ("serve", False)])
+def test_watching_a_running_containers_log_tells_loading_from_quiet(mode: str, grows: bool) -> None:
+    """container_logs watch_s through real podman: a loader printing a shard every 2 s is seen
+    to grow within the window; a server quiet after its ready line is not (control)."""
+    with containers.container(mode=mode, wait_for="running", as_vllm=True) as name:
+        time.sleep(1.0)  # past the start lines
+        res = TOOLS["container_logs"].call(ContainerHost(LocalHost(), name), {"watch_s": 5})
+        assert res.ok and res.watched, res.lines()
+        assert res.grew is grows, res.lines()
+        assert (res.waited_s < 5) if grows else (res.waited_s >= 5), res.waited_s
