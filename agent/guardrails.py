@@ -582,7 +582,22 @@ def _qualify_slow_bar(action: Action, observations: list[Observation], facts: Fa
         return action
     slow = rules_liveness.slow_bar(observations, facts)
     if slow is None:
-        return action
+        work = working_on_logged_file(facts, observations)
+        if work is None:
+            return action
+        pid, _, path = work
+        # no growth seen: that the helper's work is what the launch waits on is inferred
+        return Action(
+            **{
+                **action,
+                "confidence": min(float(action.get("confidence") or 0.0), INFERRED_CONFIDENCE),
+                "summary": f"{action.get('summary') or 'still_starting'} (inferred: the log did "
+                f"not grow in the watch; pid {pid} is at work on {path})",
+                "next_step": (action.get("next_step") or "")
+                + f" To confirm: the log moves on once pid {pid} ends; if pid {pid} is gone and "
+                "the log still says nothing, the launch is stuck.",
+            }
+        )
     _, _, pace, window = slow
     need = int(1.5 * pace + 1)
     pid = (facts.server_main_pids or facts.server_pids or [None])[0]

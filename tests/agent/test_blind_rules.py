@@ -344,6 +344,7 @@ def test_a_quiet_server_waiting_on_a_helper_at_work_on_its_file_is_starting(
     if working:
         assert r.root_cause == "still_starting", (r.status, r.summary)
         assert any("tar -xzf" in e.line for e in r.evidence), r.evidence
+        assert r.confidence <= 0.6 and "inferred" in r.summary, (r.confidence, r.summary)
     else:
         assert r.root_cause != "still_starting", (r.status, r.summary)
 
