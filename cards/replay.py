@@ -98,6 +98,10 @@ class _Cursor:
         return value[min(max(i - 1, 0), len(value) - 1)]  # type: ignore[return-value]
 
 
+#: a shell's NAME=value prefix of a command
+_ASSIGN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+
+
 @lru_cache(maxsize=4096)
 def _tokens_cached(command: str) -> tuple[str, ...]:
     return tuple(_split(command))
@@ -114,7 +118,8 @@ def _split(command: str) -> list[str]:
         toks = shlex.split(first)
     except ValueError:
         toks = first.split()
-    while toks and toks[0] in ("sudo", "command", "exec"):
+    # sudo/command/exec and the shell's NAME=value prefixes (`LC_ALL=C find ...`) name no program
+    while toks and (toks[0] in ("sudo", "command", "exec") or _ASSIGN.match(toks[0])):
         toks = toks[1:]
     return toks
 

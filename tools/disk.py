@@ -15,6 +15,7 @@ from pydantic import BaseModel, Field
 
 from tools.base import ToolResult, ToolSpec, bound_lines
 from tools.host import Host
+from tools.shared_reads import shared
 
 FULL_PCT = 95
 SHM_MIN_BYTES = 1 << 30
@@ -188,7 +189,7 @@ def run(host: Host, args: Args) -> Result:
         (ln for ln in (res.stdout + "\n" + one.stdout).splitlines() if ln.startswith("Filesystem")),
         "",
     )
-    fr = host.run("free -m", timeout=10)
+    fr = shared(host, "free -m", lambda: host.run("free -m", timeout=10))
     memory = parse_free(fr.stdout) if fr.ok else None
     if not mounts and memory is None:
         return Result(

@@ -209,6 +209,9 @@ def test_replayed_find_goes_no_deeper_than_a_live_one() -> None:
     )
     out = ReplayHost(card).run("find /home -maxdepth 3 -type f -name '*.log'").stdout
     assert "/home/u/top.log" in out and "deep.log" not in out
+    # the shell's NAME=value prefix (find_logs runs `LC_ALL=C find ...`) names no program
+    prefixed = ReplayHost(card).run("LC_ALL=C find /home -maxdepth 3 -type f -name '*.log'")
+    assert prefixed.stdout == out
 
 
 def _dead_launch_beside_a_held_gpu(holder_user: str) -> Any:

@@ -92,7 +92,7 @@ def test_classify() -> None:
 
 def test_command_is_one_find_with_home_expanded() -> None:
     cmd = build_command(Args(roots=["~/logs", "/usr/lib/python3*", "/odd dir"]))
-    assert cmd.startswith("find \"$HOME\"/logs /usr/lib/python3* '/odd dir' -maxdepth 4")
+    assert cmd.startswith("LC_ALL=C find \"$HOME\"/logs /usr/lib/python3* '/odd dir' -maxdepth 4")
     assert cmd.count("find ") == 1 and "-printf '%T@ %s %p\\n'" in cmd
 
 
@@ -100,10 +100,10 @@ def test_the_walk_from_slash_skips_the_roots_walked_on_their_own(tmp_path: Path)
     """With "/" among the roots, "/" is spelled "//" so `-path //tmp -prune` skips only that walk's
     copy of /tmp (the walk rooted at /tmp keeps it whole); the "//" is read back as "/"."""
     cmd = build_command(Args(roots=["/tmp", "~", "/usr/lib/python3*", "/"], max_depth=6))
-    assert cmd.startswith('find /tmp "$HOME" /usr/lib/python3* // -maxdepth 6')
+    assert cmd.startswith('LC_ALL=C find /tmp "$HOME" /usr/lib/python3* // -maxdepth 6')
     assert "-path //tmp " in cmd and "-path //proc " in cmd and "-path /proc " in cmd
     assert "-path //usr/lib/python3" not in cmd and '-path //"$HOME"' not in cmd
-    assert build_command(Args(roots=["/"])).startswith("find / -maxdepth")
+    assert build_command(Args(roots=["/"])).startswith("LC_ALL=C find / -maxdepth")
     rows = parse_find("1700000000.5 42 //work/x/serve.log\n1700000000.5 42 /tmp/a.log\n")
     assert [(r[2], r[3]) for r in rows] == [
         ("/work/x/serve.log", "1700000000.5 42 /work/x/serve.log"),
