@@ -232,7 +232,9 @@ def _events(host: Host) -> CommandResult:
     events = COMMANDS["kubectl"][0]
     configured = host.run(_KUBE_CONFIGURED, timeout=5)
     if configured.rc == 1 and configured.error is None:
-        why = "not asked: no KUBECONFIG, no ~/.kube/config and not in a pod (kubectl has no cluster)"
+        why = (
+            "not asked: no KUBECONFIG, no ~/.kube/config and not in a pod (kubectl has no cluster)"
+        )
         return CommandResult(host=host.name, command=events, rc=None, error=why)
     return host.run(events, timeout=15, max_bytes=200_000)
 
