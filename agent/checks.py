@@ -257,8 +257,13 @@ def _memory_would_tell(facts: Facts, observations: list[Observation]) -> bool:
     from agent.rules_hang import pinned_gpus
 
     quiet = bool(facts.log_growth) and not any(facts.log_growth.values())
-    if not quiet or not any((g.util_pct or 0) >= 90 for g in facts.gpus):
+    if not quiet:
         return False
+    if not any((g.util_pct or 0) >= 90 for g in facts.gpus):
+        # idle GPUs: the stacks or the process's storage reads tell working from stuck; when
+        # both were tried and could not be read, a watched memory read is the read left
+        failed = {o["tool"] for o in observations if not o["ok"]}
+        return bool(facts.server_alive) and {"py_stacks", "process_io"} <= failed
     pinned, idle = pinned_gpus(facts)
     if pinned and idle:
         return False

@@ -57,8 +57,10 @@ def launch_engine(facts: Facts, observations: list[Observation]) -> str | None:
     engine = engines.signature_engine(getattr(facts, "server_engine", None))
     if engine is None:
         return None
-    # an engine no signature names by itself is served by the signatures written for "other"
-    return engine if engine in _named_engines() else "other"
+    # an engine no signature names by itself is served by the signatures written for "other",
+    # unless it runs a named one inside itself (Ollama's llama.cpp runner)
+    named = _named_engines()
+    return engine if engine in named or engines.embedded(engine) & named else "other"
 
 
 def _for_engine(m: Match, engine: str | None) -> bool:
@@ -67,7 +69,10 @@ def _for_engine(m: Match, engine: str | None) -> bool:
     if engine is None:
         return True
     sig = _sig_engines().get(m.signature)
-    return sig is None or bool(set(sig) & (UNDERLYING | {engine}))
+    own = {engine} | engines.embedded(engine)
+    if engine not in _named_engines():
+        own.add("other")
+    return sig is None or bool(set(sig) & (UNDERLYING | own))
 
 
 def _named_engines() -> set[str]:
@@ -122,9 +127,12 @@ def _noise(o: Observation, m: Match, hits: list[tuple[Observation, Match]]) -> b
     )
     if not later or proof.component_failed(m.line):
         return False
+    lines = text_lines(o)
+    if any(proof.component_failed(ln) for ln in lines[m.line_no + 1 : m.line_no + 20]):
+        return False  # a component (a model's runner) reported dying of it just after
     if m.signature in _latent_ids() and _fails_later(o, m, hits) is not None:
         return False  # worked past it for a while, then failed: of it
-    return proof.kind_in_context(text_lines(o), m.line_no) != "traceback"
+    return proof.kind_in_context(lines, m.line_no) != "traceback"
 
 
 #: The last few results of compute(), by the identity of the observations they were computed

@@ -176,21 +176,14 @@ def stall_proof(observations: list[Observation], facts: Facts) -> str | None:
         rules_hang.silent(facts)
         and not facts.building_pids
         and rules_hang.multi_rank(facts, observations)
-        and _gpu_memory_static(observations)
-        and rules_liveness.reading_storage(observations) is None
+        and rules_hang.gpu_memory_static(observations) is not None
+        and rules_hang.collective_phase_line(observations) is not None
+        and rules_hang.reading_storage(observations) is None
     ):
         # alive, its log silent over the watched window, its GPU memory still over a watched
         # read, nothing read off storage: stuck, by inference (stacks would prove it)
         return "static"
     return None
-
-
-def _gpu_memory_static(observations: list[Observation]) -> bool:
-    """A watched nvidia-smi read saw no GPU's memory move over its window."""
-    for o in reversed(observations):
-        if o["tool"] == "gpu_status" and o["ok"] and o["data"].get("watched"):
-            return rules_hang.gpu_memory_moved([o]) is None
-    return False
 
 
 def _nccl(action: Action, by_id: dict[str, Observation], facts: Facts, hits: Hits) -> list[str]:
@@ -254,7 +247,7 @@ def _still_starting(action: Action, by_id, facts: Facts, hits: Hits) -> list[str
         bool(facts.building_pids)
         or (bool(stacks) and stacks[-1]["data"].get("waiting_in") in ("compile", "load"))
         or (bool(downloads) and bool(downloads[-1]["data"].get("downloading")))
-        or rules_liveness.reading_storage(list(by_id.values())) is not None
+        or rules_hang.reading_storage(list(by_id.values())) is not None
         or working_on_logged_file(facts, list(by_id.values())) is not None
         or moving
         or at_work
@@ -506,7 +499,19 @@ def _healthy(action: Action, by_id: dict[str, Observation], facts: Facts, hits: 
     later = [lines[i] for i, _ in proof.fatal_lines(lines) if i > m.line_no]
     if later:
         out.append(f"[healthy] the log has an error after its ready line: {later[-1][:100]!r}")
+    refused = [ln for ln in lines[m.line_no + 1 :] if _SERVER_ERROR_REPLY.search(ln)]
+    if refused:
+        # up is not "answering": requests after the ready line got a server error (a proxy that
+        # marked its child failed, an engine that refuses work)
+        out.append(
+            f"[healthy] requests after its ready line were answered with a server error: "
+            f"{refused[-1][:100]!r}"
+        )
     return out
+
+
+#: an access-log line of a request answered 5xx: `"POST /v1/chat/completions HTTP/1.1" 503`
+_SERVER_ERROR_REPLY = re.compile(r'"(?:GET|POST|PUT) /[^"]*" 5\d\d\b')
 
 
 RULES: dict[str, Rule] = {

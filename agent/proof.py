@@ -46,6 +46,7 @@ class _Structure(BaseModel):
     log_pid: list[str] = []
     log_main_pid: list[str] = []
     quiet_phase: list[str] = []
+    collective_phase: list[str] = []
     wait_message: list[str] = []
     peer_lost: list[str] = []
     frontend_only: list[str] = []
@@ -79,6 +80,7 @@ def _rx() -> dict[str, re.Pattern[str]]:
         "external_end": _any(s.external_end),
         "wrapper": _any(s.wrapper or ["(?!x)x"]),
         "quiet_phase": _any(s.quiet_phase or ["(?!x)x"]),
+        "collective_phase": _any(s.collective_phase or ["(?!x)x"]),
         "wait_message": _any(s.wait_message or ["(?!x)x"]),
         "peer_lost": _any(s.peer_lost or ["(?!x)x"]),
         "frontend_only": _any(s.frontend_only or ["(?!x)x"]),
@@ -177,6 +179,12 @@ def quiet_phase(line: str) -> bool:
     """A phase that may run for minutes without printing (torch.compile, graph capture, JIT,
     autotuning, an engine build): a silence after it is not yet a stall."""
     return bool(_rx()["quiet_phase"].search(line))
+
+
+def collective_phase(line: str) -> bool:
+    """Distributed set-up or a collective (NCCL INFO, a process group, a rendezvous): a launch
+    stopped silent on such a line waits on its peers."""
+    return bool(_rx()["collective_phase"].search(line))
 
 
 def frontend_only(line: str) -> bool:

@@ -35,6 +35,16 @@ def quiet_phase_line(observations: list[Observation]) -> str | None:
     """The log's last real line when it names a phase that may run for minutes without printing
     (torch.compile, graph capture, a JIT build), skipping the wait notices printed after it: the
     silence that follows is "compiling or stuck", not yet proof of a stall."""
+    return _last_real_line(observations, proof.quiet_phase)
+
+
+def collective_phase_line(observations: list[Observation]) -> str | None:
+    """The log's last real line when it says the launch is in distributed set-up or a
+    collective: a still, silent launch stopped there waits on its peers."""
+    return _last_real_line(observations, proof.collective_phase)
+
+
+def _last_real_line(observations: list[Observation], test) -> str | None:  # type: ignore[no-untyped-def]
     newest: dict[str, Observation] = {}
     for o in observations:
         if o["tool"] == "log_tail" and o["ok"]:
@@ -48,7 +58,7 @@ def quiet_phase_line(observations: list[Observation]) -> str | None:
                 or proof.frontend_only(ln)  # probes answered meanwhile say nothing of the phase
             ):
                 continue
-            if proof.quiet_phase(ln):
+            if test(ln):
                 return ln
             break
     return None
@@ -290,6 +300,33 @@ def hang_rules(facts: Facts, observations: list[Observation], hits, add) -> None
             f"collective for rank {facts.ranks_gone[0]}, which is gone",
         )
         return
+    static = gpu_memory_static(observations)
+    if (
+        not pinned
+        and static is not None
+        and multi_rank(facts, observations)
+        and (
+            quiet_phase_line(observations) is None
+            and collective_phase_line(observations) is not None
+            and not facts.building_pids
+            and reading_storage(observations) is None
+        )
+    ):
+        # alive, its log silent over the watched window, its GPU memory still over a watched
+        # read, nothing read off storage: ranks waiting on each other (init or a collective),
+        # by inference; stacks would prove it (guardrails caps it as inferred)
+        oid, line = static
+        add(
+            "nccl_failure",
+            "fact",
+            _H.static_silent,
+            oid,
+            line,
+            "the launch is alive, its log silent and its GPU memory still over a watched "
+            "read, nothing read off storage: its ranks wait on each other (stacks unread)",
+        )
+        _last_silent_line(facts, observations, add)
+        return
     if pinned and facts.gpu_obs and multi_rank(facts, observations):
         g = pinned[0]
         note = (
@@ -317,21 +354,47 @@ def hang_rules(facts: Facts, observations: list[Observation], hits, add) -> None
                 "a loading or compiling server prints or idles its GPUs; this one spins silently "
                 "after a phase that does not run quietly",
             )
-        # where it stopped: the last line the silent log printed (what an engineer quotes)
-        for path, grew in facts.log_growth.items():
-            o = next((x for x in observations if x["id"] == facts.log_growth_obs.get(path)), None)
-            if o is None or grew:
-                continue
-            last = next(
-                (
-                    ln
-                    for ln in reversed(o["lines"])
-                    if len(re.findall(r"[A-Za-z0-9]", ln)) >= 3 and not ln.startswith("# ")
-                ),
-                "",
-            )
-            if last:
-                add("nccl_failure", "fact", 0.25, o["id"], last, "the silent log stops here")
+        _last_silent_line(facts, observations, add)
+
+
+def _last_silent_line(facts: Facts, observations: list[Observation], add) -> None:  # type: ignore[no-untyped-def]
+    """Where it stopped: the last line the silent log printed (what an engineer quotes)."""
+    for path, grew in facts.log_growth.items():
+        o = next((x for x in observations if x["id"] == facts.log_growth_obs.get(path)), None)
+        if o is None or grew:
+            continue
+        last = next(
+            (
+                ln
+                for ln in reversed(o["lines"])
+                if len(re.findall(r"[A-Za-z0-9]", ln)) >= 3 and not ln.startswith("# ")
+            ),
+            "",
+        )
+        if last:
+            add("nccl_failure", "fact", 0.25, o["id"], last, "the silent log stops here")
+
+
+def gpu_memory_static(observations: list[Observation]) -> tuple[str, str] | None:
+    """(obs id, a GPU line) when the latest watched nvidia-smi read saw no GPU's memory move."""
+    for o in reversed(observations):
+        if o["tool"] == "gpu_status" and o["ok"] and o["data"].get("watched"):
+            if gpu_memory_moved([o]) is not None:
+                return None
+            line = next((ln for ln in o["lines"] if ln.strip() and not ln.startswith("#")), "")
+            return o["id"], line
+    return None
+
+
+def reading_storage(observations: list[Observation]) -> tuple[str, str, int] | None:
+    """(obs id, read_bytes line, pid) when the latest process_io read saw the process read
+    from storage during its window."""
+    reads = [o for o in observations if o["tool"] == "process_io" and o["ok"]]
+    if not reads or not reads[-1]["data"].get("reading"):
+        return None
+    o = reads[-1]
+    line = str(o["data"].get("line") or "")
+    return (o["id"], line, int(o["data"].get("pid") or 0)) if line in o["lines"] else None
 
 
 def _rank_gone(facts: Facts, add) -> None:  # type: ignore[no-untyped-def]

@@ -268,20 +268,11 @@ def _downloading(observations: list[Observation], add) -> None:  # type: ignore[
     )
 
 
-def reading_storage(observations: list[Observation]) -> tuple[str, str, int] | None:
-    """(obs id, read_bytes line, pid) when the latest process_io read saw the process read
-    from storage during its window."""
-    reads = [o for o in observations if o["tool"] == "process_io" and o["ok"]]
-    if not reads or not reads[-1]["data"].get("reading"):
-        return None
-    o = reads[-1]
-    line = str(o["data"].get("line") or "")
-    return (o["id"], line, int(o["data"].get("pid") or 0)) if line in o["lines"] else None
-
-
 def _reading_storage(facts: Facts, observations: list[Observation], add) -> None:  # type: ignore[no-untyped-def]
     """A live server whose log stopped but which reads from storage is loading (a slow or
     failing disk, a network mount): the kernel's byte count that grew is the proof."""
+    from agent.rules_hang import reading_storage
+
     found = reading_storage(observations)
     if found is None or found[2] not in facts.server_pids:
         return
@@ -330,7 +321,9 @@ def slow_bar(observations: list[Observation], facts: Facts) -> tuple[str, str, f
     if not facts.server_alive:
         return None
     for o in reversed(observations):
-        if o["tool"] != "log_tail" or not o["ok"] or not o["data"].get("watched"):
+        if o["tool"] not in ("log_tail", "container_logs") or not o["ok"]:
+            continue
+        if not o["data"].get("watched"):
             continue
         if o["data"].get("grew"):
             return None

@@ -58,6 +58,7 @@ class Hang(_Strict):
     pinned_alive: float
     stacks_in_collective: float
     pinned_silent: float
+    static_silent: float
     compiling: float
     memory_moving: float
     rank_gone: float

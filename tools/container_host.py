@@ -123,6 +123,17 @@ class ContainerHost:
         return res.model_copy(update={"host": self.name, "command": command})
 
     def read_tail(self, path: str, max_bytes: int = 256_000) -> FileTail:
+        inside = self._read_tail_inside(path, max_bytes)
+        if inside.data or inside.exists and inside.error is None:
+            return inside
+        # a stopped container shows no files, and a log the operator tee'd on the machine is
+        # not inside it: the same path on the machine is the file they named (said so by host)
+        outside = self.outer.read_tail(path, max_bytes)
+        if outside.exists and outside.error is None:
+            return outside
+        return inside
+
+    def _read_tail_inside(self, path: str, max_bytes: int) -> FileTail:
         q = shlex.quote(path)
         # two plain reads (the size, then the bytes) that every Host answers, a replayed one too
         size_res = self.run(f"stat -c %s {q}", timeout=15)

@@ -168,7 +168,7 @@ def _mib(n: int | None) -> str:
     return f"{n / 1024 / 1024:.0f} MiB" if n < 1 << 30 else f"{n / (1 << 30):.1f} GiB"
 
 
-def _gpu_devices(hc: dict[str, Any], env: dict[str, str]) -> tuple[bool, list[str]]:
+def _gpu_devices(hc: dict[str, Any], env: dict[str, str] | None) -> tuple[bool, list[str]]:
     devices: list[str] = []
     for d in hc.get("Devices") or []:
         path = d.get("PathOnHost") or d.get("PathInContainer") or "" if isinstance(d, dict) else d
@@ -181,12 +181,17 @@ def _gpu_devices(hc: dict[str, Any], env: dict[str, str]) -> tuple[bool, list[st
             requested = True
             ids = r.get("DeviceIDs") or []
             devices.append(f"--gpus {','.join(ids) if ids else r.get('Count', 'all')}")
-    visible = env.get("NVIDIA_VISIBLE_DEVICES", "")
+    visible = (env or {}).get("NVIDIA_VISIBLE_DEVICES", "")
     # CUDA images set NVIDIA_VISIBLE_DEVICES=all in their own Env; it passes GPUs only under
     # the nvidia runtime (with runc and no device request the container sees none)
     if visible and visible not in ("void", "none") and hc.get("Runtime") == "nvidia":
         requested = True
         devices.append(f"NVIDIA_VISIBLE_DEVICES={visible}")
+    elif hc.get("Runtime") == "nvidia" and env is None:
+        # the nvidia runtime with no Env shown: the image's NVIDIA_VISIBLE_DEVICES (all, in
+        # CUDA images) decides; "no GPU passed" would be a guess
+        requested = True
+        devices.append("the nvidia runtime (NVIDIA_VISIBLE_DEVICES not shown)")
     return requested, devices
 
 
@@ -197,7 +202,7 @@ def parse_inspect(text: str) -> ContainerState:
     d: dict[str, Any] = data[0] if isinstance(data, list) else data
     st, hc, cfg = d.get("State") or {}, d.get("HostConfig") or {}, d.get("Config") or {}
     env, hidden = parse_env("\n".join(cfg.get("Env") or []))
-    gpus, devices = _gpu_devices(hc, env)
+    gpus, devices = _gpu_devices(hc, env if "Env" in cfg else None)
     mounts = [
         Mount(
             source=str(m.get("Source") or m.get("Name") or ""),

@@ -19,6 +19,7 @@ from pydantic import BaseModel, Field
 from tools.base import ToolResult, ToolSpec, bound_lines, failed
 from tools.container_inspect import parse_inspect, target
 from tools.host import Host
+from tools.log_window import Progress
 from tools.logfile import to_ere
 from tools.textclean import clean_lines
 
@@ -59,6 +60,10 @@ class Result(ToolResult):
     watched: bool = Field(False, description="read over a window (watch_s given)")
     grew: bool | None = Field(None, description="new lines arrived during the window")
     waited_s: float = 0.0
+    window_s: float = Field(0.0, description="how long the watch was allowed to wait")
+    last_progress: Progress | None = Field(
+        None, description="the newest progress bar in the last lines, with its pace and ETA"
+    )
 
     def lines(self) -> list[str]:
         if self.error:
@@ -123,7 +128,7 @@ def _key(res: Result) -> tuple[int, str, str]:
 def run(host: Host, args: Args) -> Result:
     if args.watch_s is None:
         return read_once(host, args)
-    from tools.log_window import max_window_s, poll_interval, window_for
+    from tools.log_window import last_progress, max_window_s, poll_interval, window_for
 
     t0 = host.clock()
     res = read_once(host, args)
@@ -131,7 +136,10 @@ def run(host: Host, args: Args) -> Result:
         return res
     base = _key(res)
     limit = max(max_window_s(), 0.0)
-    window = window_for(float(args.watch_s), None, limit, None)
+    # a progress bar as the last line (a download, a shard load) earns the longer window, as
+    # a log file's watch gives it: the bar's own rate says when it moves next
+    bar = last_progress([e.text for e in res.entries[-5:]])
+    window = window_for(float(args.watch_s), bar, limit, None)
     while _key(res) == base and host.clock() - t0 < window:
         elapsed = host.clock() - t0
         host.sleep(min(poll_interval(elapsed), window - elapsed))
@@ -141,6 +149,8 @@ def run(host: Host, args: Args) -> Result:
         res = nxt
     res.watched, res.grew = True, _key(res) != base
     res.waited_s = round(host.clock() - t0, 3)
+    res.window_s = round(window, 3)
+    res.last_progress = last_progress([e.text for e in res.entries[-5:]])
     return res
 
 

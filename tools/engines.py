@@ -54,6 +54,11 @@ class Engine(BaseModel):
     names: list[str] = Field(default_factory=list, description="words naming it (any case)")
     source_dirs: list[str] = Field(default_factory=list, description="its source in a stack")
     generic: bool = Field(False, description="a catch-all: no signatures are its own")
+    embeds: list[str] = Field(
+        default_factory=list,
+        description="engines it runs inside itself (Ollama's runner is llama.cpp): their "
+        "signatures are its own too",
+    )
 
     @field_validator("names", "source_dirs")
     @classmethod
@@ -432,6 +437,12 @@ def collective_dirs() -> str:
 def underlying() -> set[str]:
     """Engines every launch runs on: a signature for one of them applies to any launch."""
     return set(registry().common.underlying)
+
+
+def embedded(engine: str | None) -> set[str]:
+    """The engines `engine` runs inside itself (their log lines are its own)."""
+    e = registry().engines.get(engine or "")
+    return set(e.embeds) if e is not None else set()
 
 
 def signature_engine(engine: str | None) -> str | None:

@@ -23,7 +23,8 @@ from pydantic import BaseModel, Field
 
 from tools import engines, gpu_status
 from tools.base import ToolResult, ToolSpec, bound_lines
-from tools.host import Host
+from tools.container_host import container_of
+from tools.host import CommandResult, Host
 from tools.logfile import rotation_of
 
 PS_COMMAND = "ps -ww -eo pid,ppid,user,stat,etimes,pcpu,pmem,rss,args"  # -ww: never cut at $COLUMNS
@@ -158,9 +159,14 @@ class Result(ToolResult):
     fd_unreadable: int = Field(
         0, description="processes whose stdout/stderr could not be read (another user's)"
     )
+    read_outside: str | None = Field(
+        None, description="why the table is the machine's, not the container's (no ps inside)"
+    )
 
     def lines(self) -> list[str]:
         out = [self.header] if self.header and self.processes else []
+        if self.read_outside:
+            out.append(f"# {self.read_outside}")
         out += [p.raw for p in self.processes]
         out.append(f"# {self.total} processes; {len(self.processes)} shown")
         for p in self.processes:
@@ -579,12 +585,31 @@ def _port_pids(host: Host, ports: list[int]) -> dict[int, int]:
     return {pid: port for port in ports for pid in sorted(listeners.get(port, ()))}
 
 
+def _stopped_container(res: CommandResult) -> bool:
+    """The container is not running: its processes are gone, so no table of the machine's
+    would show them (and it would read as "the server is gone" from the machine's view)."""
+    return "is not running" in (res.error or "")
+
+
 def run(host: Host, args: Args) -> Result:
     res = host.run(PS_COMMAND, timeout=15)
     parsed = parse_ps(res.stdout) if res.ok else PsParse()
     if not parsed.header:
         res = host.run(PS_FALLBACK, timeout=15)
         parsed = parse_ps(res.stdout) if res.ok else PsParse()
+    outside = None
+    box = container_of(host)
+    if not parsed.header and box is not None and not _stopped_container(res):
+        # a slim image without ps: the machine's table shows the container's processes too,
+        # under the pids nvidia-smi (run outside) names, so GPU memory links to its holders
+        inner = res.error or (res.stderr or res.stdout).strip()[:120] or f"rc {res.rc}"
+        res = box.outer.run(PS_COMMAND, timeout=15)
+        parsed = parse_ps(res.stdout) if res.ok else PsParse()
+        if parsed.header:
+            outside = (
+                f"no process table inside container {box.container} ({inner}); this is the "
+                f"machine's ({box.outer.name}), whose pids nvidia-smi names"
+            )
     if not parsed.header:
         detail = res.error or (res.stderr or res.stdout).strip()[:200] or f"rc {res.rc}"
         return Result(
@@ -640,6 +665,7 @@ def run(host: Host, args: Args) -> Result:
         log_writers=by_log,
         rotated=rotated,
         fd_unreadable=denied,
+        read_outside=outside,
     )
 
 

@@ -14,8 +14,13 @@ def _match(engines: set[str]) -> Match:
 
 def test_the_launch_engine_comes_from_its_process_in_taxonomy_terms() -> None:
     assert launch_engine(Facts(server_engine="sglang"), []) == "sglang"
-    # an engine no signature names is served by the "other" signatures; a catch-all by none
-    assert launch_engine(Facts(server_engine="ollama"), []) == "other"
+    # an engine no signature names is served by the "other" signatures (and by those of an
+    # engine it runs inside itself: Ollama's llama.cpp runner); a catch-all by none
+    assert launch_engine(Facts(server_engine="ollama"), []) == "ollama"
+    assert launch_engine(Facts(server_engine="lmdeploy"), []) == "other"
+    assert _for_engine(_match({"llama.cpp"}), "ollama")
+    assert _for_engine(_match({"other"}), "ollama")
+    assert not _for_engine(_match({"vllm"}), "ollama")
     assert launch_engine(Facts(server_engine="custom"), []) is None
     assert launch_engine(Facts(server_engine="emulator"), []) is None
     assert launch_engine(Facts(server_engine=None), []) is None
