@@ -215,7 +215,7 @@ def _silent_server_pid(f: Facts) -> int | None:
 
 #: a hub model id as launches name it: vllm serve ID, --model(-path) ID, model='ID' in a config dump
 _HUB_MODEL = re.compile(
-    r"(?:vllm serve|--model(?:-path)?[ =]|\bmodel(?:_path|_tag)?['\"]?\s*[=:]\s*['\"])"
+    r"(?:vllm serve|--model(?:-path|-id)?[ =]|\bmodel(?:_path|_tag)?['\"]?\s*[=:]\s*['\"])"
     r"\s*([A-Za-z0-9][\w.-]*/[\w.-]+)(?=['\"\s,)]|$)"
 )
 

@@ -329,10 +329,16 @@ def slow_bar(observations: list[Observation], facts: Facts) -> tuple[str, str, f
             return None
         bar = o["data"].get("last_progress") or {}
         pace, window = bar.get("s_per_item"), float(o["data"].get("window_s") or 0.0)
-        last = next((ln for ln in reversed(text_lines(o)) if ln.strip()), "")
-        if not pace or not window or float(pace) <= window or bar.get("line") != last:
+        if not pace or not window or float(pace) <= window:
             return None
-        return o["id"], last, float(pace), window
+        # the bar is the log's last step: its own line, or one of the last few with only the
+        # next item's start after it ("Download file: part-4"), never an error
+        tail = [ln for ln in text_lines(o) if ln.strip() and not ln.startswith("# ")][-3:]
+        line = str(bar.get("line") or "")
+        at = next((i for i, ln in enumerate(tail) if ln.strip() == line.strip()), None)
+        if at is None or any(proof.error_shaped(ln) for ln in tail[at + 1 :]):
+            return None
+        return o["id"], tail[at], float(pace), window
     return None
 
 

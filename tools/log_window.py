@@ -34,9 +34,11 @@ _TQDM = re.compile(
 )
 # "Loading weights 3/200", "shard 3 of 200", "[3/200]" without a tqdm bracket
 _PLAIN = re.compile(
-    r"(?i)(?P<desc>shard|checkpoint|layer|weight|batch|step|graph|capturing|loading|load)"
+    r"(?i)(?P<desc>shard|checkpoint|layer|weight|batch|step|graph|capturing|loading|load|download)"
     r"[^\d\n]{0,40}?(?P<done>\d+)\s*(?:/|of)\s*(?P<total>\d+)\b"
 )
+# an ETA printed beside a plain count: TGI's "Download: [3/9] -- ETA: 0:34:50"
+_ETA = re.compile(r"(?i)\bETA:?\s*(?P<eta>\d+(?::\d\d){1,2})")
 # phases that print nothing for a long time while healthy
 SLOW_PHASE = re.compile(
     r"(?i)captur\w* (?:cuda|the cuda|batches|graphs?)|cuda graph|compil(?:e|ing)|"
@@ -130,7 +132,13 @@ def parse_progress(line: str) -> Progress | None:
         done, total = int(m.group("done")), int(m.group("total"))
         if total > 0 and done <= total:
             label = line[: m.start("done")].strip(" :[-") or m.group("desc")
-            return Progress(label=label[:80], done=done, total=total, line=line)
+            e = _ETA.search(line)
+            eta = _clock_s(e.group("eta")) if e else None
+            # the ETA over the items left is the pace of one item (a step of the bar)
+            spi = eta / (total - done) if eta is not None and total > done else None
+            return Progress(
+                label=label[:80], done=done, total=total, s_per_item=spi, eta_s=eta, line=line
+            )
     if SLOW_PHASE.search(line) and not PHASE_OVER.search(line):
         return Progress(label=line.strip()[:80], slow_phase=True, line=line)
     return None

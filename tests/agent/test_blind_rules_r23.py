@@ -216,3 +216,49 @@ def test_ollama_speaks_its_llama_cpp_runner_s_lines(tmp_path: Any) -> None:
     )
     r = _run(_card({"/var/log/ollama/server.log": OLLAMA_LOG}, ps, GPU_CLEAN), tmp_path)
     assert r.root_cause == "model_load_error", (r.status, r.summary)
+
+
+def test_a_count_with_an_eta_is_a_bar_whose_step_is_the_eta_over_the_items_left() -> None:
+    from tools.log_window import parse_progress
+
+    p = parse_progress("INFO download: text_generation_launcher: Download: [3/9] -- ETA: 0:34:50")
+    assert p is not None and (p.done, p.total) == (3, 9)
+    assert p.s_per_item is not None and round(p.s_per_item) == 348 and p.eta_s == 2090
+    assert parse_progress("Download: [3/9]") is not None  # no ETA: a count, no pace
+
+
+TGI_DOWNLOAD = (
+    "2023-06-25T10:04:11.410221Z  INFO text_generation_launcher: Starting download process.\n"
+    "2023-06-25T10:15:41.402330Z  INFO download: text_generation_launcher: Download: [2/9] -- "
+    "ETA: 0:40:04.500000\n"
+    "2023-06-25T10:21:39.880230Z  INFO download: text_generation_launcher: Download: [3/9] -- "
+    "ETA: 0:34:50\n"
+    "2023-06-25T10:21:39.880341Z  INFO download: text_generation_launcher: Download file: "
+    "pytorch_model-00004-of-00009.bin\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("tail", "starting"),
+    [
+        ("", True),
+        (
+            "2023-06-25T10:21:40.100000Z ERROR download: text_generation_launcher: Download "
+            "encountered an error: OSError: [Errno 28] No space left on device\n",
+            False,
+        ),
+    ],
+)
+def test_a_silent_log_whose_bar_steps_slower_than_the_watch_is_still_loading(
+    tmp_path: Any, tail: str, starting: bool
+) -> None:
+    """The bar's own pace (ETA over the items left: ~6 min a file) is longer than the watch, so
+    a silent watch proves no stall, even with the next file's start printed after the bar; an
+    error after the bar is no bar to wait on."""
+    ps = PS_IDLE + (
+        "root       77141  0.0  0.0 2110220 18120 ?       Ssl  10:04   0:00 "
+        "text-generation-launcher --model-id tiiuae/falcon-40b --num-shard 2\n"
+    )
+    card = _card({"/var/log/tgi/server.log": [TGI_DOWNLOAD + tail]}, ps, GPU_CLEAN)
+    r = investigate_card(card, tmp_path, logs=["/var/log/tgi/server.log"])
+    assert (r.root_cause == "still_starting") is starting, (r.status, r.summary)
