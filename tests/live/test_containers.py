@@ -214,3 +214,29 @@ def test_watching_a_running_containers_log_tells_loading_from_quiet(mode: str, g
         assert res.ok and res.watched, res.lines()
         assert res.grew is grows, res.lines()
         assert (res.waited_s < 5) if grows else (res.waited_s >= 5), res.waited_s
+
+
+def test_a_running_container_without_ps_is_read_through_the_machines_table() -> None:
+    """A slim image has no ps (here /usr/bin/ps is masked): the machine's process table shows the
+    container's server under the pids nvidia-smi names, said so, through real podman."""
+    with containers.container(
+        "-v", "/dev/null:/usr/bin/ps:ro", mode="serve", wait_for="running", as_vllm=True
+    ) as name:
+        time.sleep(1.0)
+        host = ContainerHost(LocalHost(), name)
+        assert not host.run("ps -e").ok  # the image really cannot list its processes
+        res = TOOLS["processes"].call(host, {})
+        assert res.ok and res.read_outside, res.lines()
+        pid = containers.inspect(name)["State"]["Pid"]
+        assert any(p.pid == pid or p.server for p in res.processes), res.lines()
+        assert any("vllm.entrypoints.openai.api_server" in p.command for p in res.processes)
+
+
+def test_a_stopped_containers_log_tee_d_on_the_machine_is_read_there(tmp_path: Path) -> None:
+    """`docker run ... | tee /path/node0.log`: the container has stopped and never had the file;
+    the same path on the machine is the log the operator named."""
+    log = tmp_path / "node0.log"
+    log.write_text("NCCL WARN socketStartConnect: Connect to 192.168.0.104<46551> failed\n")
+    with containers.container(mode="crash", wait_for="exited") as name:
+        tail = ContainerHost(LocalHost(), name).read_tail(str(log))
+        assert tail.error is None and b"socketStartConnect" in tail.data, tail
