@@ -260,10 +260,23 @@ def _memory_would_tell(facts: Facts, observations: list[Observation]) -> bool:
     if not quiet:
         return False
     if not any((g.util_pct or 0) >= 90 for g in facts.gpus):
-        # idle GPUs: the stacks or the process's storage reads tell working from stuck; when
-        # both were tried and could not be read, a watched memory read is the read left
-        failed = {o["tool"] for o in observations if not o["ok"]}
-        return bool(facts.server_alive) and {"py_stacks", "process_io"} <= failed
+        # idle GPUs: the stacks or the process's storage reads tell working from stuck; when the
+        # stacks could not be read and the storage read could not be made or saw nothing read,
+        # a watched memory read is the read left
+        from agent.rules_hang import reading_storage
+
+        # no Python stacks: the read failed, or only the kernel's view came back (no py-spy)
+        stacks_failed = any(
+            o["tool"] == "py_stacks" and (not o["ok"] or o["data"].get("method") != "py-spy")
+            for o in observations
+        )
+        io_tried = any(o["tool"] == "process_io" for o in observations)
+        return (
+            bool(facts.server_alive)
+            and stacks_failed
+            and io_tried
+            and reading_storage(observations) is None
+        )
     pinned, idle = pinned_gpus(facts)
     if pinned and idle:
         return False

@@ -42,6 +42,9 @@ PIVOT_PY = str(ROOT / ".venv" / "bin" / "python") if (ROOT / ".venv").exists() e
 #:   ["bind", port] really bind 0.0.0.0:port; on EADDRINUSE print uvicorn's error and exit 1
 #:   ["exit", rc]   exit with rc
 #:   ["ranks", n]   start n scheduler children titled sglang::scheduler_TP<r>, dying with us
+#:   ["ranks_in_init", n]  like "ranks", each blocked inside a torch.distributed-shaped
+#:                  init_process_group (a temp package tree), as ranks whose peer never joins
+#:                  NCCL's init are: what py-spy shows of a real init hang
 #:   ["titled", t] start one child titled t (sglang::detokenizer), dying with us
 #:   ["workers", n] start n untitled children, as a custom launcher's spawned ranks look in ps
 #:                  (`python -c from multiprocessing.spawn import spawn_main ...`)
@@ -63,6 +66,25 @@ for step in script:
         time.sleep(step[1])
     elif op == "ranks":
         kids += [subprocess.Popen(["sglang::scheduler_TP%d" % r, "-c", child],
+                                  executable=sys.executable) for r in range(step[1])]
+    elif op == "ranks_in_init":
+        import tempfile
+        tree = tempfile.mkdtemp(prefix="pivot-fake-torch-")
+        os.makedirs(os.path.join(tree, "torch", "distributed"))
+        for pkg in ("torch", os.path.join("torch", "distributed")):
+            open(os.path.join(tree, pkg, "__init__.py"), "w").close()
+        with open(os.path.join(tree, "torch", "distributed", "distributed_c10d.py"), "w") as fh:
+            fh.write("import os, threading, time\n"
+                     "def _wait_for_peers():\n"
+                     "    p = os.getppid()\n"
+                     "    while os.getppid() == p:\n"
+                     "        threading.Event().wait(0.05)\n"
+                     "def init_process_group(backend='nccl'):\n"
+                     "    _wait_for_peers()\n")
+        code = ("import sys; sys.path.insert(0, %r); "
+                "from torch.distributed.distributed_c10d import init_process_group; "
+                "init_process_group()" % tree)
+        kids += [subprocess.Popen(["sglang::scheduler_TP%d" % r, "-c", code],
                                   executable=sys.executable) for r in range(step[1])]
     elif op == "titled":
         kids.append(subprocess.Popen([step[1], "-c", child], executable=sys.executable))
@@ -878,6 +900,36 @@ case "$*" in
     echo "Invalid combination of input arguments. Please run 'nvidia-smi -h' for help." ; exit 2 ;;
 esac
 """
+
+
+#: A stand-in `nvidia-smi` (a FIXTURE, not a GPU): two H200s each holding only a CUDA context,
+#: both idle and still, as ranks stuck before their first collective (in NCCL's init) look.
+TWO_GPU_IDLE_INIT_FIXTURE = r"""#!/bin/sh
+# FIXTURE: fake nvidia-smi for two ranks stuck in NCCL init (contexts only, both GPUs at 0%).
+case "$*" in
+  *--query-gpu=*noheader,nounits*)
+    printf '%s\n' \
+      '0, NVIDIA H200, 531, 143240, 143771, 0, 580.159.04, 9.0, 00000000:00:06.0' \
+      '1, NVIDIA H200, 531, 143240, 143771, 0, 580.159.04, 9.0, 00000000:00:07.0' ;;
+  *--query-gpu=*)
+    printf '%s\n' \
+      '0, NVIDIA H200, 531 MiB, 143240 MiB, 143771 MiB, 0 %' \
+      '1, NVIDIA H200, 531 MiB, 143240 MiB, 143771 MiB, 0 %' ;;
+  *--query-compute-apps=*gpu_bus_id*)
+    printf '%s\n' 'pid, process_name, used_gpu_memory [MiB], gpu_bus_id' \
+      '@PID0@, /usr/bin/python3, 520 MiB, 00000000:00:06.0' \
+      '@PID1@, /usr/bin/python3, 520 MiB, 00000000:00:07.0' ;;
+  *--query-compute-apps=*)
+    printf '%s\n' 'pid, process_name, used_gpu_memory [MiB]' \
+      '@PID0@, /usr/bin/python3, 520 MiB' '@PID1@, /usr/bin/python3, 520 MiB' ;;
+  *)
+    echo "Invalid combination of input arguments. Please run 'nvidia-smi -h' for help." ; exit 2 ;;
+esac
+"""
+
+
+def two_gpu_idle_init_fixture(pid0: int, pid1: int) -> str:
+    return TWO_GPU_IDLE_INIT_FIXTURE.replace("@PID0@", str(pid0)).replace("@PID1@", str(pid1))
 
 
 def leftover_fixture(pid0: int) -> str:

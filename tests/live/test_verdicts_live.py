@@ -477,6 +477,37 @@ def test_hung_collective_one_gpu_pinned_one_idle_is_nccl(scene: Scene) -> None:
     scene.assert_bystanders_untouched(v, gpu_job=False)
 
 
+# -- 7b. ranks stuck in NCCL's init, GPUs idle ------------------------------------------------------
+def test_ranks_stuck_in_nccl_init_with_still_idle_gpus_are_an_nccl_hang(scene: Scene) -> None:
+    """Two ranks alive, the log stopped on NCCL's "Init START", both GPUs idle with only their
+    CUDA contexts: no spin to see. With py-spy their stacks wait in init_process_group (proof);
+    without it (the kernel's view only) the log silent, the GPU memory still over a watched
+    read and nothing read off storage make an inferred hang, capped and said so."""
+    log = scene.stage.logs / "server.log"
+    args = [*S.SERVER_ARGS[:-1], "2"]
+    init = S.nccl_init(2)
+    started = init[: init.index("Channel 00/02")].rsplit("\n", 1)[0] + "\n"  # up to Init START
+    script = [["out", S.startup(tp=2)], ["ranks_in_init", 2], ["out", started]]
+    proc = scene.stage.start_server(script, log, args)
+    S.wait_for(lambda: b"Init START" in log.read_bytes(), 10, "NCCL init start")
+    S.wait_for(lambda: len(scene.stage.tree(proc)) == 3, 10, "the two ranks")
+    ranks = sorted(scene.stage.tree(proc)[1:])
+
+    with scene.sshd.nvidia_smi_fixture(S.two_gpu_idle_init_fixture(*ranks)):
+        v = scene.investigate(
+            [log], "the server never became ready and prints nothing, why?", window_s=2.0
+        )
+
+    assert proc.poll() is None
+    assert_concluded(v, "nccl_failure")
+    cited = " ".join(e["line"] for e in v.report["evidence"])
+    if "init_process_group" not in cited:
+        # no py-spy on the box (the kernel's view only): an inferred hang, said so, capped
+        assert v.report["confidence"] <= 0.6 and "inferred" in v.report["summary"], v.report
+        assert "py-spy dump" in v.report["next_step"], v.report["next_step"]
+    scene.assert_bystanders_untouched(v, gpu_job=False)
+
+
 # -- 8. a rendezvous host that does not resolve ----------------------------------------------------
 def test_an_unresolvable_rendezvous_host_is_the_launch_setting(scene: Scene) -> None:
     """A second node told to meet rank 0 at a name this host cannot resolve: alive, retrying
