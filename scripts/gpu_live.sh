@@ -35,6 +35,9 @@
 #   s13 wrong log the operator passes a neighbour's log (its server serves :8000, alive) and says
 #                 the launch was on :8005; that launch wrote run/nohup.out and died -> its own error,
 #                                                                            the --log named as not its log
+#   s15 init hang rank 0 of a two-rank job (RANK=0 WORLD_SIZE=2) waits in init_process_group for a
+#                 rank 1 never launched; the GPU holds at most a context    -> nccl_failure (stacks in
+#                                                                            init, or an inferred stall)
 #   s14 watch ETA a loader copying 40 shards of 1 GiB into the GPU at its own uneven pace, then its
 #                 ready line; `pivot watch --local --log --json` follows it from the start
 #                                                                         -> ready; each ETA sample's
@@ -117,6 +120,8 @@ open(f"{STAGE}/rank{RANK}.pid", "w").write(str(os.getpid()))
 open(f"{STAGE}/allpids", "a").write(f"{os.getpid()}\n")  # torchrun puts ranks in their own sessions
 log(f"server_args=ServerArgs(model_path='/models/Llama-3.1-70B-Instruct', tp_size={WORLD}, port=30000, mode={MODE!r})") if RANK == 0 else None
 log(f"Init torch distributed begin. world_size={WORLD} backend=nccl")
+if DRY and MODE == "inithang":
+    time.sleep(10**6)                    # s15 (dry): as the real rank waits in init_process_group
 if not DRY:
     if ONE:
         dist.init_process_group("gloo", rank=RANK, world_size=WORLD)
@@ -735,6 +740,19 @@ if errs:
     later = [abs(e) for f, e in errs if f >= 0.2]
     print(f"  ETA error from 20% on: median {statistics.median(later):.0%}, max {max(later):.0%} ({len(later)} samples)")
 PY
+    stop_group "$G"; wait_for 30 gpu_idle; pack
+fi
+
+# -- s15: a rank waiting in NCCL's init for a peer that never starts ---------------------------------
+if [[ " $GL_ONLY " == *" s15 "* ]]; then
+    say "s15 start"
+    L=$W/logs/s15_server.log
+    # node 0's rank of a two-rank job (RANK=0 of WORLD_SIZE=2, as a launcher sets them): it waits
+    # in init_process_group for rank 1 on a node that is never launched
+    G=$(start_group "$L" env CUDA_VISIBLE_DEVICES=0 RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29515 "$SYSPY" "$W/srv/rank.py" inithang)
+    wait_for 90 grep -q "Init torch distributed begin" "$L" || say "s15: the rank never started init"
+    sleep 20
+    investigate s15_init_hang "$L" "Our 2-node launch never comes up: node 0 printed its start lines and then nothing for minutes. Crashed, hung, or still loading?"
     stop_group "$G"; wait_for 30 gpu_idle; pack
 fi
 
