@@ -43,6 +43,7 @@
 #                                                                         -> ready; each ETA sample's
 #                                                                            error vs the real ready time
 # GL_ONE_GPU=1 (one H200 lent): every rank on GPU 0 with gloo between them; for s3 only.
+# GL_NO_PYSPY=1: no py-spy on the box (py_stacks falls back to the kernel's view).
 # Everything goes to $OUT/gpu-live.tar.gz (+ $OUT/summary.txt). Needs wheels in .whl/ (no network
 # there). GL_DRY=1 runs the orchestration without torch/GPUs (to test the script anywhere).
 set -u
@@ -65,7 +66,8 @@ else
     "$W/venv/bin/pip" install -q --no-index --no-deps --no-compile .whl/*.whl 2>&1 | tail -3
     PYBIN=$W/venv/bin/python
 fi
-ln -sf "$(dirname "$PYBIN")/py-spy" "$W/bin/py-spy"   # py-spy on PATH, nothing else of the venv
+# py-spy on PATH, nothing else of the venv; GL_NO_PYSPY=1: a box without it (the kernel's view only)
+[ "${GL_NO_PYSPY:-0}" = 1 ] || ln -sf "$(dirname "$PYBIN")/py-spy" "$W/bin/py-spy"
 export PATH=$W/bin:$PATH PYTHONPATH=$PWD PIVOT_HOME=$W/home PIVOT_LIVENESS_MAX_S=20
 PIVOT="$PYBIN -m agent.cli"
 
