@@ -555,6 +555,10 @@ def advancing(before: list[str], after: list[str]) -> bool:
     fresh = [ln for ln in after if ln not in set(before) and not frontend_only(ln)]
     if not fresh:
         return False
+    # a launcher's "still waiting" heartbeat is no work of the ranks it waits for
+    fresh = [ln for ln in fresh if not proof.wait_message(ln)]
+    if not fresh:
+        return False
     if any(m.strength == "progress" for m in scan(fresh[-50:])):
         return True
     return any(_DIGITS.sub("#", ln) not in seen for ln in fresh)

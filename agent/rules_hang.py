@@ -75,7 +75,33 @@ def gpu_memory_moved(observations: list[Observation]) -> tuple[str, str, float, 
             line = str(d.get("moved_line") or "")
             if (d.get("memory_moved_mib") or 0) >= MOVED_MIB and line in o["lines"]:
                 return o["id"], line, float(d["memory_moved_mib"]), float(d.get("waited_s") or 0)
-            return None
+            return _moved_since_first_read(o, observations)
+    return None
+
+
+def _moved_since_first_read(
+    watched: Observation, observations: list[Observation]
+) -> tuple[str, str, float, float] | None:
+    """A GPU whose used memory at the watched read differs from the first sweep's read of it:
+    the memory moved between the two reads (a loader that allocated meanwhile), even if not
+    within the watch's own window."""
+    from tools.gpu_status import MOVED_MIB
+
+    first = next(
+        (o for o in observations if o["tool"] == "gpu_status" and o["ok"] and o is not watched),
+        None,
+    )
+    if first is None or observations.index(first) > observations.index(watched):
+        return None
+    before = {g.get("index"): g for g in first["data"].get("gpus") or []}
+    for g in watched["data"].get("gpus") or []:
+        b = before.get(g.get("index"))
+        if b is None or g.get("memory_used_mib") is None or b.get("memory_used_mib") is None:
+            continue
+        moved = abs(float(g["memory_used_mib"]) - float(b["memory_used_mib"]))
+        line = str(g.get("line") or "")
+        if moved >= MOVED_MIB and line in watched["lines"]:
+            return watched["id"], line, moved, float(watched["data"].get("waited_s") or 0)
     return None
 
 
@@ -236,6 +262,7 @@ def hang_rules(facts: Facts, observations: list[Observation], hits, add) -> None
             line,
             "a rank stuck in a collective allocates nothing; these GPUs' memory still moves",
         )
+        _last_silent_line(facts, observations, add, "still_starting", "what the log says meanwhile")
         return
     busy = quiet_phase_at_work(facts, observations) if quiet and not fatal_end else None
     if busy is not None and facts.server_alive is not False:
@@ -357,7 +384,13 @@ def hang_rules(facts: Facts, observations: list[Observation], hits, add) -> None
         _last_silent_line(facts, observations, add)
 
 
-def _last_silent_line(facts: Facts, observations: list[Observation], add) -> None:  # type: ignore[no-untyped-def]
+def _last_silent_line(  # type: ignore[no-untyped-def]
+    facts: Facts,
+    observations: list[Observation],
+    add,
+    label: str = "nccl_failure",
+    note: str = "the silent log stops here",
+) -> None:
     """Where it stopped: the last line the silent log printed (what an engineer quotes)."""
     for path, grew in facts.log_growth.items():
         o = next((x for x in observations if x["id"] == facts.log_growth_obs.get(path)), None)
@@ -372,7 +405,7 @@ def _last_silent_line(facts: Facts, observations: list[Observation], add) -> Non
             "",
         )
         if last:
-            add("nccl_failure", "fact", 0.25, o["id"], last, "the silent log stops here")
+            add(label, "fact", 0.25, o["id"], last, note)
 
 
 def gpu_memory_static(observations: list[Observation]) -> tuple[str, str] | None:

@@ -148,7 +148,11 @@ def liveness_rules(facts: Facts, observations: list[Observation], hits, add) -> 
                 for _, m in hits
             )
             slow = slow_bar(observations, facts)
-            if slow is not None and not blocked:
+            from agent.rules_hang import gpu_memory_moved
+
+            if gpu_memory_moved(observations) is not None and not blocked:
+                pass  # the GPUs' memory moved meanwhile: working, weighed by the hang rules
+            elif slow is not None and not blocked:
                 _, bar, pace, window = slow
                 # weighed as the watch would have been had it lasted one step; qualify() says
                 # the conclusion is inferred and how to confirm it

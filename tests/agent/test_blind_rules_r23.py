@@ -262,3 +262,31 @@ def test_a_silent_log_whose_bar_steps_slower_than_the_watch_is_still_loading(
     card = _card({"/var/log/tgi/server.log": [TGI_DOWNLOAD + tail]}, ps, GPU_CLEAN)
     r = investigate_card(card, tmp_path, logs=["/var/log/tgi/server.log"])
     assert (r.root_cause == "still_starting") is starting, (r.status, r.summary)
+
+
+def test_a_launchers_waiting_heartbeat_is_no_work_of_its_ranks() -> None:
+    """TGI's launcher prints "Waiting for shard to be ready" every 10 s whether the shard loads
+    or hangs: the log repeating it has not advanced. A new shard count has (control)."""
+    from agent.facts import advancing
+
+    beat = "2024-02-13T22:17:{s}Z  INFO shard-manager: text_generation_launcher: Waiting for shard to be ready... rank=0"
+    before = [beat.format(s="39.6")]
+    assert not advancing(before, [*before, beat.format(s="49.6")])
+    conv = "2023-08-04T02:05:19Z  INFO download: text_generation_launcher: Convert: [2/3] -- Took: 0:00:41"
+    assert advancing(before, [*before, conv])
+
+
+def test_gpu_memory_that_moved_since_the_first_read_is_a_loader_at_work() -> None:
+    """The watch saw no change within its window, but the GPU's memory differs from the first
+    sweep's read: it moved between the two (a loader allocating); the same memory is still."""
+    from agent.rules_hang import gpu_memory_moved
+
+    def read(oid: str, mib: int, watched: bool) -> dict[str, Any]:
+        line = f"0, NVIDIA A100-SXM4-80GB, {mib} MiB, 1 MiB, 81920 MiB, 12 %"
+        gpu = {"index": 0, "memory_used_mib": mib, "line": line}
+        data = {"gpus": [gpu], "watched": watched, "memory_moved_mib": 0, "waited_s": 60.0}
+        return {"id": oid, "tool": "gpu_status", "ok": True, "lines": [line], "data": data}
+
+    moved = gpu_memory_moved([read("o1", 9114, False), read("o9", 17396, True)])
+    assert moved is not None and moved[2] == 8282
+    assert gpu_memory_moved([read("o1", 17396, False), read("o9", 17396, True)]) is None
