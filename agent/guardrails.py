@@ -191,7 +191,36 @@ def _nccl(action: Action, by_id: dict[str, Observation], facts: Facts, hits: Hit
     (alive, silent, GPUs spinning, or stacks in a collective) is its proof."""
     if stall_proof(list(by_id.values()), facts) is not None:
         return []
-    return _crash_rule(action, by_id, facts, hits)
+    out = _crash_rule(action, by_id, facts, hits)
+    if out and out[0].startswith("[nccl_failure] cites no fatal line"):
+        # a hang has its own form: say what proves it and what is not read yet
+        missing = _stall_reads_missing(list(by_id.values()), facts)
+        out = [
+            out[0] + "; or, for a hang, show the stall: the launch alive with its log silent over "
+            "a watched read, and its stacks waiting in a collective, or its GPUs pinned, or their "
+            "memory still over a watched read with nothing read off storage"
+            + (f" (not read yet: {', '.join(missing)})" if missing else "")
+        ]
+    return out
+
+
+def _stall_reads_missing(observations: list[Observation], facts: Facts) -> list[str]:
+    """The reads a stall's proof needs that this investigation has not made."""
+    made = {
+        (o["tool"], bool(o["args"].get("watch_s")))
+        for o in observations
+        if o["ok"] or o["tool"] == "py_stacks"
+    }
+    out = []
+    if not facts.log_growth:
+        out.append("log_tail with watch_s (does the log advance?)")
+    if ("py_stacks", False) not in made:
+        out.append("py_stacks (where the ranks wait)")
+    if ("gpu_status", True) not in made:
+        out.append("gpu_status with watch_s (does GPU memory move?)")
+    if ("process_io", True) not in made:
+        out.append("process_io with watch_s (is it reading off storage?)")
+    return out
 
 
 def _crash_rule(

@@ -618,3 +618,13 @@ def test_a_silent_multi_rank_launch_with_static_gpu_memory_is_an_inferred_stall(
         q = qualify(act, obs, f)
         assert float(q["confidence"]) <= 0.6 and "static" in q["summary"]
         assert "py-spy dump" in q["next_step"]
+
+
+def test_a_refused_hang_says_what_would_prove_it_and_which_reads_are_missing() -> None:
+    """nccl_failure with no error line and no stall shown: the refusal names the hang's proof
+    form and the reads not made yet (issue 21: a refusal says which form would prove the label)."""
+    line = "[2025-01-08 18:02:31 TP0] Init torch distributed begin. tp_size=2"
+    obs = _log(line)
+    refusal = check_conclusion(_conclude("nccl_failure", ("o1", line)), obs, _facts(alive=True))
+    assert refusal and "for a hang, show the stall" in refusal[0], refusal
+    assert "py_stacks" in refusal[0] and "gpu_status with watch_s" in refusal[0], refusal
