@@ -229,11 +229,15 @@ def test_pivot_launch_of_a_failing_command_is_diagnosed_and_notified(
 
 def test_ctrl_c_stops_the_launch_process_group(tmp_path: Path) -> None:
     log = tmp_path / "long.log"
+    # it keeps printing (a loader at work): on a slow CI box a launch silent after one line is
+    # rightly called stalled and diagnosed before the Ctrl-C lands, which is not what this tests
     code = (
         "import os, subprocess, sys, time\n"
         "kid = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'])\n"
         "print('pids', os.getpid(), kid.pid, flush=True)\n"
-        "time.sleep(600)\n"
+        "for i in range(1200):\n"
+        "    print('Loading shard', i, flush=True)\n"
+        "    time.sleep(0.5)\n"
     )
     p = _pivot(["launch", "--log", str(log), "--", PY, "-c", code], _env(tmp_path))
     wait_for(lambda: _log_has(log, "pids "), 30, "the launch's first line")
