@@ -599,11 +599,22 @@ def qualify(action: Action, observations: list[Observation], facts: Facts) -> Ac
         " To confirm: look for who stopped it (`journalctl -k` / `sudo dmesg -T` for kills, the "
         "supervisor's or Kubernetes events, a launcher timeout, shell history)."
     )
+    return _inferred(
+        action,
+        "killed_externally",
+        f"({why})",
+        confirm,
+    )
+
+
+def _inferred(action: Action, label: str, why: str, confirm: str) -> Action:
+    """A conclusion the proof allows only by inference: its confidence capped, the summary
+    saying how it was inferred, the next step naming the read that would confirm it."""
     return Action(
         **{
             **action,
             "confidence": min(float(action.get("confidence") or 0.0), INFERRED_CONFIDENCE),
-            "summary": f"{action.get('summary') or 'killed_externally'} ({why})",
+            "summary": f"{action.get('summary') or label} {why}",
             "next_step": (action.get("next_step") or "") + confirm,
         }
     )
@@ -621,31 +632,23 @@ def _qualify_slow_bar(action: Action, observations: list[Observation], facts: Fa
             return action
         pid, _, path = work
         # no growth seen: that the helper's work is what the launch waits on is inferred
-        return Action(
-            **{
-                **action,
-                "confidence": min(float(action.get("confidence") or 0.0), INFERRED_CONFIDENCE),
-                "summary": f"{action.get('summary') or 'still_starting'} (inferred: the log did "
-                f"not grow in the watch; pid {pid} is at work on {path})",
-                "next_step": (action.get("next_step") or "")
-                + f" To confirm: the log moves on once pid {pid} ends; if pid {pid} is gone and "
-                "the log still says nothing, the launch is stuck.",
-            }
+        return _inferred(
+            action,
+            "still_starting",
+            f"(inferred: the log did not grow in the watch; pid {pid} is at work on {path})",
+            f" To confirm: the log moves on once pid {pid} ends; if pid {pid} is gone and "
+            "the log still says nothing, the launch is stuck.",
         )
     _, _, pace, window = slow
     need = int(1.5 * pace + 1)
     pid = (facts.server_main_pids or facts.server_pids or [None])[0]
     stack = f" or `py-spy dump --pid {pid}` shows it reading weights" if pid else ""
-    return Action(
-        **{
-            **action,
-            "confidence": min(float(action.get("confidence") or 0.0), INFERRED_CONFIDENCE),
-            "summary": f"{action.get('summary') or 'still_starting'} (inferred: at {pace:.0f} s "
-            f"per step the {window:.0f} s watch was shorter than one step)",
-            "next_step": (action.get("next_step") or "")
-            + f" To confirm: watch past one step (PIVOT_LIVENESS_MAX_S={need} pivot investigate "
-            f"...){stack}; a step that never comes is a stalled load.",
-        }
+    return _inferred(
+        action,
+        "still_starting",
+        f"(inferred: at {pace:.0f} s per step the {window:.0f} s watch was shorter than one step)",
+        f" To confirm: watch past one step (PIVOT_LIVENESS_MAX_S={need} pivot investigate "
+        f"...){stack}; a step that never comes is a stalled load.",
     )
 
 
@@ -664,14 +667,12 @@ def _qualify_hang(action: Action, observations: list[Observation], facts: Facts)
         "collective); relaunch with NCCL_DEBUG=INFO to see which rank stops; try NCCL_P2P_DISABLE=1 "
         "once as a test (a broken P2P path: ACS/IOMMU); check `nvidia-smi topo -m`."
     )
-    return Action(
-        **{
-            **action,
-            "confidence": min(float(action.get("confidence") or 0.0), INFERRED_CONFIDENCE),
-            "summary": f"{action.get('summary') or 'nccl_failure'} (inferred from a stall: alive, "
-            "silent over the watched window, GPUs "
-            + ("spinning" if stall_proof(observations, facts) == "pinned" else "static")
-            + "; stacks not read)",
-            "next_step": (action.get("next_step") or "") + confirm,
-        }
+    return _inferred(
+        action,
+        "nccl_failure",
+        "(inferred from a stall: alive, "
+        "silent over the watched window, GPUs "
+        + ("spinning" if stall_proof(observations, facts) == "pinned" else "static")
+        + "; stacks not read)",
+        confirm,
     )
