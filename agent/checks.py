@@ -18,6 +18,7 @@ from agent.facts import Facts, derive
 from agent.server_port import server_port
 from agent.state import Hypothesis, Observation
 from tools import yamlio
+from tools.engines import server_name_pattern
 from tools.log_window import max_window_s
 
 LOG_NAME = re.compile(r"(?i)(\.log|\.out|\.err|nohup|/logs?/[^/]+$|\.txt$)")
@@ -320,7 +321,17 @@ def options(
             port = server_port(observations, facts)
             args = {"port": port} if port else None
         elif need == "systemd_unit":
-            unit = next((p.rsplit("/", 1)[-1] for p in all_paths if p.endswith(".service")), None)
+            # a unit the server's by its name (an engine's, "llm", "serve"...): the box's other
+            # units (podman.service, a database's) say nothing about this launch
+            unit = next(
+                (
+                    name
+                    for p in all_paths
+                    if (name := p.rsplit("/", 1)[-1]).endswith(".service")
+                    and server_name_pattern().search(name.removesuffix(".service"))
+                ),
+                None,
+            )
             args = {"kind": "journalctl", "name": unit} if unit else None
         elif need in ("server_pid", "idle_server_pid"):
             pid = _silent_server_pid(facts)

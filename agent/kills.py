@@ -4,7 +4,9 @@ One old OOM kill of an unrelated container poisoned every verdict on a busy host
 a port conflict and a healthy server were each "host_oom_killed", citing that line. A kill line
 counts for the launch only when its victim is a member of the launch (a pid the launch's log or
 processes name) or its time falls inside the launch's life (from the log's own first stamp to a
-grace period after its last). Otherwise it is a bystander's, and no rule may cite it.
+grace period after its last), and not before its log file was created (the file's birth, where
+the filesystem keeps one: a log without stamps still has it). Otherwise it is a bystander's, and
+no rule may cite it.
 
 Unknown stays unknown: with no stamps on either side and a victim that could be the launch
 (a Python or launcher process), the line still counts, as it did before.
@@ -126,6 +128,21 @@ def _last_write(observations: list[Observation]) -> logtime.Stamp | None:
     return best
 
 
+def _first_birth(observations: list[Observation]) -> logtime.Stamp | None:
+    """When the oldest log file read was created (the host's wall clock), only when every log
+    file read says so: a file of unknown birth may be older than any kill."""
+    births: list[logtime.Stamp] = []
+    for o in observations:
+        if o["ok"] and o["tool"] == "log_tail" and o["args"].get("path"):
+            st = logtime.stamp(str(o["data"].get("born") or ""))
+            if st is None:
+                return None
+            births.append(st)
+    if not births:
+        return None
+    return min(births, key=lambda st: (st[0] or 0, st[1:]))
+
+
 def _minutes_before(kill: logtime.Stamp, write: logtime.Stamp) -> float:
     """How many minutes the kill came before the write (negative: after it)."""
     year = write[0] or kill[0] or datetime.now().year
@@ -151,9 +168,22 @@ def bystander_kills(observations: list[Observation]) -> dict[str, str]:
     out: dict[str, str] = {}
     foreign_stamps: set[logtime.Stamp] = set()
     last_write = _last_write(observations)
+    born = _first_birth(observations)
     for _, ln in kernel:
         st = kernel_stamp(ln)
         v = victim(ln)
+        if (
+            st is not None
+            and born is not None
+            and _minutes_before(st, born) * 60 > LEAD_S
+            and (v is None or not _member(v, text, named))
+        ):
+            out[ln] = (
+                f"the kill came {_minutes_before(st, born):.0f} minutes before the launch's log "
+                "was created: an earlier run's, or another job's"
+            )
+            foreign_stamps.add(st)
+            continue
         if (
             st is not None
             and last_write is not None

@@ -7,7 +7,8 @@ Expected failures (non-zero exit, timeout, missing file, unreachable host) come 
 
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
+from datetime import datetime, timedelta
+from typing import NamedTuple, Protocol, runtime_checkable
 
 from pydantic import BaseModel, Field
 
@@ -56,25 +57,47 @@ class FileTail(BaseModel):
     #: the file's owner as the host names it (`stat -c %U`): who the writer of a log runs as,
     #: for a launch none of whose processes is alive; None when not known (a replayed card)
     owner: str | None = None
+    #: when the file was created, on the same clock as `modified`; None when the filesystem keeps
+    #: no birth time or it is not known: a kill before it cannot have ended the file's writer
+    born: str | None = None
 
 
-#: `stat`'s format for a tail's head line: size, owner, modification time (GNU coreutils)
-STAT_HEAD = "%s %U %y"
+#: `stat`'s format for a tail's head line: size, owner, birth and modification (seconds since
+#: the epoch; birth 0 where the filesystem keeps none) and modification as local wall time
+#: (GNU coreutils)
+STAT_HEAD = "%s %U %W %Y %y"
 
 
-def parse_stat_head(head: bytes) -> tuple[int, str | None, str | None] | None:
-    """(size, owner, modified) from STAT_HEAD's line ("52 alice 2026-12-01 23:30:01.1 +0000");
-    None when the line is not that. `UNKNOWN` (a uid with no name here) is no owner."""
-    parts = head.strip().split(b" ", 2)
+class StatHead(NamedTuple):
+    size: int
+    owner: str | None
+    modified: str | None
+    born: str | None
+
+
+def parse_stat_head(head: bytes) -> StatHead | None:
+    """STAT_HEAD's line ("52 alice 1796214400 1796214460 2026-12-01 23:30:01.1 +0000") or the
+    older "size owner %y" form; None when the line is neither. `UNKNOWN` (a uid with no name
+    here) is no owner. The birth time is said on the same wall clock as the modification (the
+    modification's local time less the seconds between the two), so no time zone is needed."""
+    parts = head.strip().split(b" ")
     if len(parts) < 2 or not parts[0].isdigit():
         return None
     owner = parts[1].decode("utf-8", "replace") if len(parts) > 2 else None
-    when = parts[2] if len(parts) > 2 else parts[1]
-    return (
-        int(parts[0]),
-        (None if owner == "UNKNOWN" else owner),
-        when.decode("ascii", "replace")[:19] or None,
-    )
+    born_s = mtime_s = None
+    rest = parts[2:] if len(parts) > 2 else parts[1:]
+    if len(rest) >= 3 and rest[0].isdigit() and rest[1].isdigit():
+        born_s, mtime_s = int(rest[0]), int(rest[1])
+        rest = rest[2:]
+    modified = b" ".join(rest).decode("ascii", "replace")[:19] or None
+    born = None
+    if modified and born_s and mtime_s and born_s <= mtime_s:
+        try:
+            at = datetime.strptime(modified, "%Y-%m-%d %H:%M:%S")
+            born = (at - timedelta(seconds=mtime_s - born_s)).strftime("%Y-%m-%d %H:%M:%S")
+        except ValueError:
+            born = None
+    return StatHead(int(parts[0]), None if owner == "UNKNOWN" else owner, modified, born)
 
 
 @runtime_checkable

@@ -70,6 +70,7 @@ class LocalHost:
         )
 
     def read_tail(self, path: str, max_bytes: int = 256_000) -> FileTail:
+        """The file's end, its size, owner and times (birth where the filesystem keeps it)."""
         try:
             with open(path, "rb") as fh:
                 st = os.fstat(fh.fileno())
@@ -100,6 +101,7 @@ class LocalHost:
             bytes_read=len(data),
             modified=modified,
             owner=owner,
+            born=_born(path, st.st_mtime),
         )
 
     def write_file(self, path: str, data: bytes, mode: int | None = None) -> CommandResult:
@@ -187,3 +189,17 @@ def _communicate_bounded(
     left = max(0.0, deadline - time.monotonic())
     proc.wait(timeout=left if left > 0 else 0.1)
     return bytes(bufs[proc.stdout.fileno()]), bytes(bufs[proc.stderr.fileno()])
+
+
+def _born(path: str, mtime: float) -> str | None:
+    """The file's birth as local wall time: Python's os.stat has no birth time on Linux before
+    3.12 (statx), so ask `stat -c %W` as the SSH read does; None where the filesystem keeps none."""
+    try:
+        out = subprocess.run(
+            ["stat", "-L", "-c", "%W", "--", path], capture_output=True, timeout=5, check=False
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if not out.isdigit() or int(out) <= 0 or int(out) > mtime + 1:
+        return None
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(int(out)))

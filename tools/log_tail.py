@@ -80,6 +80,9 @@ class Result(ToolResult):
         None,
         description="the user owning the file (stat %U): who its writer runs as; None unknown",
     )
+    born: str | None = Field(
+        None, description="when the file was created, on the host's wall clock; None unknown"
+    )
     last_progress: Progress | None = Field(
         None, description="the newest progress bar or slow phase in the last lines, with ETA"
     )
@@ -194,6 +197,7 @@ def read_once(host: Host, args: Args) -> Result:
         last_progress=last_progress(tail),
         modified=ft.modified,
         owner=ft.owner,
+        born=ft.born,
     )
 
 

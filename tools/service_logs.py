@@ -22,6 +22,9 @@ from tools.textclean import clean_lines
 Kind = Literal["docker", "kubectl", "journalctl"]
 #: What an inference server's container, pod or unit tends to be called.
 SERVER_NAME = engines.server_name_pattern()  # engine names + llm|serve|inference
+#: journald's own remarks between a unit's lines ("-- No entries --", "-- Logs begin at ...",
+#: "-- Boot 3f2a... --", "-- Reboot --"): never a line the server printed.
+JOURNAL_META = re.compile(r"^-- (No entries|Logs begin|Journal begins|Boot |Reboot)")
 SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:@/-]{0,200}$")
 
 
@@ -165,6 +168,8 @@ def run(host: Host, args: Args) -> Result:
         res = host.run(cmd, timeout=20)
         tried.append(f"{cmd}: rc {res.rc}")
         tail = clean_lines(res.stdout).lines[-args.lines :] if res.ok else []
+        if kind == "journalctl":  # "-- No entries --", "-- Boot ... --": journald's, not the unit's
+            tail = [ln for ln in tail if not JOURNAL_META.match(ln)]
         # a pod that never ran its container (a bad command, an image pull, a probe) has an
         # empty log: its record says how it ended
         describe = _describe(host, name) if kind == "kubectl" and not tail else []

@@ -485,15 +485,15 @@ class SSHHost:
                 fix="the host needs GNU coreutils stat/tail; read the file with another tool",
             )
         # `%y` is the host's local wall time ("2026-12-01 23:30:01.123456789 +0000")
-        size, owner, modified = parsed
         return FileTail(
             host=self.name,
             path=path,
             data=data,
-            size=size,
+            size=parsed.size,
             bytes_read=len(data),
-            modified=modified,
-            owner=owner,
+            modified=parsed.modified,
+            owner=parsed.owner,
+            born=parsed.born,
         )
 
     def write_file(self, path: str, data: bytes, mode: int | None = None) -> CommandResult:

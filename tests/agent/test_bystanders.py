@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from agent import kills
+from agent.state import Hypothesis, Observation
 from tests.agent.test_rules import GPU_CLEAN, PS_IDLE, _card, _run
 
 LOG = (
@@ -241,3 +242,72 @@ def test_a_search_that_found_nothing_does_not_hide_the_logs_span() -> None:
         ),
     ]
     assert kill in bystander_kills(observations)  # type: ignore[arg-type]
+
+
+def test_the_supervisor_check_reads_only_a_unit_that_is_the_servers() -> None:
+    """A busy box lists its own units (podman.service, a database's): none is the launch's
+    supervisor; a unit named like an inference server is."""
+    from agent.checks import options
+
+    def listing(*paths: str) -> list[Observation]:
+        return [
+            Observation(
+                id="o1",
+                tool="find_logs",
+                args={},
+                ok=True,
+                lines=list(paths),
+                data={"configs": [{"path": p} for p in paths]},
+                round=0,
+            )
+        ]
+
+    board = {
+        "killed_externally": Hypothesis(
+            label="killed_externally",
+            statement="",
+            status="open",
+            score=1.0,
+            evidence=[],
+            against=[],
+            check="",
+        )
+    }
+    foreign = listing(
+        "/etc/systemd/system/default.target.wants/podman.service",
+        "/usr/lib/systemd/system/postgresql.service",
+    )
+    assert not [o for o in options(foreign, board, []) if o.id == "supervisor_log"]
+    ours = listing("/etc/systemd/system/podman.service", "/etc/systemd/system/vllm-qwen.service")
+    (opt,) = [o for o in options(ours, board, []) if o.id == "supervisor_log"]
+    assert opt.args == {"kind": "journalctl", "name": "vllm-qwen.service"}
+
+
+@pytest.mark.parametrize(
+    ("born", "foreign"), [("2026-12-02 10:11:00", True), ("2026-12-02 10:05:00", False)]
+)
+def test_a_kill_before_an_unstamped_log_was_created_is_not_the_launchs(
+    born: str, foreign: bool
+) -> None:
+    """A launch's log without time stamps still has a birth: a cgroup OOM kill of some python3
+    four minutes before the file existed did not end its writer (it once made a live launch
+    `host_oom_killed`). The control: the same kill after the file's birth still counts."""
+    from agent.kills import bystander_kills
+
+    kill = (
+        "[Wed Dec  2 10:07:12 2026] Memory cgroup out of memory: Killed process 4121 (python3) "
+        "total-vm:79520kB, anon-rss:68096kB, file-rss:5216kB, shmem-rss:0kB, UID:0"
+    )
+    observations = [
+        Observation(id="o1", tool="dmesg", args={}, ok=True, lines=[kill], data={}, round=0),
+        Observation(
+            id="o2",
+            tool="log_tail",
+            args={"path": "/srv/launch.log"},
+            ok=True,
+            lines=["starting the server", "loading weights"],
+            data={"modified": "2026-12-02 10:11:30", "born": born},
+            round=0,
+        ),
+    ]
+    assert (kill in bystander_kills(observations)) is foreign

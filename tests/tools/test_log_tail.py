@@ -225,8 +225,20 @@ def test_binary_log_is_flagged_and_never_shown(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("head", "want"),
     [
-        (b"52 alice 2026-12-01 23:30:01.123456789 +0000", (52, "alice", "2026-12-01 23:30:01")),
-        (b"7 UNKNOWN 2026-12-01 23:30:01.1 +0000", (7, None, "2026-12-01 23:30:01")),
+        (
+            b"52 alice 1796214400 1796214461 2026-12-01 23:30:01.123456789 +0000",
+            (52, "alice", "2026-12-01 23:30:01", "2026-12-01 23:29:00"),
+        ),
+        (  # no birth kept (0): unknown, not the epoch
+            b"52 alice 0 1796214461 2026-12-01 23:30:01.1 +0000",
+            (52, "alice", "2026-12-01 23:30:01", None),
+        ),
+        # an older stat's form without the epoch times still reads
+        (
+            b"52 alice 2026-12-01 23:30:01.123456789 +0000",
+            (52, "alice", "2026-12-01 23:30:01", None),
+        ),
+        (b"7 UNKNOWN 2026-12-01 23:30:01.1 +0000", (7, None, "2026-12-01 23:30:01", None)),
         (b"stat: cannot stat 'x'", None),
     ],
 )
@@ -234,6 +246,14 @@ def test_the_stat_head_gives_size_owner_and_time(head: bytes, want: object) -> N
     from tools.host import parse_stat_head
 
     assert parse_stat_head(head) == want
+
+
+def test_a_read_says_when_the_log_was_born(tmp_path: Path) -> None:
+    """Birth as the same wall clock as the last write: never after it, on this filesystem known."""
+    log = tmp_path / "server.log"
+    log.write_text("INFO start\n")
+    res = run(LocalHost(), Args(path=str(log)))
+    assert res.born is not None and res.modified is not None and res.born <= res.modified
 
 
 def test_a_local_read_names_the_logs_owner(tmp_path: Path) -> None:

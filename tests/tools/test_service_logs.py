@@ -121,3 +121,21 @@ def test_a_pod_in_another_namespace_is_found_and_its_record_read() -> None:
     assert r.ok and r.name == "ai/llama-strix-5f8b7c9d6d-kq4wz", r.lines()
     assert message in r.lines() and "      Exit Code:    128" in r.lines()
     assert not any("Image:" in ln for ln in r.lines())  # only the lines that say how it ended
+
+
+def test_an_empty_journal_is_no_log_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """journald's "-- No entries --" is its remark, not the unit's line: an empty journal is no
+    log (it was once cited as the last line a killed server printed)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    _script(bin_dir, "journalctl", 'echo "-- No entries --"\n')
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    r = SPEC.call(LocalHost(), {"kind": "journalctl", "name": "sglang.service"})
+    assert not r.ok and "-- No entries --" not in r.lines()
+    _script(
+        bin_dir,
+        "journalctl",
+        'echo "-- Boot 3f2a --"; echo "Dec 02 12:00:01 box python[7]: Loading weights"\n',
+    )
+    r = SPEC.call(LocalHost(), {"kind": "journalctl", "name": "sglang.service"})
+    assert r.ok and r.tail == ["Dec 02 12:00:01 box python[7]: Loading weights"]
