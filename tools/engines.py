@@ -309,7 +309,10 @@ class Match(BaseModel):
 
 def is_never(inv: Invocation) -> bool:
     n = registry().never
-    return bool((n.modules if inv.module else n.programs).match(inv.program))
+    if inv.module:
+        return bool(n.modules.match(inv.program))
+    # a daemon's own title names it with a colon ("postgres: checkpointer", "nginx: worker")
+    return bool(n.programs.match(inv.program) or n.programs.match(inv.program.removesuffix(":")))
 
 
 def classify(command: str) -> Match:

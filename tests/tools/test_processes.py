@@ -296,3 +296,24 @@ def test_a_grep_whose_quoted_pattern_names_engines_is_not_a_server() -> None:
         classify("bash -c cd /srv && python -m sglang.launch_server --port 30000").engine
         == "sglang"
     )
+
+
+def test_a_database_writing_server_log_is_never_the_inference_server() -> None:
+    """A box's own services write logs called server.log and listen on ports too: PostgreSQL
+    writing the log found newest, or nginx on the port, is no launch (it once had Pivot dump
+    postgres' stacks and watch the GPUs for a minute on a box with no server at all)."""
+    tree = (
+        "    PID    PPID USER     STAT  ELAPSED %CPU   RSS COMMAND\n"
+        "    500       1 pivot-pg Ss        60  0.4 32884 /usr/lib/postgresql/15/bin/postgres -D /tmp/pg/data\n"
+        "    501     500 pivot-pg Ss        60  0.0  8000 postgres: checkpointer\n"
+        "    600       1 www-data Ss        60  0.0  8000 nginx: master process /usr/sbin/nginx\n"
+        "    700       1 alice    Sl        60 50.0  9000 python3 run.py --port 8000\n"
+    )
+    procs = parse_ps(tree).procs
+    identify(procs, writers={500: "/tmp/pg/server.log"}, port_pids={600: 8000})
+    by = {p.pid: p for p in procs}
+    assert by[500].server is None and by[501].server is None and by[600].server is None
+    # the control: a plain Python program writing the log asked about is the server
+    procs = parse_ps(tree).procs
+    identify(procs, writers={700: "/srv/serve.log"})
+    assert {p.pid: p for p in procs}[700].server == "unknown"
