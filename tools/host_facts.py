@@ -15,6 +15,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from tools.base import ToolResult, ToolSpec, bound_lines
+from tools.batch import run_batch
 from tools.host import CommandResult, Host
 from tools.processes import MEM_PRESSURE_PCT
 from tools.shared_reads import at_once, shared
@@ -210,12 +211,26 @@ _NO_CLUSTER = re.compile(
 )
 
 
+#: the one-liners asked in one batch (tools/batch.py): each is a fork and a few milliseconds,
+#: where a channel of its own cost more than the command (the sweep is CPU-bound on small boxes)
+_BATCHED = ("driver", "ulimit", "kernel", "network", "env")
+
+
 def _read(host: Host, name: str) -> CommandResult:
-    if name == "kubectl":
-        return _events(host)
     if name == "memory":  # `disk` reads it in the same wave: one read for both
         return shared(host, "free -m", lambda: host.run("free -m", timeout=10))
     return host.run(COMMANDS[name][0], timeout=15, max_bytes=200_000)
+
+
+def _one_liners(host: Host, names: list[str], kube: bool) -> dict[str, CommandResult]:
+    """The batched sections, and (key "kube?") whether kubectl has a cluster to ask."""
+    asked = [n for n in names if n in _BATCHED]
+    commands = [COMMANDS[n][0] for n in asked] + ([_KUBE_CONFIGURED] if kube else [])
+    answers = run_batch(host, commands, timeout=15, max_bytes=200_000)
+    read = dict(zip(asked, answers, strict=False))
+    if kube:
+        read["kube?"] = answers[-1]
+    return read
 
 
 #: where kubectl finds a cluster: a kubeconfig, or a pod's service account (in-cluster)
@@ -224,13 +239,12 @@ _KUBE_CONFIGURED = (
 )
 
 
-def _events(host: Host) -> CommandResult:
+def _events(host: Host, configured: CommandResult) -> CommandResult:
     """`kubectl get events`, unless the host says kubectl has no cluster to ask: no KUBECONFIG,
     no ~/.kube/config and not inside a pod. Starting kubectl there only to be refused cost
     ~50 ms of CPU (Go) in every first sweep on a box that has kubectl and no cluster. A host
     that cannot say (the test itself failed to run, a replayed card) is asked as before."""
     events = COMMANDS["kubectl"][0]
-    configured = host.run(_KUBE_CONFIGURED, timeout=5)
     if configured.rc == 1 and configured.error is None:
         why = (
             "not asked: no KUBECONFIG, no ~/.kube/config and not in a pod (kubectl has no cluster)"
@@ -268,15 +282,24 @@ def run(host: Host, args: Args) -> Result:
     ecc = None
     memory = None
     names = list(dict.fromkeys(args.sections))
-    # independent one-line reads: run at once over the one connection (each its own channel),
-    # so the sweep waits for the slowest command, not for the sum of nine; the pods wait for
-    # the events, which say whether kubectl reaches a cluster at all
-    after_events = "pods" in names and "kubectl" in names
-    first = [n for n in names if not (after_events and n == "pods")]
-    answers = at_once(lambda n: _read(host, n), first, _PARALLEL, "pivot-host-facts")
-    read = dict(zip(first, answers, strict=True))
-    if after_events:
-        read["pods"] = _pods_after(host, read["kubectl"])
+    # the one-liners in one batch, the slower reads (nvidia-smi's ECC query, free shared with
+    # `disk`) each on a channel of their own, all at once: the sweep waits for the slowest, not
+    # for the sum; kubectl's events wait for the batch's "is a cluster configured?", the pods
+    # for the events, which say whether kubectl reaches a cluster at all
+    kube = "kubectl" in names
+    alone = [n for n in names if n not in _BATCHED and n not in ("kubectl", "pods")]
+    jobs: list[str | None] = [None, *alone]
+    answers = at_once(
+        lambda n: _one_liners(host, names, kube) if n is None else {n: _read(host, n)},
+        jobs,
+        _PARALLEL,
+        "pivot-host-facts",
+    )
+    read: dict[str, CommandResult] = {k: v for a in answers for k, v in a.items()}
+    if kube:
+        read["kubectl"] = _events(host, read.pop("kube?"))
+    if "pods" in names:
+        read["pods"] = _pods_after(host, read["kubectl"]) if kube else _read(host, "pods")
     results = [read[n] for n in names]
     for name, res in zip(names, results, strict=True):
         command, keep = COMMANDS[name]

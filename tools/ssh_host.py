@@ -453,6 +453,19 @@ class SSHHost:
             fix=o.fix,
         )
 
+    def run_batch(
+        self, commands: list[str], timeout: float = DEFAULT_TIMEOUT_S, max_bytes: int = 200_000
+    ) -> list[CommandResult]:
+        """Cheap read-only commands over one channel, one result each (tools/batch.py): one
+        fork of sshd and one shell instead of one per command."""
+        from tools import batch
+
+        nonce = batch.new_nonce()
+        whole = self.run(
+            batch.compose(commands, nonce), timeout=timeout, max_bytes=max_bytes * len(commands)
+        )
+        return batch.results(self.name, commands, whole, nonce)
+
     def read_tail(self, path: str, max_bytes: int = 256_000) -> FileTail:
         """`stat` + `tail -c` in one command: one round trip, cost independent of file size."""
         q = shlex.quote(path)
