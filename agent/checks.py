@@ -208,7 +208,10 @@ def _silent_server_pid(f: Facts) -> int | None:
         ranks = [p for p in f.server_worker_pids if p in on_gpu] or on_gpu
         if ranks:
             return max(ranks, key=lambda p: f.gpu_pids.get(p, 0.0))
-        return (f.server_worker_pids or f.server_main_pids or f.server_pids or [None])[0]
+        # no GPU process list: a worker whose title names its rank (VLLM::Worker_TP0) runs
+        # the model; an engine core or a scheduler front waits on it
+        titled = [p for p in f.server_worker_pids if f._ps_recs.get(p, {}).get("rank") is not None]
+        return (titled or f.server_worker_pids or f.server_main_pids or f.server_pids or [None])[0]
     if f.server_alive is None and f.busy_unknown_pids:
         return next(iter(f.busy_unknown_pids))
     return None
@@ -338,6 +341,8 @@ def options(
             if need == "idle_server_pid" and any((g.util_pct or 0) >= 50 for g in facts.gpus):
                 pid = None  # GPUs at work: a spin or a compute, not a read from storage
             args = {"pid": pid, **(c.get("args") or {})} if pid else None
+            if args and facts.ps_outside:
+                args["machine_pid"] = True  # a pid of the machine's table, not the container's
         elif need == "hub_model":
             model = hub_model(observations) if facts.server_alive else None
             args = {"model": model, "caches": hub_caches(observations)} if model else None

@@ -67,6 +67,11 @@ class Facts(BaseModel):
     gpu_error: str | None = None
     gpu_pids: dict[int, float] = Field(default_factory=dict)  # pid -> MiB
     gpu_pid_lines: dict[int, str] = Field(default_factory=dict)
+    #: pid -> the GPU (nvidia-smi's index) its memory is on, where nvidia-smi said
+    gpu_pid_index: dict[int, int] = Field(default_factory=dict)
+    #: the process table is the machine's, read for a container without ps of its own: its
+    #: pids are the machine's, and a pid is read on the machine (py_stacks, process_io)
+    ps_outside: bool = False
     gpu_pid_obs: str | None = None
     graphics_mib: float = 0.0  # held by display servers / desktop apps (type G)
     ps_available: bool = False
@@ -397,14 +402,16 @@ def _log_engine(log_reads: LogReads) -> str | None:
 def _other_engines(f: Facts, log_reads: LogReads) -> bool:
     """A live server process of another engine, whose command line never names the engine the
     log under investigation prints, and which does not write that log, is another launch (a
-    neighbour's training job under torchrun is not the dead vLLM server's launch)."""
+    neighbour's training job under torchrun is not the dead vLLM server's launch). Workers
+    count too: a `ps aux` without parents cannot tie a neighbour's `sglang::scheduler_TP0` to
+    its main process, and its engine alone says it is not this vLLM's."""
     mine = _log_engine(log_reads)
-    if mine is None or not f.server_main_pids:
+    if mine is None or not f.server_pids:
         return False
     names = engines.registry().engines[mine].names
     writers = {p for ps in f.log_writers.values() for p in ps}
     theirs: set[int] = set()
-    for pid in f.server_main_pids:
+    for pid in f.server_pids:
         rec = f._ps_recs.get(pid, {})
         engine = rec.get("server")
         cmd = str(rec.get("command") or "")
@@ -422,19 +429,32 @@ def _other_engines(f: Facts, log_reads: LogReads) -> bool:
     return True
 
 
-def _other_users(f: Facts, log_reads: LogReads) -> bool:
-    """A live server of another (non-root) user than the one whose home the log under
-    investigation lives in is another user's launch, not this one (a neighbour's vLLM on a
-    shared box)."""
+def _home_owner(log_reads: LogReads) -> str | None:
+    """The one user in whose home every log under investigation lives."""
     homes = {m.group(1) for p in log_reads if (m := _HOME.match(p))}
-    if len(homes) != 1:
-        return False
-    (owner,) = homes
-    if any(not _HOME.match(p) for p in log_reads):
+    if len(homes) != 1 or any(not _HOME.match(p) for p in log_reads):
+        return None
+    return next(iter(homes))
+
+
+def _container_owner(f: Facts) -> str | None:
+    """Who runs the server's container's main process, by the host's ps."""
+    pid = f.container.pid if f.container is not None else None
+    user = str(f._ps_recs.get(pid, {}).get("user") or "") if pid is not None else ""
+    return user or None
+
+
+def _other_users(f: Facts, log_reads: LogReads) -> bool:
+    """A live server of another (non-root) user than the launch's is another user's launch, not
+    this one (a neighbour's vLLM on a shared box). The launch's user: whose home the log under
+    investigation lives in, or who runs the server's container's main process (State.Pid in
+    the host's ps)."""
+    owner = _home_owner(log_reads) or _container_owner(f)
+    if owner is None:
         return False
     writers = {p for ps in f.log_writers.values() for p in ps}
     theirs: set[int] = set()
-    for pid in f.server_main_pids:
+    for pid in f.server_pids:
         rec = f._ps_recs.get(pid, {})
         user = str(rec.get("user") or "")
         if (
@@ -576,6 +596,7 @@ def _gpu(f: Facts, o: Observation, _logs: LogReads) -> None:
     f.gpu_obs = o["id"]
     f.gpus = []
     f.gpu_pids, f.gpu_pid_lines, f.graphics_mib = {}, {}, 0.0  # the newest read decides
+    f.gpu_pid_index = {}
     for g in res.gpus:
         idx = g.index
         line = g.line  # the tool's own row for this GPU (memory, utilization)
@@ -607,6 +628,8 @@ def _gpu(f: Facts, o: Observation, _logs: LogReads) -> None:
             continue
         f.gpu_pids[p.pid] = _num(p.used_mib) or 0.0
         f.gpu_pid_lines[p.pid] = line
+        if p.gpu_index is not None:
+            f.gpu_pid_index[p.pid] = p.gpu_index
         f.gpu_pid_obs = o["id"]
 
 
@@ -625,6 +648,7 @@ def _ps(f: Facts, o: Observation, _logs: LogReads) -> None:
     )
     f.procs, f.server_pids, f.server_main_pids, f.server_worker_pids = {}, [], [], []
     f.host_mem_pct = res.mem_pct_total
+    f.ps_outside = bool(res.read_outside)
     f.mem_hogs = [
         p.pid
         for p in sorted(res.processes, key=lambda p: -(p.mem_pct or 0))

@@ -22,6 +22,7 @@ from agent.rules import (
     WEIGHT,
     host_rules,
     liveness_rules,
+    oom_at_device_init,
     oom_phase,
     search_rules,
     stale_gpu_possible,
@@ -194,7 +195,29 @@ def _compute(observations: list[Observation]) -> tuple[list[Finding], Facts]:
             w = WEIGHT[
                 "fatal"
             ]  # the line that ended the process (by its shape) carries this message
-        if m.strength == "fatal" and label in OOM_LABELS:
+        init = (
+            oom_at_device_init(o, m, hits)
+            if m.strength == "fatal" and label in OOM_LABELS
+            else None
+        )
+        if init is not None:
+            # the OOM came before the launch loaded or ran anything: neither of its OOM labels
+            # is the cause; the line stays a clue (who filled the GPU: another process, or the
+            # CUDA/torch build's own context)
+            w = WEIGHT["weak"]
+            for other in sorted(OOM_LABELS):
+                add(
+                    other,
+                    "phase",
+                    -2.5,
+                    o["id"],
+                    init,
+                    "the OOM came while the CUDA device was being set up, before the launch "
+                    'loaded or ran anything of its own; `python -c "import torch; '
+                    "torch.zeros(1, device='cuda'); print(torch.cuda.mem_get_info())\"` in its "
+                    "environment says whether the CUDA/torch build itself takes the memory",
+                )
+        elif m.strength == "fatal" and label in OOM_LABELS:
             label, phase = oom_phase(o, m, hits)
             if phase is not None:
                 add(label, "phase", 1.0, o["id"], phase.line, f"the OOM came {phase.signature}")

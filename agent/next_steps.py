@@ -18,6 +18,8 @@ from agent.state import Observation
 
 PORT_IN_LINE = re.compile(r"(?:port[ =:]+|:|', )(\d{2,5})\b")
 PID_IN_LINE = re.compile(r"pid=(\d+)")
+#: a line about where something listens: only there is a colon-number a port
+_ABOUT_PORTS = re.compile(r"(?i)\bport\b|\bbind|address|listen|https?://|serving on")
 ARCH_LINE = re.compile(r"(?i)CUDA architectures|ARCH_LIST|major versions|no kernel image|sm_\d+")
 ARCH_ENV = ("FLASHINFER_CUDA_ARCH_LIST", "TORCH_CUDA_ARCH_LIST", "CUDA_ARCH_LIST")
 
@@ -38,7 +40,10 @@ def _port(
     evidence: list[dict[str, str]], observations: list[Observation], facts: Facts | None = None
 ) -> int | None:
     for e in evidence:
-        m = PORT_IN_LINE.search(e.get("line", ""))
+        line = e.get("line", "")
+        if not _ABOUT_PORTS.search(line):
+            continue  # "max_split_size_mb:512", "custom_all_reduce.cuh:455": no port
+        m = PORT_IN_LINE.search(line)
         if m and 1 <= int(m.group(1)) <= 65535:
             return int(m.group(1))
     return server_port(observations, facts)
@@ -314,10 +319,17 @@ def bad_launch_argument(facts: Facts, observations: list[Observation], evidence)
         interfaces,
         loopback_across_nodes,
         proxied_own_request,
+        setting_conflict,
         unresolvable_rendezvous,
         unset_devices,
     )
 
+    conflict = setting_conflict(observations)
+    if conflict is not None:
+        entry, _, setting, _, _ = conflict
+        shown = setting.strip().strip('"')
+        fix = " ".join(str(entry["fix"]).split())
+        return f"The launch sets {shown}, which breaks the engine here: {fix}; then relaunch."
     if draftless(observations, signature_hits(observations)) is not None:
         return (
             "Speculative decoding is on without a draft model: pass --speculative-draft-model-path "

@@ -47,6 +47,7 @@ class _Structure(BaseModel):
     log_main_pid: list[str] = []
     quiet_phase: list[str] = []
     collective_phase: list[str] = []
+    device_init: list[str] = []
     wait_message: list[str] = []
     peer_lost: list[str] = []
     frontend_only: list[str] = []
@@ -81,6 +82,7 @@ def _rx() -> dict[str, re.Pattern[str]]:
         "wrapper": _any(s.wrapper or ["(?!x)x"]),
         "quiet_phase": _any(s.quiet_phase or ["(?!x)x"]),
         "collective_phase": _any(s.collective_phase or ["(?!x)x"]),
+        "device_init": _any(s.device_init or ["(?!x)x"]),
         "wait_message": _any(s.wait_message or ["(?!x)x"]),
         "peer_lost": _any(s.peer_lost or ["(?!x)x"]),
         "frontend_only": _any(s.frontend_only or ["(?!x)x"]),
@@ -185,6 +187,11 @@ def collective_phase(line: str) -> bool:
     """Distributed set-up or a collective (NCCL INFO, a process group, a rendezvous): a launch
     stopped silent on such a line waits on its peers."""
     return bool(_rx()["collective_phase"].search(line))
+
+
+def device_init(line: str) -> bool:
+    """A frame or line of a process still setting up its CUDA device (before any load)."""
+    return bool(_rx()["device_init"].search(line))
 
 
 def frontend_only(line: str) -> bool:

@@ -25,6 +25,7 @@ from agent.rules_memory import (  # noqa: F401
     died_for_memory,
     launch_gone,
     leftover_holders,
+    oom_at_device_init,
     oom_phase,
     search_rules,
     stale_gpu_possible,

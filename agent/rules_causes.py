@@ -11,6 +11,7 @@ import re
 from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 from agent import proof
 from agent.evidence import LOG_TOOLS, text_lines
@@ -97,6 +98,7 @@ def cause_rules(facts, observations: list[Observation], hits, add) -> None:  # t
     tiny_fraction_rules(observations, hits, add)
     arch_beyond_build_rules(facts, observations, add)
     gpus_unused_rules(facts, hits, add)
+    conflict_rules(observations, add)
     if not any(m.label == "nccl_failure" and m.strength in ("fatal", "strong") for _, m in hits):
         return
     miss = missing_interface(observations)
@@ -931,3 +933,70 @@ def tiny_fraction_rules(observations: list[Observation], hits, add) -> None:  # 
                 "no room for the KV cache: what so small a fraction leads to",
             )
             break
+
+
+# -- a setting known to break a component (knowledge/conflicts.yaml) -------------------------------
+#: where a launch's settings are read: its environment, env files and configs, its container's
+#: or pod's spec; never its own log (a log that echoes a variable is not where it was set)
+_SETTING_TOOLS = ("host_facts", "launch_env", "config_read", "container_inspect", "service_logs")
+
+
+@lru_cache(maxsize=1)
+def _conflicts() -> list[dict[str, Any]]:
+    raw = yamlio.safe_load(
+        (Path(__file__).parent / "knowledge" / "conflicts.yaml").read_text(encoding="utf-8")
+    )
+    return [
+        {**c, "setting_rx": re.compile(c["setting"]), "error_rx": re.compile(c["error"])}
+        for c in raw or []
+    ]
+
+
+def setting_conflict(
+    observations: list[Observation],
+) -> tuple[dict[str, Any], str, str, str, str] | None:
+    """(entry, setting obs, setting line, error obs, error line) for the first known conflict
+    whose setting the launch's settings hold and whose error its log shows."""
+    for c in _conflicts():
+        setting = next(
+            (
+                (o["id"], ln)
+                for o in observations
+                if o["ok"] and o["tool"] in _SETTING_TOOLS
+                for ln in o["lines"]
+                if c["setting_rx"].search(ln)
+            ),
+            None,
+        )
+        if setting is None:
+            continue
+        error = next(
+            (
+                (o["id"], ln)
+                for o in observations
+                if o["ok"] and o["tool"] in LOG_TOOLS
+                for ln in text_lines(o)
+                if c["error_rx"].search(ln)
+            ),
+            None,
+        )
+        if error is not None:
+            return c, setting[0], setting[1], error[0], error[1]
+    return None
+
+
+def conflict_rules(observations: list[Observation], add) -> None:  # type: ignore[no-untyped-def]
+    hit = setting_conflict(observations)
+    if hit is None:
+        return
+    c, soid, sline, eoid, eline = hit
+    why = " ".join(str(c["why"]).split())
+    add("bad_launch_argument", "cause", _C.names_the_cause, soid, sline, f"the cause: {why}")
+    add(
+        "bad_launch_argument",
+        "cause",
+        _C.effect_cited,
+        eoid,
+        eline,
+        f"what the setting leads to; fix: {' '.join(str(c['fix']).split())}",
+    )

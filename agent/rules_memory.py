@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 
+from agent import proof
 from agent.evidence import latest_text_observations, text_lines
 from agent.facts import Facts
 from agent.launch import (
@@ -149,6 +150,26 @@ def oom_phase(
     return m.label or "cuda_oom_runtime", None
 
 
+def oom_at_device_init(
+    o: Observation, m: Match, hits: list[tuple[Observation, Match]]
+) -> str | None:
+    """The frame or line saying a CUDA OOM came while the device was being set up (vLLM's
+    `init_device` / `MemorySnapshot()`, torch's `_lazy_init`), with no start-up phase line
+    before it: the launch had loaded and run nothing of its own yet, so the OOM is neither its
+    weights nor its runtime. None otherwise."""
+    if any(
+        oo["id"] == o["id"]
+        and mm.signature.startswith(PHASE_PREFIX)
+        and mm.label in MEMORY_PHASES
+        and mm.line_no <= m.line_no
+        for oo, mm in hits
+    ):
+        return None
+    lines = text_lines(o)
+    window = lines[max(0, m.line_no - THRESHOLDS.oom.init_frame_lines) : m.line_no + 1]
+    return next((ln for ln in reversed(window) if proof.device_init(ln)), None)
+
+
 #: torch's own accounting in an OOM line: the process itself held most of the GPU
 _SELF_HELD = (
     re.compile(r"([\d.]+) ([GM]iB) is allocated by PyTorch"),
@@ -191,6 +212,15 @@ def stale_rules(facts: Facts, observations: list[Observation], hits, add) -> Non
     launch_died = died_for_memory(hits)
     alive_servers = set() if launch_died else set(facts.server_pids)
     holders = leftover_holders(facts, hits)
+    mine = launch_gpus(observations)
+    if mine is not None:
+        # memory on a GPU the launch was not given (CUDA_VISIBLE_DEVICES) cannot be what it ran
+        # short of: a neighbour's, whatever it is
+        holders = {
+            p: mib
+            for p, mib in holders.items()
+            if facts.gpu_pid_index.get(p) is None or facts.gpu_pid_index[p] in mine
+        }
     # memory held by someone else only matters if something ran short of it (or of the port)
     short = any(
         m.label in MEMORY_LABELS | {"port_in_use"}
@@ -251,6 +281,24 @@ def stale_rules(facts: Facts, observations: list[Observation], hits, add) -> Non
                     facts.procs[pid],
                     f"pid {pid} is alive: {facts.procs[pid][:80]}",
                 )
+    elif (
+        facts.gpu_clean is False
+        and launch_gone(facts, hits)
+        and not facts.gpu_pids
+        and (others := [p for p in facts.other_launch_pids if p in facts.procs])
+    ):
+        # no pid named, and another launch runs on this box (another user's server, set aside
+        # as not this one): the memory in use is that co-tenant's by design, not a leftover
+        busiest = max(facts.gpus, key=lambda g: g.used_mib or 0)
+        add(
+            "stale_gpu_process",
+            "fact",
+            F.refutes,
+            facts.gpu_obs,
+            busiest.line,
+            f"the GPU memory in use belongs to another live launch on this box (pid {others[0]}), "
+            "not to a leftover of this one",
+        )
     elif (
         facts.gpu_clean is False
         and launch_gone(facts, hits)

@@ -82,6 +82,7 @@ class Oom(_Strict):
     holder_floor_mib: float
     unneeded_holder_scale: float
     duplicate_gib: float
+    init_frame_lines: int
 
 
 class Shm(_Strict):

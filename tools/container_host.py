@@ -197,3 +197,10 @@ def _stopped(res: CommandResult) -> str:
 def container_of(host: Host) -> ContainerHost | None:
     """The container a host reads inside, or None for a plain machine."""
     return host if isinstance(host, ContainerHost) else None
+
+
+def machine_of(host: Host) -> Host:
+    """The machine a container runs on (the host itself when it is no container): where a pid
+    from the machine's process table is read."""
+    box = container_of(host)
+    return box.outer if box is not None else host

@@ -20,7 +20,7 @@ from pydantic import BaseModel, Field
 from tools.base import ToolResult, ToolSpec, bound_lines, failed
 from tools.container_host import SAFE_NAME, container_of
 from tools.host import Host
-from tools.launch_env import parse_env
+from tools.launch_env import STEERING, parse_env
 
 #: Docker's and Podman's /dev/shm when the run gave no --shm-size (and no --ipc=host).
 DEFAULT_SHM_BYTES = 64 * 1024 * 1024
@@ -32,6 +32,8 @@ SHOWN_KEYS = re.compile(
 )
 
 
+#: one entry of Config.Env as the JSON prints it: `"KEY=value",`
+_ENV_ENTRY = re.compile(r'^\s*"([A-Za-z_][A-Za-z0-9_]*)=[^"]*",?\s*$')
 _REDACTED = re.compile(r'(":\s*)\*\*\*REDACTED\*\*\*')
 
 
@@ -61,6 +63,9 @@ class ContainerState(BaseModel):
     status: str = ""
     running: bool = False
     restarting: bool = False
+    pid: int | None = Field(
+        None, description="the container's main process as the host numbers it (State.Pid)"
+    )
     exit_code: int | None = None
     oom_killed: bool = False
     error: str = ""
@@ -233,6 +238,16 @@ def parse_inspect(text: str) -> ContainerState:
         if SHOWN_KEYS.match(ln)
         and not re.search(r'"(Memory|MemorySwap|Count)":\s*0\b|"Status": ""', ln)
     ]
+    # the launch-steering entries of its Env, verbatim (citable: a setting that breaks the
+    # engine is read here as from an env file); secrets never
+    shown += [
+        ln.strip().rstrip(",")
+        for ln in text.splitlines()
+        if (m := _ENV_ENTRY.match(ln))
+        and m.group(1) in env
+        and m.group(1) not in hidden
+        and STEERING.match(m.group(1))
+    ]
     exit_code = st.get("ExitCode")
     return ContainerState(
         name=str(d.get("Name") or "").lstrip("/"),
@@ -241,6 +256,7 @@ def parse_inspect(text: str) -> ContainerState:
         status=str(st.get("Status") or ""),
         running=bool(st.get("Running")),
         restarting=bool(st.get("Restarting")),
+        pid=int(st["Pid"]) if isinstance(st.get("Pid"), int) and st["Pid"] > 0 else None,
         exit_code=int(exit_code) if isinstance(exit_code, int) else None,
         oom_killed=bool(st.get("OOMKilled")),
         error=str(st.get("Error") or ""),

@@ -247,7 +247,7 @@ _MIB_FIELD = re.compile(r"^\d+(?:\.\d+)?\s*MiB$")
 
 def _guess_columns(cols: list[str]) -> tuple[int, str, str] | None:
     """(pid, name, memory) from a row whose columns are in an unknown order."""
-    pid = next((c for c in cols if c.isdigit()), None)
+    pid = next((c for c in cols if c.isascii() and c.isdigit()), None)
     mem = next((c for c in cols if _MIB_FIELD.match(c)), "")
     if pid is None:
         return None
@@ -269,11 +269,11 @@ def _bus_ids_of_apps(text: str) -> dict[int, str]:
         if "pid" in low:
             bus_col = next((i for i, c in enumerate(low) if "bus_id" in c), None)
             continue
-        if bus_col is not None and bus_col < len(cols) and cols[0].isdigit():
+        if bus_col is not None and bus_col < len(cols) and cols[0].isascii() and cols[0].isdigit():
             out[int(cols[0])] = cols[bus_col]
         elif bus_col is None:
             bus = next((c for c in cols if _BUS_ID.match(c)), None)
-            pid = next((c for c in cols if c.isdigit()), None)
+            pid = next((c for c in cols if c.isascii() and c.isdigit()), None)
             if bus and pid:
                 out[int(pid)] = bus
     return out

@@ -49,12 +49,6 @@ _POD_KEEP = re.compile(
 #: concurrent commands; below sshd's default MaxSessions (10) with the sweep's other reads
 _PARALLEL = 4
 
-#: launch-steering variables worth showing (the rest of a login environment is noise)
-_ENV_KEEP = re.compile(
-    r"(?i)^(?:CUDA_|NVIDIA_|NCCL_|GLOO_|UCX_|TORCH|PYTORCH_|VLLM_|SGLANG_|TRTLLM_|TLLM_|HF_|"
-    r"HUGGINGFACE|TRANSFORMERS_|FLASHINFER_|TRITON_|MASTER_|WORLD_SIZE$|RANK$|LOCAL_RANK$|"
-    r"OMP_NUM_THREADS$|LD_LIBRARY_PATH$|LD_PRELOAD$|PYTHONPATH$|.*_PROXY$|NO_PROXY$)"
-)
 _ECC_KEEP = re.compile(
     r"^GPU [0-9A-Fa-f]|ECC|^Volatile$|^Aggregate$|Correctable|Uncorrectable|Parity|SEC-DED|"
     r"Remap|Retired|Single Bit|Double Bit|Unrepairable|Page Blacklist"
@@ -274,7 +268,7 @@ def _pods_after(host: Host, events: CommandResult) -> CommandResult:
 
 
 def run(host: Host, args: Args) -> Result:
-    from tools.launch_env import parse_env
+    from tools.launch_env import STEERING, parse_env
     from tools.packages import parse_driver_version
 
     sections: list[Section] = []
@@ -315,7 +309,7 @@ def run(host: Host, args: Args) -> Result:
             lines = [ln for ln in lines if _POD_KEEP.search(ln)]
         if name == "env":
             variables, _ = parse_env(res.stdout if res.ok else "")
-            lines = [f"{k}={v}" for k, v in variables.items() if _ENV_KEEP.match(k)]
+            lines = [f"{k}={v}" for k, v in variables.items() if STEERING.match(k)]
         if name == "driver" and res.ok:
             driver = parse_driver_version(res.stdout)
         if name == "memory" and res.ok:

@@ -50,6 +50,19 @@ class Result(ToolResult):
         return out + super().lines()
 
 
+#: launch-steering variables worth showing (the rest of a login environment is noise)
+STEERING = re.compile(
+    r"(?i)^(?:CUDA_|NVIDIA_|NCCL_|GLOO_|UCX_|TORCH|PYTORCH_|VLLM_|SGLANG_|TRTLLM_|TLLM_|HF_|"
+    r"HUGGINGFACE|TRANSFORMERS_|FLASHINFER_|TRITON_|MASTER_|WORLD_SIZE$|RANK$|LOCAL_RANK$|"
+    r"OMP_NUM_THREADS$|LD_LIBRARY_PATH$|LD_PRELOAD$|PYTHONPATH$|.*_PROXY$|NO_PROXY$)"
+)
+
+
+def is_secret(key: str) -> bool:
+    """A variable whose value is never shown (a token, a password, a key)."""
+    return bool(_SECRET.search(key))
+
+
 def parse_env(text: str, sep: str = "\n") -> tuple[dict[str, str], list[str]]:
     """KEY=VALUE records (newline- or NUL-separated) -> ({key: value}, redacted keys)."""
     out: dict[str, str] = {}

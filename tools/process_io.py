@@ -16,6 +16,7 @@ import re
 from pydantic import BaseModel, Field
 
 from tools.base import ToolResult, ToolSpec
+from tools.container_host import machine_of
 from tools.host import Host
 from tools.log_window import max_window_s, poll_interval
 
@@ -33,6 +34,7 @@ class Args(BaseModel):
         description="poll this long for growth (stops early when it reads); default the "
         "liveness window (PIVOT_LIVENESS_MAX_S, 30 s)",
     )
+    machine_pid: bool = Field(False, description="a pid of the machine's ps, not the container's")
 
 
 class IoCounters(BaseModel):
@@ -92,6 +94,7 @@ def _read(host: Host, pid: int) -> tuple[IoCounters | None, str]:
 
 
 def run(host: Host, args: Args) -> Result:
+    host = machine_of(host) if args.machine_pid else host
     first, why = _read(host, args.pid)
     if first is None:
         denied = "denied" in why.lower()

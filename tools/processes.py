@@ -672,13 +672,12 @@ def run(host: Host, args: Args) -> Result:
 SPEC = ToolSpec(
     name="processes",
     description=(
-        "The host's processes (ps) with inference servers marked by the engine registry "
-        "(entry points such as `python -m sglang.launch_server`, `vllm serve`, `trtllm-serve`; "
-        "worker titles such as sglang::scheduler_TP0, VLLM::EngineCore) and their children; "
-        "logs= ties the log under investigation to the process writing it. Zombies and D-state "
-        "processes are marked, and each pid holding GPU memory is linked to its command line. "
-        "pattern= narrows to matching commands or one pid. Use it to see whether a server is "
-        "alive, which ranks are, or whether a stale process holds the GPU."
+        "The host's processes (ps) with inference servers marked by the engine registry (entry "
+        "points, worker titles such as VLLM::EngineCore) and their children; logs= ties the log "
+        "under investigation to the process writing it. Zombies and D-state processes are "
+        "marked; each pid holding GPU memory is linked to its command. pattern= narrows to "
+        "matching commands or one pid. Use it to see whether a server or its ranks are alive, "
+        "or whether a stale process holds the GPU."
     ),
     args=Args,
     result=Result,

@@ -31,6 +31,7 @@ from pydantic import BaseModel, Field
 
 from tools import engines
 from tools.base import ToolResult, ToolSpec, bound_lines
+from tools.container_host import machine_of
 from tools.host import CommandResult, Host
 
 Category = Literal["collective", "cuda_sync", "compile", "load", "io", "sleep", "other", "unknown"]
@@ -107,6 +108,7 @@ class Args(BaseModel):
     pid: int = Field(ge=1, description="the process to dump (the server or one of its ranks)")
     native: bool = Field(False, description="also show C/C++ frames (NCCL, CUDA): py-spy --native")
     timeout: float = Field(20.0, ge=1.0, le=120.0, description="seconds py-spy may take")
+    machine_pid: bool = Field(False, description="a pid of the machine's ps, not the container's")
 
 
 class Result(StacksParse, ToolResult):
@@ -422,6 +424,7 @@ def _said(res: CommandResult) -> str:
 
 
 def run(host: Host, args: Args) -> Result:
+    host = machine_of(host) if args.machine_pid else host
     pid = args.pid
     cmd = f"py-spy dump --pid {pid}" + (" --native" if args.native else "")
     res = host.run(cmd, timeout=args.timeout)
@@ -553,12 +556,11 @@ def run(host: Host, args: Args) -> Result:
 SPEC = ToolSpec(
     name="py_stacks",
     description=(
-        "Where a live process waits: its Python stacks by py-spy dump --pid PID (each thread, "
-        "frames innermost first), classified as waiting in a collective (all_reduce, barrier, "
-        "ncclCommInit, init_process_group), cuda_sync, compile, load, io, sleep or other, with "
-        "the verbatim collective frame. Use it when the server is alive but its log stopped. "
-        "Without ptrace permission it falls back to /proc (state, wchan, kernel stack) and says "
-        "how to get the Python stacks. native=true adds C/C++ frames (NCCL, CUDA)."
+        "Where a live process waits: its Python stacks (py-spy dump --pid PID), classified as "
+        "waiting in a collective (all_reduce, barrier, ncclCommInit), cuda_sync, compile, load, "
+        "io, sleep or other, with the verbatim frame. Use it when the server is alive but its "
+        "log stopped. Without ptrace it falls back to /proc (state, wchan, kernel stack). "
+        "native=true adds C/C++ frames."
     ),
     args=Args,
     result=Result,

@@ -17,6 +17,7 @@ from pydantic import BaseModel, Field
 from tools import engines
 from tools.base import ToolResult, ToolSpec, bound_lines
 from tools.host import Host
+from tools.launch_env import STEERING, is_secret
 from tools.textclean import clean_lines
 
 Kind = Literal["docker", "kubectl", "journalctl"]
@@ -141,12 +142,27 @@ def _read_cmd(kind: Kind, name: str, args: Args) -> str:
 
 
 def _describe(host: Host, name: str) -> list[str]:
-    """The kept lines of `kubectl describe pod` (state, reason, message, exit code, events)."""
+    """The kept lines of `kubectl describe pod` (state, reason, message, exit code, events) and
+    the launch-steering entries of its containers' Environment (a preset's or a chart's setting
+    is the launch's own; secrets never)."""
     ns, pod = _pod(name)
     res = host.run(f"kubectl {ns}describe pod {pod}", timeout=20)
     if not res.ok:
         return []
-    return [ln.rstrip() for ln in clean_lines(res.stdout).lines if POD_KEEP.search(ln)][:60]
+    return [
+        ln.rstrip()
+        for ln in clean_lines(res.stdout).lines
+        if POD_KEEP.search(ln) or _steering_env(ln)
+    ][:80]
+
+
+#: one entry of a container's Environment in `kubectl describe pod`: "      KEY:  value"
+_POD_ENV = re.compile(r"^\s+([A-Za-z_][A-Za-z0-9_]*):\s+\S")
+
+
+def _steering_env(line: str) -> bool:
+    m = _POD_ENV.match(line)
+    return bool(m and STEERING.match(m.group(1)) and not is_secret(m.group(1)))
 
 
 def run(host: Host, args: Args) -> Result:
@@ -170,9 +186,9 @@ def run(host: Host, args: Args) -> Result:
         tail = clean_lines(res.stdout).lines[-args.lines :] if res.ok else []
         if kind == "journalctl":  # "-- No entries --", "-- Boot ... --": journald's, not the unit's
             tail = [ln for ln in tail if not JOURNAL_META.match(ln)]
-        # a pod that never ran its container (a bad command, an image pull, a probe) has an
-        # empty log: its record says how it ended
-        describe = _describe(host, name) if kind == "kubectl" and not tail else []
+        # a pod's record says how its container last ended (and, for one that never ran, is
+        # all there is) and what its spec set in the environment
+        describe = _describe(host, name) if kind == "kubectl" else []
         if tail or describe:
             return Result(
                 host=host.name,

@@ -471,7 +471,9 @@ class SSHHost:
         q = shlex.quote(path)
         n = max(0, int(max_bytes))
         cmd = f"stat -L -c '{STAT_HEAD}' -- {q} && tail -c {n} -- {q}"
-        o = self._exec(cmd, DEFAULT_TIMEOUT_S, n + 64, readonly=True)
+        o = self._exec(
+            cmd, DEFAULT_TIMEOUT_S, n + 160, readonly=True
+        )  # the stat line, at most ~120 bytes
         if o.error and o.rc is None:
             return FileTail(host=self.name, path=path, exists=False, error=o.error, fix=o.fix)
         if o.rc != 0:

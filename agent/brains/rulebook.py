@@ -150,10 +150,22 @@ class RulebookBrain:
                     "",
                 )
         if lead is None:
+            clue = _best_clue(state)
+            if clue is None:
+                return Action(
+                    kind="insufficient",
+                    why="no hypothesis leads with verbatim evidence",
+                    next_step=generic,
+                )
+            oid, line, why_not = clue
+            said = f" ({why_not})" if why_not else ""
             return Action(
                 kind="insufficient",
-                why="no hypothesis leads with verbatim evidence",
-                next_step=generic,
+                why=f"no hypothesis leads with proof; the best clue is {oid}: {line[:160]!r}{said}",
+                next_step=(
+                    f"Not proven: the launch's log shows {line[:160]!r}{said}, and what it "
+                    f"follows from is not read. {generic}"
+                ),
             )
         note = lead["evidence"][0].get("note", "")
         check = f" What would settle it: {lead['check']}" if lead.get("check") else ""
@@ -333,3 +345,36 @@ def _rejected_labels(state: State) -> list[str]:
         if m:
             out.append(m.group(1))
     return out
+
+
+def _best_clue(state: State) -> tuple[str, str, str] | None:
+    """(observation, line, why its labels were set aside) of the first fatal-shaped line of the
+    launch's log since its last launch, else its newest unexplained error-shaped line: what an
+    engineer would quote when nothing is proven (wrong is worse than unsure, silent is worse
+    than either)."""
+    from agent import proof
+    from agent.evidence import LOG_TOOLS, last_launch, text_lines
+
+    newest: dict[str, dict] = {}  # type: ignore[type-arg]
+    for o in state.get("observations", []):
+        if o["ok"] and o["tool"] in LOG_TOOLS and not o["args"].get("pattern"):
+            newest[str(o["args"].get("path") or o["args"].get("name") or o["tool"])] = o
+    notes = {
+        (e.get("observation"), e.get("line")): e.get("note", "")
+        for h in state.get("hypotheses", {}).values()
+        for e in h.get("against", [])
+    }
+    for o in newest.values():
+        lines = text_lines(o)  # type: ignore[arg-type]
+        tail = lines[last_launch(lines) :]
+        fatal = [ln for ln in tail if proof.fatal_kind(ln) and not proof.is_wrapper(ln)]
+        # an exception's own line says what failed; "failed to start" only that something did
+        line = (
+            next((ln for ln in fatal if proof.fatal_kind(ln) != "error_level"), None)
+            or next(iter(fatal), None)
+            or proof.unexplained_error(tail)
+        )
+        if line is not None:
+            why = next((n for (oid, ln), n in notes.items() if oid == o["id"] and n), "")
+            return o["id"], line, why
+    return None
