@@ -328,7 +328,7 @@ def bad_launch_argument(facts: Facts, observations: list[Observation], evidence)
     if conflict is not None:
         entry, _, setting, _, _ = conflict
         shown = setting.strip().strip('"')
-        fix = " ".join(str(entry["fix"]).split())
+        fix = " ".join(entry.fix.split())
         return f"The launch sets {shown}, which breaks the engine here: {fix}; then relaunch."
     if draftless(observations, signature_hits(observations)) is not None:
         return (

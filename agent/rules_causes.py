@@ -11,7 +11,8 @@ import re
 from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+
+from pydantic import BaseModel
 
 from agent import proof
 from agent.evidence import LOG_TOOLS, text_lines
@@ -937,24 +938,42 @@ def tiny_fraction_rules(observations: list[Observation], hits, add) -> None:  # 
 
 # -- a setting known to break a component (knowledge/conflicts.yaml) -------------------------------
 #: where a launch's settings are read: its environment, env files and configs, its container's
-#: or pod's spec; never its own log (a log that echoes a variable is not where it was set)
-_SETTING_TOOLS = ("host_facts", "launch_env", "config_read", "container_inspect", "service_logs")
+#: spec; never its own log (a log that echoes a variable is not where it was set)
+_SETTING_TOOLS = ("host_facts", "launch_env", "config_read", "container_inspect")
+#: service_logs' lines after this header are the pod's record (its spec's env), not its log
+_POD_RECORD = "# kubectl describe pod "
+
+
+class Conflict(BaseModel):
+    """One known setting/component conflict (agent/knowledge/conflicts.yaml)."""
+
+    id: str
+    setting: re.Pattern[str]
+    error: re.Pattern[str]
+    why: str
+    fix: str
 
 
 @lru_cache(maxsize=1)
-def _conflicts() -> list[dict[str, Any]]:
+def _conflicts() -> list[Conflict]:
     raw = yamlio.safe_load(
         (Path(__file__).parent / "knowledge" / "conflicts.yaml").read_text(encoding="utf-8")
     )
-    return [
-        {**c, "setting_rx": re.compile(c["setting"]), "error_rx": re.compile(c["error"])}
-        for c in raw or []
-    ]
+    return [Conflict.model_validate(c) for c in raw or []]
+
+
+def _setting_lines(o: Observation) -> list[str]:
+    if o["tool"] in _SETTING_TOOLS:
+        return o["lines"]
+    if o["tool"] == "service_logs":
+        at = next((i for i, ln in enumerate(o["lines"]) if ln.startswith(_POD_RECORD)), None)
+        return o["lines"][at + 1 :] if at is not None else []
+    return []
 
 
 def setting_conflict(
     observations: list[Observation],
-) -> tuple[dict[str, Any], str, str, str, str] | None:
+) -> tuple[Conflict, str, str, str, str] | None:
     """(entry, setting obs, setting line, error obs, error line) for the first known conflict
     whose setting the launch's settings hold and whose error its log shows."""
     for c in _conflicts():
@@ -962,9 +981,9 @@ def setting_conflict(
             (
                 (o["id"], ln)
                 for o in observations
-                if o["ok"] and o["tool"] in _SETTING_TOOLS
-                for ln in o["lines"]
-                if c["setting_rx"].search(ln)
+                if o["ok"]
+                for ln in _setting_lines(o)
+                if c.setting.search(ln)
             ),
             None,
         )
@@ -976,7 +995,7 @@ def setting_conflict(
                 for o in observations
                 if o["ok"] and o["tool"] in LOG_TOOLS
                 for ln in text_lines(o)
-                if c["error_rx"].search(ln)
+                if c.error.search(ln)
             ),
             None,
         )
@@ -990,7 +1009,7 @@ def conflict_rules(observations: list[Observation], add) -> None:  # type: ignor
     if hit is None:
         return
     c, soid, sline, eoid, eline = hit
-    why = " ".join(str(c["why"]).split())
+    why = " ".join(c.why.split())
     add("bad_launch_argument", "cause", _C.names_the_cause, soid, sline, f"the cause: {why}")
     add(
         "bad_launch_argument",
@@ -998,5 +1017,5 @@ def conflict_rules(observations: list[Observation], add) -> None:  # type: ignor
         _C.effect_cited,
         eoid,
         eline,
-        f"what the setting leads to; fix: {' '.join(str(c['fix']).split())}",
+        f"what the setting leads to; fix: {' '.join(c.fix.split())}",
     )

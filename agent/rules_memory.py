@@ -197,6 +197,12 @@ def self_filled(hits) -> tuple[Observation, str, float, float] | None:  # type: 
     return None
 
 
+def _held_not_leftover(facts: Facts, add, why: str) -> None:  # type: ignore[no-untyped-def]
+    """Refute a leftover holder on the busiest GPU's line: its memory has a live owner (`why`)."""
+    busiest = max(facts.gpus, key=lambda g: g.used_mib or 0)
+    add("stale_gpu_process", "fact", F.refutes, facts.gpu_obs, busiest.line, why)
+
+
 def stale_rules(facts: Facts, observations: list[Observation], hits, add) -> None:  # type: ignore[no-untyped-def]
     own = self_filled(hits)
     if own is not None:
@@ -289,13 +295,9 @@ def stale_rules(facts: Facts, observations: list[Observation], hits, add) -> Non
     ):
         # no pid named, and another launch runs on this box (another user's server, set aside
         # as not this one): the memory in use is that co-tenant's by design, not a leftover
-        busiest = max(facts.gpus, key=lambda g: g.used_mib or 0)
-        add(
-            "stale_gpu_process",
-            "fact",
-            F.refutes,
-            facts.gpu_obs,
-            busiest.line,
+        _held_not_leftover(
+            facts,
+            add,
             f"the GPU memory in use belongs to another live launch on this box (pid {others[0]}), "
             "not to a leftover of this one",
         )
@@ -334,14 +336,10 @@ def stale_rules(facts: Facts, observations: list[Observation], hits, add) -> Non
         and not launch_gone(facts, hits)
         and not duplicate_instances(facts, observations)
     ):
-        busiest = max(facts.gpus, key=lambda g: g.used_mib or 0)
         pids = ", ".join(str(p) for p in facts.server_pids[:3])
-        add(
-            "stale_gpu_process",
-            "fact",
-            F.refutes,
-            facts.gpu_obs,
-            busiest.line,
+        _held_not_leftover(
+            facts,
+            add,
             f"the GPU memory is held by the running server itself (pid {pids}), not a leftover",
         )
     # torch names other holders in its OOM message; believe it only if that pid still holds memory

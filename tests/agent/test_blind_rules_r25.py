@@ -231,3 +231,32 @@ def test_a_containers_launch_is_its_own_processes_and_their_pids_are_read_on_the
     assert r.root_cause == "nccl_failure", (r.status, r.summary)
     assert any("rendezvous" in e.line for e in r.evidence)
     assert "48391" not in (r.next_step or "") and "51288" not in (r.next_step or "")
+
+
+@pytest.mark.parametrize(("in_record", "found"), [(True, True), (False, False)])
+def test_a_setting_is_read_from_the_pods_record_never_from_its_log(
+    in_record: bool, found: bool
+) -> None:
+    """kubectl's pod record (its spec's Environment) sets the variable; the same text echoed by
+    the process into its own log sets nothing."""
+    from agent.rules_causes import setting_conflict
+    from agent.state import Observation
+
+    env = "      PYTORCH_CUDA_ALLOC_CONF:  expandable_segments:True"
+    log = ["INFO starting", CUSTOM_AR.strip()]
+    record = ["# kubectl describe pod p (state and events)", "    Last State:     Terminated"]
+    lines = (
+        ["# kubectl log of p ($ kubectl logs p)", *log, *record, env]
+        if in_record
+        else ["# kubectl log of p ($ kubectl logs p)", env, *log, *record]
+    )
+    obs = Observation(
+        id="o1",
+        tool="service_logs",
+        args={},
+        ok=True,
+        lines=lines,
+        data={},
+        round=0,
+    )
+    assert (setting_conflict([obs]) is not None) is found
