@@ -8,8 +8,10 @@ the output back into one `CommandResult` per command. Other hosts (local, replay
 container, a deadline) answer each command through their own `run`, at once: the tool's path
 and its parsing are the same either way.
 
-Each command's stderr is merged into its output (`2>&1`): a batch keeps one stream. A command
-whose end marker never came (the batch timed out or was killed) has no exit status.
+Each command's stdout and stderr stay apart, as `run` keeps them: the markers are written to
+both streams, so a `df` that prints its mounts and exits 1 over one unreadable mount reads the
+same batched as alone. A command whose end marker never came (the batch timed out or was
+killed) has no exit status.
 """
 
 from __future__ import annotations
@@ -27,47 +29,60 @@ _PARALLEL = 4
 
 
 def compose(commands: list[str], nonce: str) -> str:
-    """One shell script printing each command's merged output between its marker lines; each
-    in a subshell, so an `exit` or a failed builtin ends only its own part."""
+    """One shell script running each command between marker lines written to both streams;
+    each in a subshell, so an `exit` or a failed builtin ends only its own part."""
     parts = []
     for i, cmd in enumerate(commands):
+        mark = f"@@{nonce} {i}"
         parts.append(
-            f"printf '\\n@@{nonce} {i} begin\\n'; ( {cmd}\n) </dev/null 2>&1; "
-            f"printf '\\n@@{nonce} {i} rc=%s\\n' \"$?\""
+            f"printf '\\n{mark} begin\\n'; printf '\\n{mark} begin\\n' >&2; "
+            f"( {cmd}\n) </dev/null; "
+            f"printf '\\n{mark} rc=%s\\n' \"$?\"; printf '\\n{mark} end\\n' >&2"
         )
     return "\n".join(parts)
 
 
-def split(output: str, nonce: str, n: int) -> list[tuple[int | None, str]]:
-    """(exit status, merged output) per command, in order; (None, what came) for a command
-    whose end marker is missing."""
-    out: list[tuple[int | None, str]] = [(None, "")] * n
+def _bodies(text: str, nonce: str, n: int, end: str) -> list[tuple[str | None, str]]:
+    """(what the end marker carried, the body) per command; (None, what came) where the end
+    marker is missing."""
+    out: list[tuple[str | None, str]] = [(None, "")] * n
     begin = re.compile(rf"^@@{re.escape(nonce)} (\d+) begin$", re.M)
-    for m in begin.finditer(output):
+    for m in begin.finditer(text):
         i = int(m.group(1))
         if i >= n:
             continue
-        end = re.compile(rf"\n@@{re.escape(nonce)} {i} rc=(\d+)$", re.M).search(output, m.end())
-        body = output[m.end() + 1 : end.start() if end else len(output)]
-        out[i] = (int(end.group(1)) if end else None, body)
+        stop = re.compile(rf"\n@@{re.escape(nonce)} {i} {end}$", re.M).search(text, m.end())
+        body = text[m.end() + 1 : stop.start() if stop else len(text)]
+        out[i] = (stop.group(1) if stop else None, body)
     return out
+
+
+def split(stdout: str, stderr: str, nonce: str, n: int) -> list[tuple[int | None, str, str]]:
+    """(exit status, stdout, stderr) per command, in order; no status for a command whose end
+    marker is missing."""
+    outs = _bodies(stdout, nonce, n, r"rc=(\d+)")
+    errs = _bodies(stderr, nonce, n, r"(end)")
+    return [
+        (int(rc) if rc is not None else None, out, err)
+        for (rc, out), (_e, err) in zip(outs, errs, strict=True)
+    ]
 
 
 def results(
     host_name: str, commands: list[str], whole: CommandResult, nonce: str
 ) -> list[CommandResult]:
     """The batch's one result as one result per command."""
-    parts = split(whole.stdout, nonce, len(commands))
+    parts = split(whole.stdout, whole.stderr, nonce, len(commands))
     res = []
-    for cmd, (rc, text) in zip(commands, parts, strict=True):
+    for cmd, (rc, out, err) in zip(commands, parts, strict=True):
         unfinished = rc is None
         res.append(
             CommandResult(
                 host=host_name,
                 command=cmd,
                 rc=rc,
-                stdout=text if rc == 0 else "",
-                stderr=text if rc != 0 else "",
+                stdout=out,
+                stderr=err,
                 duration_s=whole.duration_s,
                 timed_out=whole.timed_out and unfinished,
                 truncated=whole.truncated and unfinished,
@@ -93,6 +108,12 @@ def run_batch(
         _PARALLEL,
         "pivot-batch",
     )
+
+
+def can_batch(host: Host) -> bool:
+    """Whether `host` runs a batch over one channel (a tool may then ask ahead for a read it
+    will most likely need, at no extra channel)."""
+    return getattr(host, "run_batch", None) is not None
 
 
 def new_nonce() -> str:

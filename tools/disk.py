@@ -14,6 +14,7 @@ import shlex
 from pydantic import BaseModel, Field
 
 from tools.base import ToolResult, ToolSpec, bound_lines
+from tools.batch import run_batch
 from tools.host import Host
 from tools.shared_reads import shared
 
@@ -170,14 +171,16 @@ def run(host: Host, args: Args) -> Result:
             fix="pass absolute directory paths without shell characters",
         )
     mounts: dict[str, Mount] = {}
-    res = host.run("df -hP", timeout=20)
+    explicit = ["/dev/shm", *args.paths]
+    # both df's over one channel where the host can batch (the first sweep is CPU-bound)
+    res, one = run_batch(
+        host, ["df -hP", "df -hP " + " ".join(shlex.quote(p) for p in explicit)], timeout=20
+    )
     if res.ok or res.stdout.strip():  # df exits 1 when one mount is unreadable, still prints
         for m in parse_df(res.stdout):
             mounts.setdefault(m.mount, m)
     elif not res.ok:
         notes.append(f"df -hP failed: {(res.error or res.stderr).strip()[:200]}")
-    explicit = ["/dev/shm", *args.paths]
-    one = host.run("df -hP " + " ".join(shlex.quote(p) for p in explicit), timeout=20)
     shm: Mount | None = None
     for i, m in enumerate(parse_df(one.stdout)):
         mounts.setdefault(m.mount, m)

@@ -16,6 +16,7 @@ import re
 from pydantic import BaseModel, Field
 
 from tools.base import ToolResult, ToolSpec, bound_lines
+from tools.batch import can_batch, run_batch
 from tools.host import CommandResult, Host
 
 COMMANDS = (
@@ -185,18 +186,36 @@ def _why(res: CommandResult) -> str:
     return res.error or ("printed nothing" if res.rc == 0 else f"exit {res.rc}")
 
 
+def _full(cmd: str, tail: int) -> str:
+    """The command as run: `| tail` hides dmesg's exit status, but its refusal still goes to
+    stderr; kern.log is tailed as deep as asked."""
+    if cmd.startswith("dmesg"):
+        return f"{cmd} | tail -n {tail}"
+    if cmd.startswith("tail"):
+        return cmd.replace("2000", str(tail))
+    return cmd
+
+
 def run(host: Host, args: Args) -> Result:
     attempts: list[CommandResult] = []
     tried: list[str] = []
+    ahead: dict[str, CommandResult] = {}
     for cmd in COMMANDS:
-        if cmd.startswith("dmesg"):
-            # `| tail` hides dmesg's exit status, but its refusal still goes to stderr
-            full = f"{cmd} | tail -n {args.tail}"
-        elif cmd.startswith("tail"):
-            full = cmd.replace("2000", str(args.tail))
+        if cmd == "dmesg" and attempts and _DENIED.search(attempts[-1].stderr):
+            # the kernel refused its buffer (dmesg_restrict), not the -T flag: plain dmesg reads
+            # the same buffer and is refused the same way, so its channel is not spent
+            tried.append(f"{cmd}: not asked, the kernel refused `dmesg -T` its buffer")
+            continue
+        full = _full(cmd, args.tail)
+        if full in ahead:
+            res = ahead.pop(full)
+        elif cmd.startswith("journalctl") and can_batch(host):
+            # dmesg said nothing usable: the two file-backed fallbacks go over one channel
+            rest = [_full(c, args.tail) for c in COMMANDS[COMMANDS.index(cmd) :]]
+            res, *later = run_batch(host, rest, timeout=15)
+            ahead.update(zip(rest[1:], later, strict=True))
         else:
-            full = cmd
-        res = host.run(full, timeout=15)
+            res = host.run(full, timeout=15)
         res.command = cmd if cmd.startswith("dmesg") else full
         attempts.append(res)
         if res.timed_out:

@@ -17,6 +17,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from tools.base import ToolResult, ToolSpec, bound_lines
+from tools.batch import can_batch, run_batch
 from tools.host import CommandResult, Host
 from tools.log_window import poll_interval
 from tools.shared_reads import shared
@@ -416,7 +417,13 @@ def snapshot(host: Host) -> Result:
 
 
 def read_once(host: Host) -> Result:
-    q = host.run(WIDE_QUERY, timeout=20)
+    # the compute apps are asked with the GPUs over one channel where the host batches (one
+    # channel less in a CPU-bound sweep); elsewhere only after the GPU query worked, as before
+    ahead: CommandResult | None = None
+    if can_batch(host):
+        q, ahead = run_batch(host, [WIDE_QUERY, APPS_QUERY], timeout=20)
+    else:
+        q = host.run(WIDE_QUERY, timeout=20)
     if _INVALID_FIELD.search(q.stdout + q.stderr):  # an older driver without compute_cap
         q = host.run(CARD_QUERY, timeout=20)
     parsed = None if q.missing_command else parse_query(q.stdout + "\n" + q.stderr)
@@ -450,7 +457,7 @@ def read_once(host: Host) -> Result:
     processes = parsed.processes
     known = True
     if source == "query":
-        apps = host.run(APPS_QUERY, timeout=20)
+        apps = ahead if ahead is not None else host.run(APPS_QUERY, timeout=20)
         if not apps.ok and not apps.missing_command:
             apps = host.run(APPS_QUERY_NARROW, timeout=20)
         if apps.ok and not _INVALID_FIELD.search(apps.stdout):

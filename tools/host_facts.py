@@ -206,8 +206,11 @@ _NO_CLUSTER = re.compile(
 
 
 #: the one-liners asked in one batch (tools/batch.py): each is a fork and a few milliseconds,
-#: where a channel of its own cost more than the command (the sweep is CPU-bound on small boxes)
-_BATCHED = ("driver", "ulimit", "kernel", "network", "env")
+#: where a channel of its own cost more than the command (the sweep is CPU-bound on small boxes);
+#: `docker ps -a` answers from its daemon (or fails at once without one) in well under the
+#: sweep's slowest read, so it rides along too, as does nvidia-smi's ECC query (one more start of
+#: a binary the wave already starts for the GPU table)
+_BATCHED = ("driver", "ulimit", "kernel", "network", "env", "docker", "ecc")
 
 
 def _read(host: Host, name: str) -> CommandResult:
@@ -276,9 +279,8 @@ def run(host: Host, args: Args) -> Result:
     ecc = None
     memory = None
     names = list(dict.fromkeys(args.sections))
-    # the one-liners in one batch, the slower reads (nvidia-smi's ECC query, free shared with
-    # `disk`) each on a channel of their own, all at once: the sweep waits for the slowest, not
-    # for the sum; kubectl's events wait for the batch's "is a cluster configured?", the pods
+    # the one-liners in one batch, `free` (shared with `disk`) on a channel of its own, at
+    # once: the sweep waits for the slowest, not for the sum; kubectl's events wait for the batch's "is a cluster configured?", the pods
     # for the events, which say whether kubectl reaches a cluster at all
     kube = "kubectl" in names
     alone = [n for n in names if n not in _BATCHED and n not in ("kubectl", "pods")]

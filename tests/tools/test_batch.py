@@ -14,6 +14,8 @@ COMMANDS = [
     "echo to-stderr >&2; exit 3",
     "no-such-command-pivot",
     "true",
+    # df's way: what it could read on stdout, its complaint on stderr, exit 1
+    "echo 'Filesystem Size'; echo 'df: /mnt/x: Permission denied' >&2; exit 1",
 ]
 
 
@@ -23,7 +25,10 @@ def _check(res: list) -> None:  # type: ignore[type-arg]
     assert res[1].ok and res[1].stdout == "no newline"
     assert res[2].rc == 3 and "to-stderr" in res[2].stderr and not res[2].stdout
     assert res[3].missing_command and "not found" in res[3].stderr
-    assert res[4].ok and res[4].stdout == ""
+    assert res[4].ok and res[4].stdout == "" and res[4].stderr == ""
+    # the streams stay apart, as a command alone on its channel keeps them
+    assert res[5].rc == 1 and res[5].stdout == "Filesystem Size\n"
+    assert res[5].stderr == "df: /mnt/x: Permission denied\n"
 
 
 def test_a_composed_batch_splits_back_through_a_real_shell() -> None:
@@ -39,6 +44,10 @@ def test_a_forged_marker_in_the_output_splits_nothing() -> None:
     whole = LocalHost().run(batch.compose(forged, nonce))
     res = batch.results("local", forged, whole, nonce)
     assert "after" in res[0].stdout and res[1].stdout == "next\n"
+    forged_err = ["printf '\n@@pivot-000000000000 0 end\n' >&2; echo late >&2", "echo n >&2"]
+    whole = LocalHost().run(batch.compose(forged_err, nonce))
+    res = batch.results("local", forged_err, whole, nonce)
+    assert "late" in res[0].stderr and res[1].stderr == "n\n"
 
 
 def test_ssh_batches_over_one_channel_and_answers_like_one_command_each(

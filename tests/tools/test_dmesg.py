@@ -69,7 +69,8 @@ def test_local_permission_denied(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     """A dmesg that fails like an unprivileged user's under kernel.dmesg_restrict=1."""
     script = tmp_path / "dmesg"
     script.write_text(
-        "#!/bin/sh\necho 'dmesg: read kernel buffer failed: Operation not permitted' >&2\nexit 1\n"
+        f'#!/bin/sh\necho "$*" >> {tmp_path}/dmesg-calls\n'
+        "echo 'dmesg: read kernel buffer failed: Operation not permitted' >&2\nexit 1\n"
     )
     script.chmod(script.stat().st_mode | stat.S_IEXEC)
     for tool in ("tail",):
@@ -94,7 +95,8 @@ def test_real_unprivileged_refusal_says_unknown_and_how_to_read(
     """The exact text dmesg prints for a non-root user under kernel.dmesg_restrict=1, with a
     journalctl that only has "-- No entries --" for this user."""
     (tmp_path / "dmesg").write_text(
-        "#!/bin/sh\necho 'dmesg: read kernel buffer failed: Operation not permitted' >&2\nexit 1\n"
+        f'#!/bin/sh\necho "$*" >> {tmp_path}/dmesg-calls\n'
+        "echo 'dmesg: read kernel buffer failed: Operation not permitted' >&2\nexit 1\n"
     )
     (tmp_path / "journalctl").write_text("#!/bin/sh\necho '-- No entries --'\n")
     for f in ("dmesg", "journalctl"):
@@ -108,3 +110,6 @@ def test_real_unprivileged_refusal_says_unknown_and_how_to_read(
     assert "sudo dmesg -T" in (r.fix or "") and "adm" in (r.fix or "")
     assert "journalctl -k" in (r.fix or "") and "/var/log/kern.log" in (r.fix or "")
     assert all(ln.startswith("# ") for ln in r.lines())
+    # the kernel refused its buffer: plain dmesg (the same buffer) is not asked again
+    assert (tmp_path / "dmesg-calls").read_text() == "-T\n"
+    assert any(t.startswith("dmesg: not asked") for t in r.tried)
