@@ -38,14 +38,16 @@ def _launch_markers() -> re.Pattern[str]:
     return re.compile("|".join(f"(?:{p})" for p in engines.launch_patterns()))
 
 
+@lru_cache(maxsize=1 << 16)
 def launch_line(line: str) -> bool:
-    """A line that starts a launch (the engine registry's launch markers)."""
+    """A line that starts a launch (the engine registry's launch markers); cached, as every
+    rule that reads a log asks it of the same lines again."""
     return bool(_launch_markers().search(line))
 
 
 def last_launch(lines: list[str]) -> int:
     """Index where the last of several launches in an appended log starts (0 if one or none)."""
-    marks = [i for i, ln in enumerate(lines) if _launch_markers().search(ln)]
+    marks = [i for i, ln in enumerate(lines) if launch_line(ln)]
     return marks[-1] if len(marks) >= 2 else 0
 
 

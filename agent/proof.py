@@ -92,6 +92,7 @@ def _rx() -> dict[str, re.Pattern[str]]:
     }
 
 
+@lru_cache(maxsize=1 << 16)
 def fatal_kind(line: str, after_traceback: bool = False) -> str | None:
     """The kind of fatal line this is by its shape, or None. `after_traceback`: a Python
     traceback's frames came before it in the same read, so an exception name anywhere counts."""
