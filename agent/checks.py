@@ -281,7 +281,7 @@ def _memory_would_tell(facts: Facts, observations: list[Observation]) -> bool:
             and io_tried
             and reading_storage(observations) is None
         )
-    pinned, idle = pinned_gpus(facts)
+    pinned, idle = pinned_gpus(facts, observations)
     if pinned and idle:
         return False
     return not any(o["tool"] == "py_stacks" and o["ok"] for o in observations)

@@ -129,14 +129,37 @@ def _line(lines: list[str], key: str) -> str:
     return next((ln for ln in lines if ln.startswith(f'"{key}"')), "")
 
 
+#: what a launch given no GPU does not fail of: its fatal line then has a reason of its own (a
+#: CPU-only run whose model cannot load failed of the model, whatever the no-GPU warning says)
+NOT_FOR_WANT_OF_A_GPU = frozenset(
+    {"model_load_error", "port_in_use", "disk_full", "shm_too_small", "host_oom_killed"}
+)
+
+
+@lru_cache(maxsize=1)
+def _no_gpu_rx() -> re.Pattern[str]:
+    pats = knowledge().no_gpu_lines
+    return re.compile(
+        "|".join(f"(?i:{p[4:]})" if p.startswith("(?i)") else f"(?:{p})" for p in pats) or "(?!x)x"
+    )
+
+
+def no_gpu_line(line: str) -> bool:
+    """An engine's or image's words for "no GPU is visible here" (knowledge: no_gpu_lines)."""
+    return bool(_no_gpu_rx().search(line))
+
+
 def container_rules(  # type: ignore[no-untyped-def]
     c: ContainerState | None,
     obs: str | None,
     lines: list[str],
     add,
     log_lines: list[tuple[str, str]] | None = None,
+    fatal_labels: set[str] | None = None,
 ) -> None:
-    """The record's own proof: killed by its limit (exit 137), or not killed at all."""
+    """The record's own proof: killed by its limit (exit 137), or not killed at all.
+    `fatal_labels`: the labels of the launch's fatal lines; one a missing GPU cannot cause (a
+    model the server cannot load, a port taken) means a CPU-only run failed for its own reason."""
     if c is None or obs is None:
         return
     if c.killed_by_limit:
@@ -158,15 +181,9 @@ def container_rules(  # type: ignore[no-untyped-def]
             line,
             "the container's memory limit ended it, not a person or a supervisor",
         )
-    if not c.gpus_requested and log_lines:
-        import re
-
-        pats = knowledge().no_gpu_lines
-        rx = re.compile(
-            "|".join(f"(?i:{p[4:]})" if p.startswith("(?i)") else f"(?:{p})" for p in pats)
-            or "(?!x)x"
-        )
-        hit = next(((o, ln) for o, ln in log_lines if rx.search(ln)), None)
+    own_reason = (fatal_labels or set()) & NOT_FOR_WANT_OF_A_GPU
+    if not c.gpus_requested and log_lines and not own_reason:
+        hit = next(((o, ln) for o, ln in log_lines if no_gpu_line(ln)), None)
         if hit is not None:
             why = f"container {c.name} was given no GPU (no --gpus / device request) and its engine sees none"
             # the record and the engine's own words together name the cause: the run command

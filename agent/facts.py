@@ -252,6 +252,7 @@ def derive(observations: list[Observation]) -> Facts:
     _writers_named_by_log(f, log_reads)
     if (
         _other_ports(f, log_reads)
+        | _other_models(f, log_reads)
         | _other_engines(f, log_reads)
         | _other_users(f, log_reads)
         | _other_writers(f, log_reads)
@@ -342,7 +343,9 @@ def _writers_named_by_log(f: Facts, log_reads: LogReads) -> None:
 
 #: the port a launch serves on, as its log or its command line says it
 LOG_PORT = re.compile(
-    r"(?:--port[ =]|\bport=|'port': |Uvicorn running on https?://[^\s/]+:)(\d{2,5})\b"
+    r"(?:--port[ =]|\bport=|'port': |Uvicorn running on https?://[^\s/]+:|"
+    # TGI's launcher prints its arguments as a Rust struct: `Args { ..., port: 6006, ... }`
+    r"\bArgs \{.*?(?<![\w.])port: )(\d{2,5})\b"
 )
 _CMD_PORT = re.compile(r"--port[ =](\d{2,5})\b")
 
@@ -363,7 +366,10 @@ def _other_ports(f: Facts, log_reads: LogReads) -> bool:
         return False  # no port named, or several (a log of several launches): no verdict from ports
     (ours,) = ports
     theirs: set[int] = set()
-    for pid in f.server_main_pids:
+    # mains, and any server process no parent ties to a main (`ps aux` has no ppid column: a
+    # neighbour's router given --port 80 is its own launch as far as this list can tell)
+    loose = [p for p in f.server_pids if int(f._ps_recs.get(p, {}).get("launch") or p) == p]
+    for pid in dict.fromkeys([*f.server_main_pids, *loose]):
         rec = f._ps_recs.get(pid, {})
         m = _CMD_PORT.search(str(rec.get("command") or ""))
         if m and int(m.group(1)) != ours and rec.get("ours") is not True:
@@ -384,6 +390,31 @@ def _set_aside(f: Facts, theirs: set[int]) -> None:
             for group in (f.server_main_pids, f.server_worker_pids):
                 if pid in group:
                     group.remove(pid)
+            f.other_launch_pids.append(pid)
+    # where ps gave no parents, a worker of the same engine and user as a main set aside, with
+    # no main of its kind left in the launch, is that main's worker (a live launch's
+    # EngineCore, not the dead launch's leftover)
+    moved = [f._ps_recs.get(p, {}) for p in theirs]
+    kinds = {
+        (r.get("server"), r.get("user")) for r in moved if r.get("role") in ("main", "launcher")
+    }
+    left = {
+        (r.get("server"), r.get("user"))
+        for p in f.server_pids
+        if (r := f._ps_recs.get(p, {})).get("role") in ("main", "launcher")
+    }
+    for pid in list(f.server_pids):
+        rec = f._ps_recs.get(pid, {})
+        kind = (rec.get("server"), rec.get("user"))
+        if (
+            rec.get("role") == "worker"
+            and rec.get("ppid") is None
+            and kind in kinds
+            and kind not in left
+        ):
+            f.server_pids.remove(pid)
+            if pid in f.server_worker_pids:
+                f.server_worker_pids.remove(pid)
             f.other_launch_pids.append(pid)
 
 
@@ -423,6 +454,54 @@ def _other_engines(f: Facts, log_reads: LogReads) -> bool:
         ):
             continue
         theirs.add(int(rec.get("launch") or pid))
+    if not theirs:
+        return False
+    _set_aside(f, theirs)
+    return True
+
+
+#: a model a command line serves: `--model X`, `--model-id X`, `--model-path X`, `serve X`
+_CMD_MODEL = re.compile(r"(?:--model(?:[-_](?:id|path))?[ =]|\bserve )(?!-)(\S+)")
+#: a model a launch's log names as the one it serves, in the engine's own dump of its arguments
+#: (TGI's `model_id: "X"`, vLLM's `'model': 'X'` / `model='X'`, SGLang's `model_path='X'`); a
+#: `--model X` in a log is often an example in a hint ("For example: ... --model DeepSeek-V3")
+_LOG_MODEL = re.compile(r"""model_id: "([^"]+)"|'model': '([^']+)'|\bmodel(?:_path)?='([^']+)'""")
+
+
+def _model_key(name: str) -> str:
+    """A model named by a path, a hub id or a bare name, compared by its last part."""
+    return name.rstrip("/").rsplit("/", 1)[-1].lower()
+
+
+def _other_models(f: Facts, log_reads: LogReads) -> bool:
+    """A server process whose command line serves a model other than the one the log under
+    investigation says it serves is another launch: a neighbour's falcon-40b shards are not
+    this LLaMA-13B launch, even where `ps aux` has no parent column to group them by. Only
+    when every log names exactly one model, and the process names one that differs."""
+    if not f.server_pids or not log_reads:
+        return False
+    named = {
+        _model_key(next(g for g in m.groups() if g))
+        for reads in log_reads.values()
+        for ln in reads[-1][2]
+        for m in _LOG_MODEL.finditer(ln)
+    }
+    if len(named) != 1:
+        return False
+    (ours,) = named
+    # the log's whole text, for a model it names otherwise (a resolved snapshot path holds the
+    # hub name: .../models--Qwen--Qwen2.5-7B/snapshots/<hash>)
+    text = "\n".join(ln for reads in log_reads.values() for ln in reads[-1][2]).lower()
+    writers = {p for ps in f.log_writers.values() for p in ps}
+    theirs: set[int] = set()
+    for pid in f.server_pids:
+        rec = f._ps_recs.get(pid, {})
+        m = _CMD_MODEL.search(str(rec.get("command") or ""))
+        if m is None or pid in writers or rec.get("ours") is True:
+            continue
+        key = _model_key(m.group(1))
+        if key != ours and key not in text:
+            theirs.add(int(rec.get("launch") or pid))
     if not theirs:
         return False
     _set_aside(f, theirs)
@@ -900,6 +979,35 @@ def _launch_user(f: Facts, log_reads: LogReads) -> None:
             f.launch_user = owners.pop()
 
 
+def _program(command: str) -> str:
+    return command.split(None, 1)[0] if command.strip() else ""
+
+
+def _spawned_by_live_main(recs: dict[int, dict[str, Any]], pid: int, ours: set[int]) -> int | None:
+    """Where ps gave no parents: the live main process (not the launch's) whose child `pid`
+    must be, being the same program (`/opt/envs/x/bin/python3`), of the same user and started
+    at the same minute (ps's START): a `multiprocessing.spawn` worker of a running server holds
+    that server's GPU memory, not a dead launch's."""
+    r = recs.get(pid, {})
+    if r.get("ppid") is not None or not r.get("started") or not r.get("user"):
+        return None
+    prog = _program(str(r.get("command") or ""))
+    mains = [
+        m
+        for m, rm in recs.items()
+        if m != pid
+        and m not in ours
+        and rm.get("role") in ("main", "launcher")
+        and not rm.get("zombie")
+        and rm.get("user") == r.get("user")
+        and rm.get("started") == r.get("started")
+        and prog
+        and _program(str(rm.get("command") or "")) == prog
+    ]
+    # two such mains: whose child it is cannot be told, so it is no one's by this rule
+    return mains[0] if len(mains) == 1 else None
+
+
 def _tenancy(f: Facts) -> None:
     """Other holders of the GPU (and other launches' engine processes): a co-tenant is someone's
     live, running job (another user, or another launch whose main process runs); a leftover is a
@@ -920,8 +1028,11 @@ def _tenancy(f: Facts) -> None:
         running = stat[:1] == "R" or (isinstance(cpu, int | float) and cpu >= _RUNNING_CPU)
         user = str(r.get("user") or "")
         engine, role = r.get("server"), r.get("role")
+        twin = _spawned_by_live_main(recs, pid, ours) if not r["zombie"] else None
         if r["zombie"]:
             f.leftover_pids[pid] = "defunct (a zombie of an earlier launch)"
+        elif twin is not None:
+            f.co_tenant_pids[pid] = f"a worker of another live launch (main pid {twin})"
         elif f.launch_user and user and user != f.launch_user and stat[:1] in ("R", "S", "D"):
             f.co_tenant_pids[pid] = f"another user's job ({user})"
         elif engine and role == "worker":

@@ -11,7 +11,7 @@ from collections import OrderedDict
 from functools import lru_cache
 
 from agent import proof
-from agent.containers import own_container_hits
+from agent.containers import NOT_FOR_WANT_OF_A_GPU, no_gpu_line, own_container_hits
 from agent.facts import Facts, derive
 from agent.hits import signature_hits
 from agent.rules import (
@@ -241,6 +241,12 @@ def _compute(observations: list[Observation]) -> tuple[list[Finding], Facts]:
             # best-supported cause of that error, which is cited beside it
             w = max(w, WEIGHT["fatal"])
             add(label, "effect", 0.25, o["id"], effect, "the failure that followed it")
+        if (
+            m.strength != "fatal"
+            and {x.label for _, x in fatal_lines} & NOT_FOR_WANT_OF_A_GPU
+            and no_gpu_line(m.line)
+        ):
+            w = min(w, WEIGHT["weak"])  # no GPU seen does not explain a failure of its own kind
         if not _for_engine(m, engine):
             w *= OTHER_ENGINE  # a line made for another engine's code path is weaker evidence
         if proof.is_wrapper(m.line):

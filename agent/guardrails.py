@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-from agent import containers, proof, rules_causes, rules_hang, rules_liveness
+from agent import containers, kills, proof, rules_causes, rules_hang, rules_liveness
 from agent import launch as launch_mod
 from agent.at_work import working_on_logged_file
 from agent.board import related
@@ -161,7 +161,7 @@ def stall_proof(observations: list[Observation], facts: Facts) -> str | None:
     if (
         rules_hang.silent(facts)
         and not facts.building_pids
-        and rules_hang.pinned_gpus(facts)[0]
+        and rules_hang.pinned_gpus(facts, observations)[0]
         and rules_hang.multi_rank(facts, observations)
     ):
         return "pinned"
@@ -427,6 +427,13 @@ def _killed(action: Action, by_id: dict[str, Observation], facts: Facts, hits: H
         )
     if facts.dmesg_available and any(OOM_KILL.search(ln) for ln in facts.dmesg_lines):
         out.append("[killed_externally] the kernel log shows an OOM kill: that is host_oom_killed")
+    crash = kills.own_crash(obs)
+    if crash is not None:
+        out.append(
+            f"[killed_externally] the kernel log shows the launch's process died of a fault of "
+            f"its own ({crash[0]}): {crash[1][:140]!r}; a crash, not a stop from outside: "
+            "conclude what crashed it (the launch's arguments, the model, the build)"
+        )
     # an outside end shown by a line of its own (a signal, a probe, a timeout kill) rests on
     # that line; only a conclusion from absence must not talk over an error-shaped line
     outside = positive_external_sign(list(by_id.values()), hits)

@@ -12,14 +12,32 @@ from agent.evidence import (
     earlier_run_logs,
     last_launch,
     latest_text_observations,
+    launch_line,
     text_lines,
 )
 from agent.kills import bystander_kills
 from agent.signatures import Match, scan
 from agent.state import Observation
+from tools.logfile import rotation_of
 
 #: what an earlier run's log cannot say about this one: that it is ready, or still going
 _NOW_STRENGTHS = ("ready", "progress")
+
+
+def _superseded_rotations(latest: list[Observation], old_logs: set[str]) -> set[str]:
+    """Rotated files (server.log.1) of a log whose newest read starts a launch of its own, and
+    that ended before it began: an earlier run's whole story (yesterday's failure), none of it
+    this launch's. A rotation whose log has no start of its own still holds the launch's
+    start-up, and a log that is not a rotation (a test run's, another job's) is weighed as
+    before: which of two unrelated logs is the launch's is not known from their names."""
+    starts = {
+        str(o["args"]["path"])
+        for o in latest
+        if o["tool"] in LOG_TOOLS
+        and o["args"].get("path")
+        and any(launch_line(ln) for ln in text_lines(o))
+    }
+    return {old for old in old_logs if any(rotation_of(base, old) for base in starts)}
 
 
 def signature_hits(observations: list[Observation]) -> list[tuple[Observation, Match]]:
@@ -32,11 +50,15 @@ def signature_hits(observations: list[Observation]) -> list[tuple[Observation, M
             cut = last_launch(lines)
             earlier_runs |= set(lines[:cut]) - set(lines[cut:])
     old_logs = earlier_run_logs(latest)
+    superseded = _superseded_rotations(latest, old_logs)
     foreign = bystander_kills(latest)  # a kill of another job is never this launch's evidence
     for o in latest:
         lines = text_lines(o)
         start = last_launch(lines) if o["tool"] in LOG_TOOLS else 0
-        old = str(o["args"].get("path", "")) in old_logs
+        path = str(o["args"].get("path", ""))
+        if path in superseded:
+            continue
+        old = path in old_logs
         for m in scan(lines):
             if m.line_no >= start and m.line not in earlier_runs and m.line not in foreign:
                 if old and m.strength in _NOW_STRENGTHS:

@@ -53,6 +53,65 @@ KILL_LINE = re.compile(
 )
 
 
+#: a kernel line saying a process died of a fault of its own: "python[123]: segfault at 0 ip ...",
+#: "traps: lmdeploy[2771397] trap divide error ip:...", "traps: python[9] general protection ..."
+CRASH_LINE = re.compile(
+    r"\bsegfault at\b|\btrap (?:divide error|invalid opcode|stack segment|int3)\b|"
+    r"\bgeneral protection(?: fault)?\b.*\bip[: ]"
+)
+_CRASHED = re.compile(r"(?:traps: |\] |^)([^\s\[\]]+)\[(\d+)\]")
+#: how long after the launch's log last stamped a line its process may still crash (a crash
+#: ends the log at once; a quiet load prints nothing for minutes before it)
+CRASH_GRACE_S = 900
+
+
+def crashed(line: str) -> tuple[int, str] | None:
+    """(pid, process name) of a kernel crash line (CRASH_LINE), if it names one."""
+    if not CRASH_LINE.search(line):
+        return None
+    m = _CRASHED.search(line)
+    return (int(m.group(2)), m.group(1)) if m else None
+
+
+def own_crash(observations: list[Observation]) -> tuple[str, str] | None:
+    """(observation, line) of a kernel line saying the launch's own process died of a fault (a
+    segfault, a divide error): a crash of its own, printed by the kernel, not by the process.
+    Its victim is a member of the launch, or could be one and died within the launch's life by
+    both clocks; a line that cannot be placed in time is no proof either way and is not taken."""
+    lines = [
+        (o["id"], ln)
+        for o in observations
+        if o["ok"] and o["tool"] == "dmesg"
+        for ln in text_lines(o)
+        if CRASH_LINE.search(ln)
+    ]
+    if not lines:
+        return None
+    span = _launch_span(observations)
+    text = _log_text(observations)
+    named = set(log_pids(text.splitlines()))
+    born = _first_birth(observations)
+    for oid, ln in reversed(lines):
+        v = crashed(ln)
+        st = kernel_stamp(ln)
+        if v is None or st is None:
+            continue
+        if born is not None and _minutes_before(st, born) * 60 > LEAD_S:
+            continue
+        if span is not None:
+            year = st[0] or datetime.now().year
+            t = _seconds(st, year)
+            first = _seconds((span[0][0] or year, *span[0][1:]), year)
+            last = _seconds((span[1][0] or year, *span[1][1:]), year)
+            if not first - LEAD_S <= t <= last + CRASH_GRACE_S:
+                continue
+        elif v[0] not in named:
+            continue
+        if v[0] in named or (_could_be_launch(v[1]) and _member(v, text, named)):
+            return oid, ln
+    return None
+
+
 def victim(line: str) -> tuple[int, str] | None:
     """(pid, process name) a kill line names as its victim, if it names one."""
     m = _VICTIM[0].search(line)

@@ -24,7 +24,7 @@ from agent.checks import (
     split_paths,
 )
 from agent.context import RunContext
-from agent.evidence import text_lines
+from agent.evidence import launch_line, text_lines
 from agent.findings import compute
 from agent.guardrails import INFERRED_CONFIDENCE as INFERRED_AT
 from agent.guardrails import check_conclusion, qualify
@@ -803,8 +803,16 @@ def _rotation_said(obs: list[Observation]) -> str:
     # the server is gone (nobody's fd to follow), yet its rotation was read: say which file
     # held its start-up and its end
     reads = [str(o["args"].get("path")) for o in obs if o["tool"] == "log_tail" and o["ok"]]
+    # a log that logs a launch of its own start holds its start-up: its rotation is an earlier run
+    starts = {
+        str(o["args"].get("path"))
+        for o in obs
+        if o["tool"] == "log_tail" and o["ok"] and any(launch_line(ln) for ln in text_lines(o))
+    }
     for asked in reads:
         rotated = next((r for r in reads if r != asked and rotation_of(asked, r)), None)
+        if rotated is not None and asked in starts:
+            return f"Note: {rotated} is an earlier run's log (rotated); {asked} holds this launch. "
         if rotated is not None and reads.index(asked) < reads.index(rotated):
             return (
                 f"Note: {asked} holds only what came after a rotation; the launch's start-up and "

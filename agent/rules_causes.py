@@ -15,7 +15,7 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from agent import proof
-from agent.evidence import LOG_TOOLS, text_lines
+from agent.evidence import LOG_TOOLS, last_launch, text_lines
 from agent.facts import launch_reads
 from agent.rules_common import F
 from agent.state import Observation
@@ -100,6 +100,7 @@ def cause_rules(facts, observations: list[Observation], hits, add) -> None:  # t
     arch_beyond_build_rules(facts, observations, add)
     gpus_unused_rules(facts, hits, add)
     conflict_rules(observations, add)
+    import_chain_rules(observations, hits, add)
     if not any(m.label == "nccl_failure" and m.strength in ("fatal", "strong") for _, m in hits):
         return
     miss = missing_interface(observations)
@@ -1018,4 +1019,110 @@ def conflict_rules(observations: list[Observation], add) -> None:  # type: ignor
         eoid,
         eline,
         f"what the setting leads to; fix: {' '.join(c.fix.split())}",
+    )
+
+
+# -- an import that failed earlier, named again by the fatal error -----------------------------
+#: a line saying an import failed (often only a warning: the engine goes on without the module)
+_IMPORT_FAILED = re.compile(
+    r"No module named|ModuleNotFoundError|ImportError|cannot import name|undefined symbol|"
+    r"(?i:could not import|failed to import|import error)"
+)
+_WORD = re.compile(r"[A-Za-z][A-Za-z0-9_]{3,}")
+#: words too common in error text to tie two lines together
+_COMMON_WORDS = frozenset(
+    [
+        "error",
+        "errors",
+        "failed",
+        "could",
+        "import",
+        "module",
+        "named",
+        "found",
+        "model",
+        "models",
+        "when",
+        "loading",
+        "with",
+        "from",
+        "that",
+        "this",
+        "have",
+        "none",
+        "true",
+        "false",
+        "there",
+        "which",
+        "cannot",
+        "your",
+        "please",
+        "warning",
+        "info",
+        "requires",
+        "required",
+        "supported",
+        "support",
+        "enabled",
+    ]
+)
+
+
+def _words(line: str) -> set[str]:
+    return {w.lower() for w in _WORD.findall(line)} - _COMMON_WORDS
+
+
+def import_chain(observations: list[Observation], hits) -> tuple[str, str, str, str] | None:  # type: ignore[no-untyped-def]
+    """(observation, import line, fatal line, shared words) when an import the log reported as
+    failed (a warning the engine went on after) names what the launch's fatal error later says
+    it needs: "Could not import Flash Attention enabled models: No module named
+    'vllm_cache_ops'" before "Sharded Llama requires Flash Attention enabled models". The
+    fatal line is the symptom; the failed import is its cause. Both must share two words that
+    are not common error vocabulary (the feature's name), and the import must come first."""
+    for o in observations:
+        if not (o["ok"] and o["tool"] in LOG_TOOLS):
+            continue
+        lines = text_lines(o)
+        tail = lines[last_launch(lines) :]
+        fatal = [i for i, _k in proof.fatal_lines(tail)]
+        for fi in fatal:
+            target = tail[fi]
+            if _IMPORT_FAILED.search(target):
+                continue  # the fatal line is itself the import error: nothing to explain
+            want = _words(target)
+            for ln in tail[:fi]:
+                if not _IMPORT_FAILED.search(ln) or proof.fatal_kind(ln):
+                    continue
+                shared = want & _words(ln.split("No module named")[0])
+                if len(shared) >= 2:
+                    return o["id"], ln, target, ", ".join(sorted(shared))
+    return None
+
+
+def import_chain_rules(observations: list[Observation], hits, add) -> None:  # type: ignore[no-untyped-def]
+    found = import_chain(observations, hits)
+    if found is None:
+        return
+    oid, imp, fatal, shared = found
+    # what the import failed of says the label: a missing module is a dependency, "capability
+    # 7 0 is not supported" the GPU's architecture; a reason that names nothing is not taken
+    label = proof.label_hint(imp) or "dependency_error"
+    if label == "bad_launch_argument":
+        return
+    add(
+        label,
+        "cause",
+        _C.behind_the_failure,
+        oid,
+        imp,
+        f"the cause: an import failed earlier ({imp.strip()[:100]!r}) and the fatal error asks "
+        f"for what it would have provided ({shared})",
+    )
+    add(
+        label,
+        "cause",
+        F.supports,
+        oid,
+        fatal,
+        "the fatal error: the consequence of the failed import above it",
     )

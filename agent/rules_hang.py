@@ -105,6 +105,23 @@ def _moved_since_first_read(
     return None
 
 
+def own_gpus(facts: Facts, observations: list[Observation]) -> set[int] | None:
+    """The GPUs that are the launch's: those its settings give it (CUDA_VISIBLE_DEVICES), else
+    those its own processes hold memory on (not a co-tenant's); None when unknown. On a shared
+    box another job's GPU at 98% says nothing about this launch's work."""
+    from agent.launch import launch_gpus
+
+    given = launch_gpus(observations)
+    if given is not None:
+        return given
+    held = {
+        facts.gpu_pid_index[p]
+        for p in facts.server_pids
+        if p not in facts.co_tenant_pids and facts.gpu_pid_index.get(p) is not None
+    }
+    return held or None
+
+
 def quiet_phase_at_work(
     facts: Facts, observations: list[Observation]
 ) -> tuple[str, str, str] | None:
@@ -112,10 +129,13 @@ def quiet_phase_at_work(
     (warm-up, compile, capture) with its GPU computing flat out: nothing to wait for in a
     collective, so the pinned GPU is the work itself."""
     phase = quiet_phase_line(observations)
+    mine = own_gpus(facts, observations)
     working = [
         g
         for g in facts.gpus
-        if (g.used_mib or 0) >= _H.context_mib and (g.util_pct or 0) >= _H.working_pct
+        if (g.used_mib or 0) >= _H.context_mib
+        and (g.util_pct or 0) >= _H.working_pct
+        and (mine is None or g.index in mine)
     ]
     if phase is None or not working or not facts.gpu_obs or multi_rank(facts, observations):
         return None
@@ -180,11 +200,20 @@ def spinning_ranks(facts: Facts) -> list[str]:
     return [ln for ln in out if ln]
 
 
-def pinned_gpus(facts: Facts) -> tuple[list, list]:
+def pinned_gpus(facts: Facts, observations: list[Observation] | None = None) -> tuple[list, list]:
     """(pinned, idle) GPUs among those holding a CUDA context: a collective waits with its GPU
     pinned while a peer that never arrived (or already died) sits idle. A context is a few
-    hundred MiB: an NCCL test or a collective at init spins before any weights are loaded."""
-    busy = [g for g in facts.gpus if (g.used_mib or 0) >= _H.context_mib and g.util_pct is not None]
+    hundred MiB: an NCCL test or a collective at init spins before any weights are loaded.
+    Given the observations, only the launch's own GPUs count (own_gpus): a neighbour's
+    training job pinned at 99% is no rank of this launch."""
+    mine = own_gpus(facts, observations) if observations is not None else None
+    busy = [
+        g
+        for g in facts.gpus
+        if (g.used_mib or 0) >= _H.context_mib
+        and g.util_pct is not None
+        and (mine is None or g.index in mine)
+    ]
     return (
         [g for g in busy if (g.util_pct or 0) >= PINNED_PCT],
         [g for g in busy if (g.util_pct or 0) <= IDLE_PCT],
@@ -277,7 +306,7 @@ def hang_rules(facts: Facts, observations: list[Observation], hits, add) -> None
             add("still_starting", "fact", 0.25, log["id"], phase, "the phase it is in")
         return
     if not silent(facts):
-        pinned, _ = pinned_gpus(facts)
+        pinned, _ = pinned_gpus(facts, observations)
         if (
             pinned
             and facts.gpu_obs
@@ -313,7 +342,7 @@ def hang_rules(facts: Facts, observations: list[Observation], hits, add) -> None
             f"pid {pid} is a compiler the launch is running: it is building kernels, not hung",
         )
         return
-    pinned, idle = pinned_gpus(facts)
+    pinned, idle = pinned_gpus(facts, observations)
     if pinned and facts.gpu_obs and facts.ranks_gone and facts.server_alive:
         # a rank is gone: the pinned survivor spins waiting for it, which is the consequence
         g = pinned[0]

@@ -98,6 +98,7 @@ def host_rules(facts: Facts, hits, add, observations: list[Observation] | None =
         facts.container_lines,
         add,
         [(o["id"], m.line) for o, m in hits if m.strength in ("fatal", "strong")],
+        {m.label for _, m in hits if m.label and m.strength == "fatal"},
     )
     if observations:
         unpublished_port(facts.container, observations, add)

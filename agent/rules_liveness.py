@@ -4,7 +4,7 @@ with a fatal line of its own.
 
 from __future__ import annotations
 
-from agent import proof
+from agent import kills, proof
 from agent.at_work import working_on_logged_file
 from agent.evidence import LOG_TOOLS, last_launch, latest_text_observations, text_lines
 from agent.facts import Facts
@@ -175,6 +175,20 @@ def liveness_rules(facts: Facts, observations: list[Observation], hits, add) -> 
                     "the server is alive but its log did not advance between two reads (hung?)",
                 )
     own = [(o, m) for o, m in fatal if not proof.peer_lost(m.line)]
+    crash = kills.own_crash(observations)
+    if crash is not None:
+        # the kernel saw the launch's own process die of a fault: a crash, whatever the log
+        # says (a process killed by its own signal prints nothing after it)
+        add(
+            "killed_externally",
+            "fact",
+            F.refutes_firmly,
+            crash[0],
+            crash[1],
+            "the kernel log shows the launch's process died of a fault of its own (a crash "
+            "by its own signal), not a stop from outside",
+        )
+        add("still_starting", "fact", F.refutes, crash[0], crash[1], "the launch's process crashed")
     if fatal:
         o, m = fatal[-1]
         add(
@@ -209,7 +223,7 @@ def liveness_rules(facts: Facts, observations: list[Observation], hits, add) -> 
             m.line,
             "this error says a peer vanished: the consequence, not the cause",
         )
-    elif facts.server_alive is False and not facts.building_pids:
+    elif facts.server_alive is False and not facts.building_pids and crash is None:
         # (compilers at work beside the log: a build still running may be what writes it)
         logs = [o for o in latest_text_observations(observations) if o["tool"] in LOG_TOOLS]
         if logs:

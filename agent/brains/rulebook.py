@@ -163,7 +163,7 @@ class RulebookBrain:
                 kind="insufficient",
                 why=f"no hypothesis leads with proof; the best clue is {oid}: {line[:160]!r}{said}",
                 next_step=(
-                    f"Not proven: the launch's log shows {line[:160]!r}{said}, and what it "
+                    f"Not proven: {oid} shows {line[:160]!r}{said}, and what it "
                     f"follows from is not read. {generic}"
                 ),
             )
@@ -377,4 +377,13 @@ def _best_clue(state: State) -> tuple[str, str, str] | None:
         if line is not None:
             why = next((n for (oid, ln), n in notes.items() if oid == o["id"] and n), "")
             return o["id"], line, why
+    from agent.kills import own_crash
+
+    crash = own_crash(state.get("observations", []))  # type: ignore[arg-type]
+    if crash is not None:
+        return (
+            crash[0],
+            crash[1],
+            "the kernel saw the launch's process crash; what made it is not read",
+        )
     return None

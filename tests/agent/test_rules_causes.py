@@ -215,8 +215,8 @@ def test_a_server_on_another_port_is_another_launch_not_ours_alive(tmp_path) -> 
     assert f.server_alive is False and 9120 in f.other_launch_pids, f.server_pids
     r = _run(card, tmp_path)
     assert r.root_cause == "killed_externally", r.summary
-    # control: the same process on our port is ours, and alive
-    same = other.replace("--port 31000", "--port 30000")
+    # control: the same process (our model, our port) is ours, and alive
+    same = other.replace("--port 31000", "--port 30000").replace("/models/other", "/models/qwen")
     obs2 = run_many(
         ReplayHost(_card("sglang", "s", ps=same, nvidia_smi=GPU_CLEAN, files={"/srv/s.log": log})),
         [("processes", {}), ("log_tail", {"path": "/srv/s.log"})],
