@@ -149,6 +149,19 @@ def no_gpu_line(line: str) -> bool:
     return bool(_no_gpu_rx().search(line))
 
 
+def no_gpu_given(c: ContainerState | None, observations) -> tuple[str, str] | None:  # type: ignore[no-untyped-def]
+    """(observation, line) when the container's record requests no GPU and its engine says it
+    sees none: the run command's missing --gpus, proven without a crash line of its own."""
+    if c is None or c.gpus_requested:
+        return None
+    for o in observations:
+        if o["ok"] and o["tool"] in ("container_logs", "log_tail", "service_logs"):
+            for ln in o["lines"]:
+                if no_gpu_line(ln):
+                    return o["id"], ln
+    return None
+
+
 def container_rules(  # type: ignore[no-untyped-def]
     c: ContainerState | None,
     obs: str | None,

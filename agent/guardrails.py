@@ -97,6 +97,9 @@ def crash_lines(
     """Cited lines that may report a crash: fatal by structure, or a fatal/strong signature.
     Phase markers ("Load weight begin") never do: every healthy start prints them."""
     out = []
+    # the kernel's line that the launch's own process died of a fault (a segfault, a divide
+    # error) reports its crash as surely as a line the process printed
+    crash = kills.own_crash(list(by_id.values())) if evidence else None
     for ev in evidence:
         obs = by_id.get(str(ev.get("observation", "")))
         if obs is None:
@@ -109,6 +112,8 @@ def crash_lines(
         kind = proof.kind_in_context(lines, i)
         if kind is None and any(m.strength in ("fatal", "strong") for m in sigs):
             kind = "signature"
+        if kind is None and crash is not None and crash == (obs["id"], lines[i]):
+            kind = "kernel_crash"
         if kind is not None:
             out.append((obs, i, kind))
     return out
@@ -419,6 +424,20 @@ def _killed(action: Action, by_id: dict[str, Observation], facts: Facts, hits: H
             "it, no writer pid): that no engine process runs does not show this launch is "
             "gone; find the process that writes it (a notebook kernel, a custom script)"
         )
+    ready = next((m.line for _o, m in hits if m.strength == "ready"), None)
+    if (
+        not out
+        and ready is not None
+        and not facts.dmesg_available
+        and not facts.ranks_gone
+        and positive_external_sign(obs, hits) is None
+    ):
+        out.append(
+            f"[killed_externally] the server was up ({ready[:80]!r}) and no process here runs "
+            "it now, with no line of an end and the kernel log unread: an OOM kill, a stop from "
+            "outside and a server that runs on another machine (a cluster job on its node) "
+            "cannot be told apart; read the kernel log (sudo dmesg -T) and where the launch runs"
+        )
     own = own_fatal_since_launch(list(by_id.values()))
     if own is not None:
         out.append(
@@ -500,6 +519,10 @@ def _bad_launch(
         return []  # the engine's own count against nvidia-smi's: it runs, on too few GPUs
     if containers.unpublished(facts.container, obs) is not None:
         return []  # ready inside a container whose run command publishes no port for it
+    if containers.no_gpu_given(facts.container, obs) is not None and not (
+        {m.label for _, m in hits if m.strength == "fatal"} & containers.NOT_FOR_WANT_OF_A_GPU
+    ):
+        return []  # given no GPU, and its engine says it sees none: the run command's fault
     return _crash_rule(action, by_id, facts, hits)
 
 

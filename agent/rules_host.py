@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import re
 
-from agent.containers import container_rules, unpublished_port
+from agent.containers import container_rules, no_gpu_line, unpublished_port
+from agent.evidence import LOG_TOOLS, text_lines
 from agent.facts import Facts
 from agent.rules_common import (
     HW_ERROR,
@@ -97,7 +98,15 @@ def host_rules(facts: Facts, hits, add, observations: list[Observation] | None =
         facts.container_obs,
         facts.container_lines,
         add,
-        [(o["id"], m.line) for o, m in hits if m.strength in ("fatal", "strong")],
+        [(o["id"], m.line) for o, m in hits if m.strength in ("fatal", "strong")]
+        # the engine's own "no GPU here" words, at any level (vLLM says it at INFO)
+        + [
+            (o["id"], ln)
+            for o in observations or []
+            if o["ok"] and o["tool"] in LOG_TOOLS
+            for ln in text_lines(o)
+            if no_gpu_line(ln)
+        ],
         {m.label for _, m in hits if m.label and m.strength == "fatal"},
     )
     if observations:
@@ -176,13 +185,19 @@ def host_rules(facts: Facts, hits, add, observations: list[Observation] | None =
             facts.shm_mib < THRESHOLDS.shm.small_mib
             or (facts.shm_use_pct or 0) >= THRESHOLDS.shm.full_pct
         ):
+            full = (
+                facts.shm_mib < THRESHOLDS.shm.small_mib
+                and (facts.shm_use_pct or 0) >= THRESHOLDS.shm.full_pct
+            )
             add(
                 "shm_too_small",
                 "fact",
-                F.supports,
+                # small and used up: the segment is exhausted now, not only a risk
+                F.supports_clearly if full else F.supports,
                 facts.disk_obs,
                 facts.shm_line,
-                f"/dev/shm is {facts.shm_mib:.0f} MiB ({facts.shm_use_pct or 0:.0f}% used)",
+                f"/dev/shm is {facts.shm_mib:.0f} MiB ({facts.shm_use_pct or 0:.0f}% used)"
+                + (": small and used up" if full else ""),
             )
         elif facts.shm_mib >= THRESHOLDS.shm.roomy_mib and "shm_too_small" not in labels_hit:
             add(

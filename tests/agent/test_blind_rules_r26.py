@@ -209,3 +209,63 @@ def test_the_model_a_log_serves_is_read_from_its_argument_dump_only(
 def test_tgi_args_name_the_port_and_not_the_master_port() -> None:
     line = 'Args { model_id: "LLaMA-13B", master_port: 29500, port: 6006, shard_uds_path: "/tmp" }'
     assert [int(m.group(1)) for m in facts_mod.LOG_PORT.finditer(line)] == [6006]
+
+
+READY_THEN_NOTHING = (
+    "INFO 02-22 10:12:01 [api_server.py:1885] vLLM API server version 0.10.1\n"
+    "INFO 02-22 10:13:40 [api_server.py:1920] Starting vLLM API server 0 on http://0.0.0.0:8081\n"
+    "(APIServer pid=14) INFO:     Started server process [14]\n"
+    "(APIServer pid=14) INFO:     Application startup complete.\n"
+)
+
+
+@pytest.mark.parametrize("kernel_log_read", [False, True])
+def test_a_ready_server_no_process_here_runs_is_not_called_killed_without_the_kernel_log(
+    tmp_path: Any, kernel_log_read: bool
+) -> None:
+    """Up, then no process on this host runs it, no line of an end: with the kernel log unread
+    an OOM kill, a stop from outside and a server on another machine (a cluster job's node)
+    cannot be told apart, so the verdict abstains. The control: a kernel log that was read and
+    shows no kill leaves the stop from outside as the inference it was."""
+    extra = {"dmesg": "[Sun Feb 22 09:00:00 2026] eth0: link up\n"} if kernel_log_read else {}
+    card = _card({"/h/j/logs/job.err": READY_THEN_NOTHING}, PS_IDLE, GPU_CLEAN, **extra)
+    r = _run(card, tmp_path)
+    if kernel_log_read:
+        assert r.root_cause == "killed_externally", r.summary
+    else:
+        assert r.status == "insufficient_evidence", r.summary
+        assert "cannot be told apart" in (r.next_step or "")
+
+
+@pytest.mark.parametrize(
+    ("cited", "accepted"),
+    [
+        ("traps: lmdeploy[2771397] trap divide error", True),
+        ("[TM][WARNING] Device 3 peer access Device 2 is not available.", False),  # control
+    ],
+)
+def test_the_gate_takes_the_kernels_crash_line_of_the_launch_as_its_fatal_line(
+    cited: str, accepted: bool
+) -> None:
+    """A conclusion that cites the kernel's fault line of the launch's own process cites its
+    crash (the process printed nothing after it); a warning it printed is no crash."""
+    from agent.facts import derive
+    from agent.guardrails import check_conclusion
+    from agent.observe import run_many
+    from cards.replay import ReplayHost
+
+    trap = (
+        "[Fri Jul 19 10:21:58 2024] traps: lmdeploy[2771397] trap divide error ip:7f3b "
+        "sp:7f2a error:0 in _turbomind.so"
+    )
+    card = _card({"/home/u/logs/glm4.log": LMDEPLOY_LOG}, PS_IDLE, GPU_CLEAN, dmesg=trap + "\n")
+    calls = [("processes", {}), ("log_tail", {"path": "/home/u/logs/glm4.log"}), ("dmesg", {})]
+    obs: list[Any] = run_many(ReplayHost(card), calls, 1, 0)
+    line = trap if accepted else cited
+    action: Any = {
+        "kind": "conclude",
+        "label": "bad_launch_argument",
+        "evidence": [{"observation": "o3" if accepted else "o2", "line": line}],
+    }
+    problems = check_conclusion(action, obs, derive(obs))
+    assert any("cites no fatal line" in p for p in problems) is (not accepted), problems
