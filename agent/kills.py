@@ -107,7 +107,10 @@ def own_crash(observations: list[Observation]) -> tuple[str, str] | None:
                 continue
         elif v[0] not in named:
             continue
-        if v[0] in named or (_could_be_launch(v[1]) and _member(v, text, named)):
+        # an engine's worker title ("sglang::schedul", "VLLM::EngineCor") is the launch's kind
+        # of process by itself; a plain "python3" must also be named by the launch's log
+        titled = "::" in v[1] or bool(engines.name_pattern().search(v[1]))
+        if v[0] in named or (_could_be_launch(v[1]) and (titled or _member(v, text, named))):
             return oid, ln
     return None
 

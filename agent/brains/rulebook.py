@@ -354,7 +354,17 @@ def _best_clue(state: State) -> tuple[str, str, str] | None:
     than either)."""
     from agent import proof
     from agent.evidence import LOG_TOOLS, last_launch, text_lines
+    from agent.kills import own_crash
 
+    # the kernel saw the launch's own process die of a fault: that is what ended it, before any
+    # line a surviving peer printed about it (an EOFError from a rank that lost its peer)
+    crash = own_crash(state.get("observations", []))  # type: ignore[arg-type]
+    if crash is not None:
+        return (
+            crash[0],
+            crash[1],
+            "the kernel saw the launch's process crash; what made it is not read",
+        )
     newest: dict[str, dict] = {}  # type: ignore[type-arg]
     for o in state.get("observations", []):
         if o["ok"] and o["tool"] in LOG_TOOLS and not o["args"].get("pattern"):
@@ -377,13 +387,4 @@ def _best_clue(state: State) -> tuple[str, str, str] | None:
         if line is not None:
             why = next((n for (oid, ln), n in notes.items() if oid == o["id"] and n), "")
             return o["id"], line, why
-    from agent.kills import own_crash
-
-    crash = own_crash(state.get("observations", []))  # type: ignore[arg-type]
-    if crash is not None:
-        return (
-            crash[0],
-            crash[1],
-            "the kernel saw the launch's process crash; what made it is not read",
-        )
     return None
