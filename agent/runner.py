@@ -9,6 +9,7 @@ trajectory survives a crash, and handed to `on_event` for live views (CLI, SSE).
 from __future__ import annotations
 
 import contextlib
+import re
 import threading
 import time
 import uuid
@@ -329,8 +330,13 @@ class Runner:
 
     def _seen_before(self, report: Report) -> list[str]:
         out = []
-        lines = " ".join(e.line for e in report.evidence)[:300]
-        for c in self.memory.search_conclusions(f"{report.root_cause} {lines}", limit=10):
+        # the label and the evidence's most distinctive words (the longest): every word of the
+        # lines OR'ed cost the full-text index ~450 page lookups per conclusion, most of the
+        # time an eval spent in SQLite, to rank rows that are then filtered by label anyway
+        text = " ".join(e.line for e in report.evidence)[:300]
+        words = sorted(set(_WORD.findall(text)), key=lambda w: (-len(w), w))[:_SEEN_WORDS]
+        query = " ".join([report.root_cause or "", *words])
+        for c in self.memory.search_conclusions(query, limit=10):
             if c.session_id != report.session_id and c.root_cause == report.root_cause:
                 out.append(
                     f"seen before on host {c.host} on {c.created[:10]}: root cause {c.root_cause} ({c.summary[:120]})"
@@ -341,6 +347,11 @@ class Runner:
         for close in self._closers:
             close()
         self.memory.close()
+
+
+#: words of an evidence line worth matching a past conclusion on, and how many of them
+_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]{5,}")
+_SEEN_WORDS = 8
 
 
 def investigate(

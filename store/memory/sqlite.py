@@ -214,17 +214,32 @@ class Memory(MemoryReads):
         rows = self.db["sessions"].rows_where(where, args, order_by="created desc", limit=limit)
         return [SessionRow.model_validate(r) for r in rows]
 
+    def _upsert(self, table: str, row: dict[str, Any], pk: tuple[str, ...]) -> None:
+        """One statement, keeping the row's rowid (observations are read back in rowid order):
+        sqlite-utils' upsert asks the schema first (sqlite_master, table_info) on every call,
+        which was most of the statements an eval ran. The tables and their primary keys are
+        the migrations' own, so there is nothing to ask."""
+        cols = list(row)
+        names = ", ".join(f'"{c}"' for c in cols)
+        updates = ", ".join(f'"{c}" = excluded."{c}"' for c in cols if c not in pk)
+        keys = ", ".join(f'"{k}"' for k in pk)
+        self.db.execute(
+            f'insert into "{table}" ({names}) values ({", ".join("?" * len(cols))}) '
+            f"on conflict ({keys}) do " + (f"update set {updates}" if updates else "nothing"),
+            [row[c] for c in cols],
+        )
+
     def save_report(self, report: Report) -> None:
         """Store the outcome; a concluded report also joins the searchable conclusions."""
         ts = now()
         with self._lock, self.db.conn:
             self.db["sessions"].update(report.session_id, session_outcome(report, ts))
             for h in report.hypotheses:
-                self.db["hypotheses"].upsert(
-                    hypothesis_row(report.session_id, h), pk=("session_id", "label")
+                self._upsert(
+                    "hypotheses", hypothesis_row(report.session_id, h), ("session_id", "label")
                 )
             if report.status == "concluded":
-                self.db["conclusions"].upsert(conclusion_row(report, ts), pk="session_id")
+                self._upsert("conclusions", conclusion_row(report, ts), ("session_id",))
 
     def report(self, session_id: str) -> Report | None:
         row = self.db["sessions"].get(session_id) if self.get_session(session_id) else None
@@ -234,9 +249,7 @@ class Memory(MemoryReads):
 
     def record_observation(self, session_id: str, obs: dict[str, Any]) -> None:
         with self._lock, self.db.conn:
-            self.db["observations"].upsert(
-                observation_row(session_id, obs), pk=("session_id", "id")
-            )
+            self._upsert("observations", observation_row(session_id, obs), ("session_id", "id"))
 
     def observations(self, session_id: str) -> list[dict[str, Any]]:
         rows = self.db["observations"].rows_where("session_id = ?", [session_id], order_by="rowid")
