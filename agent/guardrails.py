@@ -358,10 +358,15 @@ def _hardware(action: Action, by_id, facts: Facts, hits: Hits) -> list[str]:  # 
 def _driver(action: Action, by_id, facts: Facts, hits: Hits) -> list[str]:  # type: ignore[no-untyped-def]
     if facts.gpu_error and "driver" in facts.gpu_error.lower():
         return []
-    if crash_lines(action.get("evidence") or [], by_id, hits):
-        return []
+    # a crash line of the launch's own; the kernel's fault line only where it says what the
+    # driver refused: a segfault that merely happened inside libcuda.so names no mismatch
+    for o, i, kind in crash_lines(action.get("evidence") or [], by_id, hits):
+        line = o["lines"][i]
+        if kind != "kernel_crash" or proof.label_hint(line) == "cuda_driver_mismatch":
+            return []
     return [
-        "[cuda_driver_mismatch] needs a driver/CUDA error line or nvidia-smi failing to reach the driver"
+        "[cuda_driver_mismatch] needs a driver/CUDA error line that says what the driver refused "
+        "(a version, an init failure) or nvidia-smi failing to reach the driver"
     ]
 
 

@@ -269,3 +269,27 @@ def test_the_gate_takes_the_kernels_crash_line_of_the_launch_as_its_fatal_line(
     }
     problems = check_conclusion(action, obs, derive(obs))
     assert any("cites no fatal line" in p for p in problems) is (not accepted), problems
+
+
+def test_a_segfault_inside_libcuda_names_no_driver_mismatch() -> None:
+    """The kernel's fault line proves the launch crashed, not why: a segfault that happened in
+    libcuda.so is no driver/CUDA version error, so cuda_driver_mismatch is refused on it alone
+    (the control above: the same kind of line stands as the crash of a launch-argument fault)."""
+    from agent.facts import derive
+    from agent.guardrails import check_conclusion
+    from agent.observe import run_many
+    from cards.replay import ReplayHost
+
+    segv = (
+        "[Fri Jul 19 10:21:58 2024] lmdeploy[2771397]: segfault at 0 ip 00007f6e sp 00007ffd "
+        "error 4 in libcuda.so.550.127.05[7f6e1b800000+1c2f000]"
+    )
+    card = _card({"/home/u/logs/glm4.log": LMDEPLOY_LOG}, PS_IDLE, GPU_CLEAN, dmesg=segv + "\n")
+    calls = [("processes", {}), ("log_tail", {"path": "/home/u/logs/glm4.log"}), ("dmesg", {})]
+    obs: list[Any] = run_many(ReplayHost(card), calls, 1, 0)
+    cite = [{"observation": "o3", "line": segv}]
+    facts = derive(obs)
+    driver: Any = {"kind": "conclude", "label": "cuda_driver_mismatch", "evidence": cite}
+    assert any("what the driver refused" in p for p in check_conclusion(driver, obs, facts))
+    launch: Any = {"kind": "conclude", "label": "bad_launch_argument", "evidence": cite}
+    assert not any("cites no fatal line" in p for p in check_conclusion(launch, obs, facts))
