@@ -434,7 +434,9 @@ def _killed(action: Action, by_id: dict[str, Observation], facts: Facts, hits: H
         not out
         and ready is not None
         and not facts.dmesg_available
+        and facts.server_alive is False
         and not facts.ranks_gone
+        and not facts.core_gone_line
         and positive_external_sign(obs, hits) is None
     ):
         out.append(
