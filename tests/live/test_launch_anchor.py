@@ -163,3 +163,31 @@ def test_an_env_files_empty_device_list_is_read_and_shown(scene: Scene) -> None:
     assert str(env) in v.report["next_step"], v.report["next_step"]
     assert str(env) in v.report["launch"]["configs"], v.report["launch"]
     scene.assert_bystanders_untouched(v)
+
+
+# -- yesterday's rotated log beside today's launch (blind round 26) ---------------------------
+def test_yesterdays_rotated_failure_is_not_todays_launch(scene: Scene) -> None:  # noqa: F811
+    """server.log.1 ended yesterday on a CUDA OOM; today's server.log starts a launch of its own
+    that is loading its shards, alive. Yesterday's error says nothing about today's launch: the
+    verdict is that it is still starting, no line of server.log.1 is cited, and the note says the
+    rotation is an earlier run's."""
+    log = scene.stage.logs / "server.log"
+    old = log.with_name("server.log.1")
+    yesterday = S.startup().replace("2025-06-01", "2025-05-31") + S.OOM_BLOCK.replace(
+        "2025-06-01", "2025-05-31"
+    )
+    old.write_text(yesterday)
+    old.chmod(0o644)
+    scene.stage.chown(old)
+    script = [["out", S.startup(import_warning=False)], ["loop", S.SHARD_BAR, 0.5, 400]]
+    scene.stage.start_server(script, log, S.SERVER_ARGS)
+    S.wait_for(lambda: b"| 3/400" in log.read_bytes(), 10, "three shards")
+
+    v = scene.investigate([log, old], "the server is stuck loading again like yesterday, why?")
+
+    assert_concluded(v, "still_starting")
+    old_lines = set(yesterday.splitlines())
+    cited = [e["line"] for e in v.report["evidence"]]
+    assert not any(c in old_lines for c in cited), cited
+    assert "earlier run" in v.report["next_step"], v.report["next_step"]
+    scene.assert_bystanders_untouched(v)
