@@ -154,9 +154,11 @@ def no_gpu_given(c: ContainerState | None, observations) -> tuple[str, str] | No
     sees none: the run command's missing --gpus, proven without a crash line of its own."""
     if c is None or c.gpus_requested:
         return None
+    from agent.evidence import LOG_TOOLS, text_lines
+
     for o in observations:
-        if o["ok"] and o["tool"] in ("container_logs", "log_tail", "service_logs"):
-            for ln in o["lines"]:
+        if o["ok"] and o["tool"] in LOG_TOOLS:
+            for ln in text_lines(o):
                 if no_gpu_line(ln):
                     return o["id"], ln
     return None

@@ -894,8 +894,6 @@ def tiny_fraction(observations: list[Observation], hits) -> tuple[str, str, str,
     low that nothing fits, and it then failed for room: the setting, not the GPU, is the cause."""
     if not any(m.strength == "fatal" and m.label == "kv_cache_no_room" for _, m in hits):
         return None
-    from agent.evidence import last_launch
-
     for o in observations:
         if not o["ok"] or o["tool"] != "log_tail":
             continue

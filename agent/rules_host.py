@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import re
 
-from agent.containers import container_rules, no_gpu_line, unpublished_port
-from agent.evidence import LOG_TOOLS, text_lines
+from agent.containers import container_rules, no_gpu_given, unpublished_port
 from agent.facts import Facts
 from agent.rules_common import (
     HW_ERROR,
@@ -100,13 +99,7 @@ def host_rules(facts: Facts, hits, add, observations: list[Observation] | None =
         add,
         [(o["id"], m.line) for o, m in hits if m.strength in ("fatal", "strong")]
         # the engine's own "no GPU here" words, at any level (vLLM says it at INFO)
-        + [
-            (o["id"], ln)
-            for o in observations or []
-            if o["ok"] and o["tool"] in LOG_TOOLS
-            for ln in text_lines(o)
-            if no_gpu_line(ln)
-        ],
+        + [hit for hit in [no_gpu_given(facts.container, observations or [])] if hit],
         {m.label for _, m in hits if m.label and m.strength == "fatal"},
     )
     if observations:

@@ -52,6 +52,12 @@ def test_crashed_names_the_process_of_a_kernel_fault_line() -> None:
     assert kills.crashed("[x] docker0: port 1(veth1) entered disabled state") is None
 
 
+def _log_obs(oid: str, path: str, text: str) -> dict[str, Any]:
+    """A log_tail observation of `text`, as the rules read one."""
+    return {"id": oid, "tool": "log_tail", "args": {"path": path}, "ok": True,
+            "lines": text.splitlines(), "data": {}}  # fmt: skip
+
+
 VLLM_START = (
     "INFO 07-02 14:02:11 [__init__.py:244] Automatically detected platform cuda.\n"
     "INFO 07-02 14:02:14 [api_server.py:1287] vLLM API server version 0.9.1\n"
@@ -76,22 +82,8 @@ def test_a_rotated_log_of_an_earlier_run_is_not_this_launchs_evidence(
 
     current = VLLM_START if current_starts else "INFO 07-02 14:03:01 still capturing\n"
     obs = [
-        {
-            "id": "o1",
-            "tool": "log_tail",
-            "args": {"path": "/srv/logs/server.log"},
-            "ok": True,
-            "lines": current.splitlines(),
-            "data": {},
-        },
-        {
-            "id": "o2",
-            "tool": "log_tail",
-            "args": {"path": "/srv/logs/server.log.1"},
-            "ok": True,
-            "lines": YESTERDAY.splitlines(),
-            "data": {},
-        },
+        _log_obs("o1", "/srv/logs/server.log", current),
+        _log_obs("o2", "/srv/logs/server.log.1", YESTERDAY),
     ]
     cited = [m.line for _o, m in signature_hits(obs)]  # type: ignore[arg-type]
     assert any("Free memory on device" in ln for ln in cited) is (not current_starts)
@@ -136,16 +128,7 @@ def test_an_unrelated_import_warning_explains_nothing() -> None:
         "Could not import Flash Attention enabled models: x",
         "Could not import optional tokenizer plugin: No module named 'sentencepiece_extra'",
     )
-    obs = [
-        {
-            "id": "o1",
-            "tool": "log_tail",
-            "args": {"path": "/l"},
-            "ok": True,
-            "lines": log.splitlines(),
-            "data": {},
-        }
-    ]
+    obs = [_log_obs("o1", "/l", log)]
     assert import_chain(obs, []) is None  # type: ignore[arg-type]
 
 
