@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import importlib
+import os
 import sys
+import threading
 
 import typer
 
@@ -71,7 +75,36 @@ def full_app() -> typer.Typer:
 
 def main() -> None:
     register(_wanted(sys.argv[1:]))
-    app()
+    try:
+        app()
+    except SystemExit as exc:
+        _exit_now(exc.code)
+    _exit_now(0)
+
+
+def _exit_now(code: object) -> None:
+    """End the process the moment the command is done, without the interpreter's teardown.
+
+    Measured on `pivot investigate` over SSH: freeing every module and object of the graph
+    machinery (langgraph, pydantic models, a thousand compiled patterns) took 0.35-0.4 s after
+    the verdict was printed, a sixth of the whole run, and the operator waits for the prompt.
+    Everything the interpreter's exit guarantees is done first, in its order: thread pools are
+    told to stop and threads that are not daemons are joined, exit handlers run (logging
+    flushes, paramiko joins its transports), the standard streams are flushed; only the freeing
+    is skipped.
+    """
+    if isinstance(code, str):
+        sys.stderr.write(code + "\n")
+        code = 1
+    status = 0 if code is None else code if isinstance(code, int) else 1
+    # what Py_FinalizeEx does first, by the same private calls: the thread pools' exit hooks,
+    # then a join of every thread that is not a daemon; then the exit handlers
+    threading._shutdown()  # type: ignore[attr-defined]
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):  # a closed pipe: the reader is gone
+            stream.flush()
+    os._exit(status)
 
 
 if __name__ == "__main__":

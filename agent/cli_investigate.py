@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -21,12 +22,13 @@ if TYPE_CHECKING:
 
 
 def _host(host: str | None, local: bool, replay: str | None, tofu: bool = False):  # type: ignore[no-untyped-def]
+    from cards.model import CardError
     from tools.hosts import resolve_host
 
     try:
         opts = {"trust_on_first_use": True} if tofu and host else {}
         return resolve_host(host, local, replay, **opts)
-    except (ValueError, OSError) as exc:
+    except (ValueError, OSError, CardError) as exc:  # a card that is missing or does not validate
         raise typer.BadParameter(str(exc)) from exc
 
 
@@ -73,6 +75,48 @@ def in_container(h, container: str | None):  # type: ignore[no-untyped-def]
         typer.echo(f"fix: {down.fix}", err=True)
         raise typer.Exit(2)
     return inside
+
+
+def _open(
+    host: str | None,
+    local: bool,
+    replay: str | None,
+    tofu: bool,
+    container: str | None,
+    logs: list[str],
+):  # type: ignore[no-untyped-def]
+    """The host to investigate, checked reachable, with its first wave of reads under way."""
+    from agent.observe import Prefetch, first_wave
+
+    h = _host(host, local, replay, tofu)
+    if host:
+        _reachable_or_exit(h)
+    h = in_container(h, container)
+    return h, Prefetch(h, first_wave(logs, container is not None))
+
+
+class _Early:
+    """A call run in a thread from now on; `result()` waits for it and returns its value or
+    raises what it raised (a bad --host is still the CLI's error, only found a little later)."""
+
+    def __init__(self, fn) -> None:  # type: ignore[no-untyped-def]
+        self._fn = fn
+        self._value: object = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="pivot-connect", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            self._value = self._fn()
+        except BaseException as exc:  # typer.Exit and BadParameter travel to the caller
+            self._error = exc
+
+    def result(self):  # type: ignore[no-untyped-def]
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._value
 
 
 ContainerOpt = Annotated[
@@ -171,20 +215,20 @@ def investigate(
         )
     console = Console(stderr=as_json)
     h = prefetch = None
+    early = None
     if not resume:
-        h = _host(host, local, replay, trust_new_host_key)
-        if host:
-            _reachable_or_exit(h)
-        h = in_container(h, container)
-        from agent.observe import Prefetch, first_wave
-
-        # the sweep's first reads start now and overlap the graph machinery's imports below
-        prefetch = Prefetch(h, first_wave(list(log or []), container is not None))
+        # the connection, its probe and the sweep's first reads start now, in a thread, and
+        # overlap the graph machinery's imports and the store's opening below (~1 s)
+        early = _Early(
+            lambda: _open(host, local, replay, trust_new_host_key, container, list(log or []))
+        )
     from agent.runner import Runner
 
     runner = Runner()
     on_event = live_printer(console)
     try:
+        if early is not None:
+            h, prefetch = early.result()
         if resume:
             spec = runner.memory.host_spec(resume)
             if not spec:
