@@ -352,7 +352,14 @@ def options(
             )
         elif need == "live_container":
             ctr = facts.container
-            running = ctr is not None and ctr.running
+            # its record unread (a pod's runtime, a trimmed paste): the server seen alive inside
+            # it, beside a log read from it, says it runs
+            running = (
+                ctr.running
+                if ctr is not None
+                else bool(facts.server_alive)
+                and any(o["tool"] == "container_logs" and o["ok"] for o in observations)
+            )
             args = dict(c.get("args") or {}) if running and not log_path else None
         elif need == "gpu_busy":
             args = {} if _gpu_busy(observations) else None

@@ -70,13 +70,13 @@ def notes(c: ContainerState, cli: str, port: int | None = None) -> list[str]:
     if c.restart_count >= RESTART_LOOP:
         out.append(k["restart_loop"].format(**_words(c, cli)))
     published = {p.container_port.split("/")[0] for p in c.ports if p.host_port}
-    if port is not None and not c.network_host and str(port) not in published:
+    if port is not None and c.ports_shown and not c.network_host and str(port) not in published:
         # first: a known port means the engine got far enough to name it, so GPUs came later
         out.append(k["port_not_published"].format(**_words(c, cli, port)))
-    if not c.gpus_requested:
+    if not c.gpus_requested and c.gpus_shown:
         out.append(k["no_gpu"].format(**_words(c, cli)))
     cache = [m for m in c.mounts if any(x in m.destination for x in MODEL_CACHE)]
-    if not cache:
+    if not cache and c.mounts_shown:
         out.append(k["cache_not_mounted"].format(**_words(c, cli)))
     for m in cache:
         if m.read_only:
@@ -152,7 +152,7 @@ def no_gpu_line(line: str) -> bool:
 def no_gpu_given(c: ContainerState | None, observations) -> tuple[str, str] | None:  # type: ignore[no-untyped-def]
     """(observation, line) when the container's record requests no GPU and its engine says it
     sees none: the run command's missing --gpus, proven without a crash line of its own."""
-    if c is None or c.gpus_requested:
+    if c is None or c.gpus_requested or not c.gpus_shown:
         return None
     from agent.evidence import LOG_TOOLS, text_lines
 
@@ -197,7 +197,7 @@ def container_rules(  # type: ignore[no-untyped-def]
             "the container's memory limit ended it, not a person or a supervisor",
         )
     own_reason = (fatal_labels or set()) & NOT_FOR_WANT_OF_A_GPU
-    if not c.gpus_requested and log_lines and not own_reason:
+    if not c.gpus_requested and c.gpus_shown and log_lines and not own_reason:
         hit = next(((o, ln) for o, ln in log_lines if no_gpu_line(ln)), None)
         if hit is not None:
             why = f"container {c.name} was given no GPU (no --gpus / device request) and its engine sees none"
@@ -232,7 +232,7 @@ def unpublished(c: ContainerState | None, observations) -> tuple[str, str, int] 
     """Ready inside, unreachable outside: (observation, ready line, port) when a running
     container's engine said it serves on a port that the run command publishes on no host port
     (no `-p`, no --network host). Requests from the host or the network get nothing."""
-    if c is None or not c.running or c.network_host:
+    if c is None or not c.running or c.network_host or not c.ports_shown:
         return None
     from tools import engines
 

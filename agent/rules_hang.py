@@ -267,9 +267,7 @@ def hang_rules(facts: Facts, observations: list[Observation], hits, add) -> None
                 f"the stacks are {d['waiting_in']}ing: still working",
             )
     _rank_gone(facts, add)
-    fatal_end = any(
-        m.strength == "fatal" and m.label and not m.signature.startswith("phase-") for _, m in hits
-    )
+    fatal_end = any(_ends_launch(facts, m) for _, m in hits)
     moved = gpu_memory_moved(observations)
     quiet = bool(facts.log_growth) and not any(facts.log_growth.values())
     if moved is not None and quiet and facts.server_alive is not False and not fatal_end:
@@ -326,9 +324,7 @@ def hang_rules(facts: Facts, observations: list[Observation], hits, add) -> None
                 "working, or spinning in a collective; whether the log advances tells",
             )
         return
-    if any(
-        m.strength == "fatal" and m.label and not m.signature.startswith("phase-") for _, m in hits
-    ):
+    if fatal_end:
         return  # the launch printed why it ended: a crash, not a hang
     comp = compiler_child(facts)
     if comp is not None:
@@ -435,6 +431,37 @@ def _last_silent_line(  # type: ignore[no-untyped-def]
         )
         if last:
             add(label, "fact", 0.25, o["id"], last, note)
+
+
+def _ends_launch(facts: Facts, m) -> bool:  # type: ignore[no-untyped-def]
+    """A fatal line that can be the end of this launch. A restart's kill (a probe's) cannot end
+    a launch that is alive now: it ended an earlier instance of it."""
+    if m.strength != "fatal" or not m.label or m.signature.startswith("phase-"):
+        return False
+    return not (
+        m.label == "killed_externally" and facts.server_alive and EARLIER_INSTANCE.search(m.line)
+    )
+
+
+#: a line about an earlier instance of a launch that restarts: the kubelet's restart of a
+#: container, a pod's "Last State", a back-off between restarts
+EARLIER_INSTANCE = re.compile(
+    r"(?i)will be restarted|^\s*Last State:|restarting failed container|\bBack-off restarting"
+)
+
+
+def earlier_kill_open(facts: Facts, observations: list[Observation]) -> bool:
+    """A kill line (a probe's restart, exit 137 in a pod's last state) ended an earlier
+    instance of a launch that is alive now. Until this instance is seen at work (its log
+    advancing, its GPU memory moving, its processes busy on a CPU: then the kill is what comes
+    again, killed_externally) it may be stuck where that one was, and then the kill follows from
+    the stall; it is no proof of its own until then."""
+    busy = any(
+        float(facts._ps_recs.get(p, {}).get("cpu_pct") or 0.0) >= _H.working_pct
+        for p in facts.server_pids
+    )
+    at_work = busy or any(facts.log_growth.values()) or gpu_memory_moved(observations) is not None
+    return bool(facts.server_alive) and not at_work
 
 
 def gpu_memory_static(observations: list[Observation]) -> tuple[str, str] | None:

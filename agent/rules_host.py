@@ -62,9 +62,10 @@ def _port_owner_rule(facts: Facts, hits, add) -> None:  # type: ignore[no-untype
 K8S_REASON = re.compile(r"^\s*Reason:\s+(\w+)")
 
 
-def _k8s_rules(observations: list[Observation], add) -> None:  # type: ignore[no-untyped-def]
+def _k8s_rules(observations: list[Observation], add, earlier: bool = False) -> None:  # type: ignore[no-untyped-def]
     """A pod's last state names how its container ended: OOMKilled is the kernel, Error/137 is
-    a signal from someone else (a probe, an eviction, a person)."""
+    a signal from someone else (a probe, an eviction, a person). `earlier`: that was an earlier
+    instance of a launch alive now, not yet seen at work (rules_hang.earlier_kill_open)."""
     for o in observations:
         if o["tool"] != "host_facts" or not o["ok"]:
             continue
@@ -82,10 +83,11 @@ def _k8s_rules(observations: list[Observation], add) -> None:  # type: ignore[no
                 add(
                     "killed_externally",
                     "fact",
-                    F.supports_clearly,
+                    F.hints if earlier else F.supports_clearly,
                     o["id"],
                     reasons[0][0],
-                    "exit 137 (SIGKILL) without OOMKilled: killed from outside (a probe, an eviction)",
+                    "exit 137 (SIGKILL) without OOMKilled: killed from outside (a probe, an eviction)"
+                    + ("; that was an earlier instance, this one is alive" if earlier else ""),
                 )
 
 
@@ -106,7 +108,9 @@ def host_rules(facts: Facts, hits, add, observations: list[Observation] | None =
         unpublished_port(facts.container, observations, add)
     oom_fatal = any(m.label == "host_oom_killed" and m.strength == "fatal" for _, m in hits)
     if observations and not oom_fatal:
-        _k8s_rules(observations, add)
+        from agent.rules_hang import earlier_kill_open
+
+        _k8s_rules(observations, add, earlier_kill_open(facts, observations))
     if facts.dmesg_available and facts.dmesg_obs:
         first = facts.dmesg_summary or (facts.dmesg_lines[-1] if facts.dmesg_lines else "")
         # "Killed" in a log is ambiguous; only the kernel's own line (or a fatal one) names the OOM killer

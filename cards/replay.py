@@ -386,6 +386,11 @@ class ReplayHost:
                 return _Unrecorded(f"host.containers is absent (container {name})")
             return _Absent(f"Error: no such container {name}\n")
         if verb == "inspect":
+            if snap.inspect is None and any("{{.Id}}" in a for a in args):
+                # the CLI probe asks only whether the container exists: the card records it (its
+                # log, its processes), so it does, as a live `inspect --format` would say; its
+                # record stays unknown
+                return name + "\n"
             if snap.inspect is None:
                 return _Unrecorded(f"host.containers.{name}.inspect is absent")
             text = self._cursor.read(f"ctr:{name}:inspect", snap.inspect, t)
@@ -520,6 +525,13 @@ class ReplayHost:
             if ours and theirs and not ours & theirs:
                 continue  # `cat /proc/net/tcp` is not `cat /proc/driver/nvidia/version`
             score = len(_flags(args) & _flags(kargs)) + len(ours & theirs)
+            mine, its = (
+                (_container_opt(args), _container_opt(kargs)) if prog == "kubectl" else (None, None)
+            )
+            if mine is not None and mine != its:
+                continue  # `kubectl logs POD -c init` is not another container's log
+            if its is not None and mine is None:
+                score -= 1  # the pod's default container may be the one the card names
             if _verb(args) and _verb(args) == _verb(kargs):
                 score += 2  # `kubectl describe ...` answers `kubectl describe ...` before `get`
             if prog == "nvidia-smi" and score == 0:
@@ -535,6 +547,16 @@ class ReplayHost:
         if best is None:
             return None
         return self._cursor.read(f"cmd:{best[1]}", commands[best[1]], t)
+
+
+def _container_opt(args: list[str]) -> str | None:
+    """The value of `-c NAME` / `--container NAME` / `--container=NAME` (kubectl's container)."""
+    for i, a in enumerate(args):
+        if a in ("-c", "--container") and i + 1 < len(args):
+            return args[i + 1].strip("'\"")
+        if a.startswith("--container="):
+            return a.split("=", 1)[1].strip("'\"")
+    return None
 
 
 def _find_maxdepth(args: list[str]) -> int | None:

@@ -78,6 +78,12 @@ class ContainerState(BaseModel):
     memory_limit: int = Field(0, description="bytes; 0 = no limit")
     network_host: bool = False
     gpus_requested: bool = False
+    #: whether the record shows each part at all: a card or a trimmed paste may leave out
+    #: HostConfig's devices, the port map or the mounts, and a part not shown proves nothing
+    #: missing (a `docker inspect` always prints them, null when empty)
+    gpus_shown: bool = True
+    ports_shown: bool = True
+    mounts_shown: bool = True
     devices: list[str] = Field(default_factory=list)
     mounts: list[Mount] = Field(default_factory=list)
     ports: list[PortBinding] = Field(default_factory=list)
@@ -137,6 +143,8 @@ class Result(ToolResult):
                 "requested (" + ", ".join(c.devices or ["--gpus"]) + ")"
                 if c.gpus_requested
                 else "NONE passed to the container (no --gpus / --device nvidia.com/gpu)"
+                if c.gpus_shown
+                else "not shown in this record (no HostConfig devices)"
             )
         )
         if c.network_host:
@@ -151,7 +159,13 @@ class Result(ToolResult):
                 {p.container_port for p in c.ports if not p.host_port}
                 | set(c.exposed) - {p.container_port for p in c.ports if p.host_port}
             )
-            out.append("# published ports: " + (", ".join(published) or "NONE"))
+            out.append(
+                "# published ports: "
+                + (
+                    ", ".join(published)
+                    or ("NONE" if c.ports_shown else "not shown in this record")
+                )
+            )
             if unpublished:
                 out.append("# exposed but not published: " + ", ".join(unpublished))
         for m in c.mounts:
@@ -159,7 +173,7 @@ class Result(ToolResult):
                 f"# mount {m.source or '(anonymous)'} -> {m.destination}"
                 + (" READ-ONLY" if m.read_only else "")
             )
-        if not c.mounts:
+        if not c.mounts and c.mounts_shown:
             out.append("# mounts: none (a model cache inside the container is lost at each start)")
         out.append(f"# image {c.image}; cmd {' '.join(c.cmd)[:300]}")
         if c.redacted:
@@ -271,6 +285,12 @@ def parse_inspect(text: str) -> ContainerState:
         memory_limit=int(hc.get("Memory") or 0),
         network_host=str(hc.get("NetworkMode") or "") == "host",
         gpus_requested=gpus,
+        gpus_shown=gpus or "DeviceRequests" in hc or "Devices" in hc,
+        ports_shown=bool(ports)
+        or "Ports" in (d.get("NetworkSettings") or {})
+        or "PortBindings" in hc
+        or "NetworkMode" in hc,
+        mounts_shown="Mounts" in d,
         devices=devices,
         mounts=mounts,
         ports=ports,

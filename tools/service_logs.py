@@ -45,11 +45,16 @@ class Result(ToolResult):
     #: a pod's own record (`kubectl describe pod`): its state, last state, reason, message and
     #: exit code, read when its log is empty (the container never ran: a bad command, an image)
     describe: list[str] = Field(default_factory=list)
+    #: the log of a container of the pod that keeps failing and is not the one read (an init
+    #: container: the server's own container waits, "PodInitializing", and has no log at all)
+    failing: dict[str, list[str]] = Field(default_factory=dict)
 
     def lines(self) -> list[str]:
         if self.error:
             return super().lines()
         out = [f"# {self.kind} log of {self.name} ($ {self.command})", *bound_lines(self.tail)]
+        for ctr, tail in self.failing.items():
+            out += [f"# log of its failing container {ctr} (kubectl logs -c {ctr})", *tail]
         if self.describe:
             out += [f"# kubectl describe pod {self.name} (state and events)", *self.describe]
         return out
@@ -141,6 +146,34 @@ def _read_cmd(kind: Kind, name: str, args: Args) -> str:
     return f"journalctl -u {q} -n {args.lines} --no-pager"
 
 
+#: the kubelet's event for a container that keeps failing: "Back-off restarting failed
+#: container storage-initializer in pod ..."
+_FAILED_CTR = re.compile(r"restarting failed container ['\"]?([a-z0-9][a-z0-9-]{0,62})")
+#: the most failing containers read besides the one asked for
+FAILING_READ = 2
+
+
+def _failing_logs(host: Host, name: str, describe: list[str], args: Args) -> dict[str, list[str]]:
+    """The logs of the pod's containers its events name as failing: the cause of a pod whose
+    server container never started is in the container that keeps failing before it."""
+    ns, pod = _pod(name)
+    out: dict[str, list[str]] = {}
+    for ctr in dict.fromkeys(m.group(1) for ln in describe if (m := _FAILED_CTR.search(ln))):
+        if len(out) >= FAILING_READ:
+            break
+        res = host.run(
+            f"kubectl {ns}logs --tail={args.lines} {pod} -c {shlex.quote(ctr)}", timeout=20
+        )
+        tail = (
+            [ln for ln in clean_lines(res.stdout).lines[-args.lines :] if ln.strip()]
+            if res.ok
+            else []
+        )
+        if tail:
+            out[ctr] = tail
+    return out
+
+
 def _describe(host: Host, name: str) -> list[str]:
     """The kept lines of `kubectl describe pod` (state, reason, message, exit code, events) and
     the launch-steering entries of its containers' Environment (a preset's or a chart's setting
@@ -189,6 +222,7 @@ def run(host: Host, args: Args) -> Result:
         # a pod's record says how its container last ended (and, for one that never ran, is
         # all there is) and what its spec set in the environment
         describe = _describe(host, name) if kind == "kubectl" else []
+        failing = _failing_logs(host, name, describe, args) if describe else {}
         if tail or describe:
             return Result(
                 host=host.name,
@@ -198,6 +232,7 @@ def run(host: Host, args: Args) -> Result:
                 tail=[ln for ln in tail if ln.strip()],
                 tried=tried,
                 describe=describe,
+                failing=failing,
             )
     return Result(
         host=host.name,
