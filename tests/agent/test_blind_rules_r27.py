@@ -196,3 +196,18 @@ def test_a_part_of_a_container_record_not_shown_proves_nothing_missing(
     said = " ".join(notes(c, "docker", 8000))
     for words in ("No GPU was passed", "publishes no host port"):
         assert (words in said) == shown, said
+
+
+@pytest.mark.parametrize(
+    ("line", "ready"),
+    [
+        ("(ProxyActor pid=1631) INFO:     Started server process [1631]", False),
+        ("(APIServer pid=55102) INFO:     Started server process [55102]", True),  # control
+    ],
+)
+def test_ray_serves_proxy_coming_up_is_not_the_model_ready(line: str, ready: bool) -> None:
+    """Ray Serve's HTTP proxy starts its uvicorn before any replica is placed; a server's own
+    uvicorn line (vLLM's API server) still says it is up."""
+    from agent.signatures import scan
+
+    assert any(m.strength == "ready" for m in scan([line])) == ready

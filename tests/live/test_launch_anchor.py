@@ -191,3 +191,41 @@ def test_yesterdays_rotated_failure_is_not_todays_launch(scene: Scene) -> None: 
     assert not any(c in old_lines for c in cited), cited
     assert "earlier run" in v.report["next_step"], v.report["next_step"]
     scene.assert_bystanders_untouched(v)
+
+
+# -- Ray Serve's proxy is up, its replica never placed (round 27, live) ------------------------
+RAY_PROXY = (
+    "2024-03-24 03:17:24,893\tINFO worker.py:1715 -- Connected to Ray cluster. View the dashboard "
+    "at 127.0.0.1:8265\n"
+    "(ProxyActor pid=1631) INFO 2024-03-24 03:17:27,349 proxy 172.17.0.2 proxy.py:1357 - Starting "
+    "HTTP server on node: 4a3b8b62 listening on port 8000\n"
+    "(ProxyActor pid=1631) INFO:     Started server process [1631]\n"
+)
+RAY_WAIT = (
+    '(ServeController pid=1684) {{"levelname": "WARNING", "message": "deployment_state.py:2152 - '
+    "Deployment 'VLLMDeployment:amazon--LightGPT' in application 'ray-llm' 1 replicas that have "
+    "taken more than 30s to be scheduled. This may be due to waiting for the cluster to auto-scale "
+    "or for a runtime environment to be installed. Resources required for each replica: "
+    '[{{\\"CPU\\": 1.0, \\"accelerator_type_a10\\": 0.01, \\"GPU\\": 0.1}}], total resources '
+    'available: {{}}. ({i})"}}\n'
+)
+
+
+def test_a_serve_proxy_up_beside_a_replica_never_placed_is_no_healthy_server(
+    scene: Scene,  # noqa: F811
+) -> None:
+    """A Ray Serve launch whose proxy's uvicorn is up while the controller says, again and again,
+    that the model's replica cannot be placed: not healthy (the proxy's ready line is not the
+    model's), not still starting (a log that grows only by the wait notice is no progress), the
+    unschedulable replica, citing the controller's line; the busy box's jobs untouched."""
+    log = scene.stage.logs / "serve-run.log"
+    scene.stage.start_server([["out", RAY_PROXY], ["loop", RAY_WAIT, 0.5, 2000]], log)
+    S.wait_for(lambda: b"(3)" in log.read_bytes(), 15, "three wait notices")
+
+    v = scene.investigate([log], "stuck at the replica step for 8 minutes: still downloading?")
+
+    assert_concluded(v, "bad_launch_argument")
+    cited = [e["line"] for e in v.report["evidence"]]
+    assert any("to be scheduled" in c for c in cited), cited
+    assert not any("Started server process" in c for c in cited), cited
+    scene.assert_bystanders_untouched(v)
