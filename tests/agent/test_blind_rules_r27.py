@@ -211,3 +211,32 @@ def test_ray_serves_proxy_coming_up_is_not_the_model_ready(line: str, ready: boo
     from agent.signatures import scan
 
     assert any(m.strength == "ready" for m in scan([line])) == ready
+
+
+@pytest.mark.parametrize(
+    ("line", "port"),
+    [
+        # gRPC names its own source line (chttp2_server.cc:1080) before the address
+        (
+            "E1221 09:27:15.347306746 165 chttp2_server.cc:1080] UNKNOWN:No address added out of "
+            "total 1 resolved for '0.0.0.0:8001' {children:[UNKNOWN:bind: Address already in use]}",
+            8001,
+        ),
+        ("failed to start GRPC service: Unavailable - Socket '0.0.0.0:8001' already in use", 8001),
+        (
+            "ERROR:    [Errno 98] error while attempting to bind on address ('0.0.0.0', 30000): "
+            "address already in use",
+            30000,
+        ),
+        ("I0101 main.cc:244] Started GRPCInferenceService at 0.0.0.0:8001", None),  # control
+    ],
+)
+def test_the_port_of_a_failed_bind_is_the_addresss_not_a_source_line(
+    line: str, port: int | None
+) -> None:
+    """The port the `ports` check asks about is the one after the bound address's host; a
+    `file.cc:LINE]` prefix on the same line is C++, and a line with no failed bind names none."""
+    from agent.server_port import PORT
+
+    m = PORT.search(line)
+    assert (int(next(g for g in m.groups() if g)) if m else None) == port
