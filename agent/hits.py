@@ -40,6 +40,38 @@ def _superseded_rotations(latest: list[Observation], old_logs: set[str]) -> set[
     return {old for old in old_logs if any(rotation_of(base, old) for base in starts)}
 
 
+def _before_the_given_log(
+    observations: list[Observation], latest: list[Observation], old_logs: set[str]
+) -> set[str]:
+    """Logs of earlier runs (ended before another log began), when the log the operator named
+    starts a launch of its own and is not one of them: a smoke test's log of yesterday beside
+    today's server.log is another run's story, none of it this launch's. Without a named log,
+    or when the named log is the earlier one, they are weighed as before."""
+    given = {
+        str(p)
+        for o in observations
+        if o["tool"] == "processes"
+        for p in (o["args"].get("logs") or [])
+    }
+    own = {
+        str(o["args"]["path"])
+        for o in latest
+        if o["tool"] in LOG_TOOLS
+        and str(o["args"].get("path", "")) in given
+        and any(launch_line(ln) for ln in text_lines(o))
+    }
+    if not own or own & old_logs:
+        return set()
+    return old_logs - given
+
+
+def earlier_runs_set_aside(observations: list[Observation]) -> set[str]:
+    """The logs of earlier runs that the log the operator named sets aside (the verdict says
+    which file is which)."""
+    latest = latest_text_observations(observations)
+    return _before_the_given_log(observations, latest, earlier_run_logs(latest))
+
+
 def signature_hits(observations: list[Observation]) -> list[tuple[Observation, Match]]:
     out: list[tuple[Observation, Match]] = []
     latest = latest_text_observations(observations)
@@ -50,7 +82,9 @@ def signature_hits(observations: list[Observation]) -> list[tuple[Observation, M
             cut = last_launch(lines)
             earlier_runs |= set(lines[:cut]) - set(lines[cut:])
     old_logs = earlier_run_logs(latest)
-    superseded = _superseded_rotations(latest, old_logs)
+    superseded = _superseded_rotations(latest, old_logs) | _before_the_given_log(
+        observations, latest, old_logs
+    )
     foreign = bystander_kills(latest)  # a kill of another job is never this launch's evidence
     for o in latest:
         lines = text_lines(o)

@@ -28,6 +28,7 @@ from agent.evidence import launch_line, text_lines
 from agent.findings import compute
 from agent.guardrails import INFERRED_CONFIDENCE as INFERRED_AT
 from agent.guardrails import check_conclusion, qualify
+from agent.hits import earlier_runs_set_aside
 from agent.launch import (
     NOT_THE_ENGINES_LOG,
     log_engines,
@@ -800,6 +801,12 @@ def _rotation_said(obs: list[Observation]) -> str:
                     f"Note: {asked} is not the file the server writes: it was rotated, and the "
                     f"server writes {actual}. "
                 )
+    aside = sorted(earlier_runs_set_aside(obs))
+    if aside:
+        return (
+            f"Note: {', '.join(aside)} ended before the log named began: an earlier run's, none "
+            "of it this launch's evidence. "
+        )
     # the server is gone (nobody's fd to follow), yet its rotation was read: say which file
     # held its start-up and its end
     reads = [str(o["args"].get("path")) for o in obs if o["tool"] == "log_tail" and o["ok"]]

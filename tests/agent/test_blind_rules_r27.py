@@ -240,3 +240,45 @@ def test_the_port_of_a_failed_bind_is_the_addresss_not_a_source_line(
 
     m = PORT.search(line)
     assert (int(next(g for g in m.groups() if g)) if m else None) == port
+
+
+TODAY = (
+    "(APIServer pid=55102) INFO 05-20 10:02:11 [api_server.py:1953] vLLM API server version 0.20.1\n"
+    "(EngineCore_DP0 pid=55188) INFO 05-20 10:05:43 [shm_broadcast.py:681] No available shared "
+    "memory broadcast block found in 60 seconds.\n"
+)
+SMOKE = (
+    "(APIServer pid=48771) INFO 05-19 17:20:02 [api_server.py:1953] vLLM API server version 0.20.1\n"
+    "(Worker_TP0 pid=48901) ERROR 05-19 17:21:44 [multiproc_executor.py:772] torch.OutOfMemoryError: "
+    "CUDA out of memory. Tried to allocate 3.50 GiB. GPU 0 has a total capacity of 95.08 GiB of "
+    "which 1.21 GiB is free.\n"
+)
+
+
+@pytest.mark.parametrize("named", [True, False])
+def test_an_earlier_runs_log_beside_the_named_one_is_not_this_launchs(named: bool) -> None:
+    """Yesterday's smoke test died of a CUDA OOM; today's server.log, the log the operator
+    named, starts a launch of its own: the smoke test's OOM is none of this launch's evidence.
+    The control: no log named, the two logs weighed as before (which is the launch's is not
+    known from their names)."""
+    from agent.hits import signature_hits
+
+    def tail(oid: str, path: str, text: str) -> dict[str, Any]:
+        return {"id": oid, "tool": "log_tail", "args": {"path": path}, "ok": True,
+                "lines": text.splitlines(), "data": {}}  # fmt: skip
+
+    given = ["/srv/logs/server.log"] if named else []
+    obs = [
+        {
+            "id": "o1",
+            "tool": "processes",
+            "args": {"logs": given},
+            "ok": True,
+            "lines": [],
+            "data": {},
+        },  # fmt: skip
+        tail("o2", "/srv/logs/server.log", TODAY),
+        tail("o3", "/srv/logs/smoke-0519.log", SMOKE),
+    ]
+    oom = [m for o, m in signature_hits(obs) if o["id"] == "o3" and m.strength == "fatal"]
+    assert (oom == []) == named, oom
