@@ -29,7 +29,7 @@ from agent.rules import (
     stale_rules,
 )
 from agent.rules_causes import cause_rules
-from agent.rules_hang import EARLIER_INSTANCE, earlier_kill_open, hang_rules
+from agent.rules_hang import earlier_instance_hits, hang_rules
 from agent.rules_passed import keep_supported, passed_rules
 from agent.rules_structure import structure_rules
 from agent.signatures import Match
@@ -167,6 +167,7 @@ def compute(observations: list[Observation]) -> tuple[list[Finding], Facts]:
 def _compute(observations: list[Observation]) -> tuple[list[Finding], Facts]:
     facts = derive(observations)
     hits = own_container_hits(facts, signature_hits(observations))
+    hits = earlier_instance_hits(facts, observations, hits)
     findings: list[Finding] = []
     seen: set[tuple[str | None, str]] = set()
 
@@ -181,7 +182,6 @@ def _compute(observations: list[Observation]) -> tuple[list[Finding], Facts]:
     first_fatal = fatal_lines[0][1].line if fatal_lines else None
     strong_sum: dict[str, float] = {}
     stale_possible = stale_gpu_possible(facts, hits)
-    kill_open = earlier_kill_open(facts, observations)
     for o, m in hits:
         if m.label is None or m.signature.startswith(PHASE_PREFIX):
             continue  # phase lines only say when an OOM happened; see oom_phase
@@ -248,13 +248,6 @@ def _compute(observations: list[Observation]) -> tuple[list[Finding], Facts]:
             and no_gpu_line(m.line)
         ):
             w = min(w, WEIGHT["weak"])  # no GPU seen does not explain a failure of its own kind
-        if (
-            label == "killed_externally"
-            and m.strength in ("fatal", "strong")
-            and kill_open
-            and EARLIER_INSTANCE.search(m.line)
-        ):
-            w = WEIGHT["weak"]  # it ended an earlier instance; this one is alive (rules_hang)
         if not _for_engine(m, engine):
             w *= OTHER_ENGINE  # a line made for another engine's code path is weaker evidence
         if proof.is_wrapper(m.line):

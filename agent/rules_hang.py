@@ -267,7 +267,9 @@ def hang_rules(facts: Facts, observations: list[Observation], hits, add) -> None
                 f"the stacks are {d['waiting_in']}ing: still working",
             )
     _rank_gone(facts, add)
-    fatal_end = any(_ends_launch(facts, m) for _, m in hits)
+    fatal_end = any(
+        m.strength == "fatal" and m.label and not m.signature.startswith("phase-") for _, m in hits
+    )
     moved = gpu_memory_moved(observations)
     quiet = bool(facts.log_growth) and not any(facts.log_growth.values())
     if moved is not None and quiet and facts.server_alive is not False and not fatal_end:
@@ -433,16 +435,6 @@ def _last_silent_line(  # type: ignore[no-untyped-def]
             add(label, "fact", 0.25, o["id"], last, note)
 
 
-def _ends_launch(facts: Facts, m) -> bool:  # type: ignore[no-untyped-def]
-    """A fatal line that can be the end of this launch. A restart's kill (a probe's) cannot end
-    a launch that is alive now: it ended an earlier instance of it."""
-    if m.strength != "fatal" or not m.label or m.signature.startswith("phase-"):
-        return False
-    return not (
-        m.label == "killed_externally" and facts.server_alive and EARLIER_INSTANCE.search(m.line)
-    )
-
-
 #: a line about an earlier instance of a launch that restarts: the kubelet's restart of a
 #: container, a pod's "Last State", a back-off between restarts
 EARLIER_INSTANCE = re.compile(
@@ -462,6 +454,22 @@ def earlier_kill_open(facts: Facts, observations: list[Observation]) -> bool:
     )
     at_work = busy or any(facts.log_growth.values()) or gpu_memory_moved(observations) is not None
     return bool(facts.server_alive) and not at_work
+
+
+def earlier_instance_hits(facts: Facts, observations: list[Observation], hits):  # type: ignore[no-untyped-def]
+    """The hits, with a restart's kill line (EARLIER_INSTANCE) of a launch alive now and not
+    seen at work made weak: a clue, not the end of this launch (every rule reading the hits
+    then weighs it so, the stall rules included)."""
+    if not earlier_kill_open(facts, observations):
+        return hits
+    return [
+        (o, m.model_copy(update={"strength": "weak"}))
+        if m.label == "killed_externally"
+        and m.strength in ("fatal", "strong")
+        and EARLIER_INSTANCE.search(m.line)
+        else (o, m)
+        for o, m in hits
+    ]
 
 
 def gpu_memory_static(observations: list[Observation]) -> tuple[str, str] | None:

@@ -12,6 +12,7 @@ from agent.rules_common import (
     HW_ERROR,
     F,
 )
+from agent.rules_hang import earlier_kill_open
 from agent.state import Observation
 from agent.thresholds import THRESHOLDS
 
@@ -108,8 +109,6 @@ def host_rules(facts: Facts, hits, add, observations: list[Observation] | None =
         unpublished_port(facts.container, observations, add)
     oom_fatal = any(m.label == "host_oom_killed" and m.strength == "fatal" for _, m in hits)
     if observations and not oom_fatal:
-        from agent.rules_hang import earlier_kill_open
-
         _k8s_rules(observations, add, earlier_kill_open(facts, observations))
     if facts.dmesg_available and facts.dmesg_obs:
         first = facts.dmesg_summary or (facts.dmesg_lines[-1] if facts.dmesg_lines else "")

@@ -54,7 +54,8 @@ class Result(ToolResult):
             return super().lines()
         out = [f"# {self.kind} log of {self.name} ($ {self.command})", *bound_lines(self.tail)]
         for ctr, tail in self.failing.items():
-            out += [f"# log of its failing container {ctr} (kubectl logs -c {ctr})", *tail]
+            out += [f"# log of its failing container {ctr} (kubectl logs -c {ctr})"]
+            out += bound_lines(tail)
         if self.describe:
             out += [f"# kubectl describe pod {self.name} (state and events)", *self.describe]
         return out

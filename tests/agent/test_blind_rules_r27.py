@@ -11,6 +11,7 @@ import pytest
 from cards.model import IncidentCard
 from cards.replay import ReplayHost
 from tests.agent.test_rules import PS_HEADER
+from tests.cardkit import minimal_card
 from tools import service_logs
 from tools.container_host import ContainerHost
 from tools.container_inspect import parse_inspect
@@ -118,59 +119,57 @@ def test_a_container_the_card_records_without_its_inspect_still_exists() -> None
     assert ContainerHost(ReplayHost(card), "other").unavailable() is not None
 
 
+def _cmd_host(commands: dict[str, str]) -> ReplayHost:
+    """A replayed host that answers these commands only."""
+    return ReplayHost(IncidentCard.model_validate(minimal_card({"commands": commands})))
+
+
 def test_a_kubectl_log_of_one_container_is_never_another_containers() -> None:
     """`kubectl logs POD -c init` is answered only by the card's log of that container; a
-    plain `kubectl logs POD` may still take the one the card names (the pod's default)."""
-    card = IncidentCard.model_validate(
+    container the card does not record is not recorded, never another container's log."""
+    h = _cmd_host(
         {
-            "id": "made-up",
-            "title": "t",
-            "source": "test",
-            "engine": "vllm",
-            "symptom": "s",
-            "host": {
-                "commands": {
-                    "kubectl logs -n llm p1 -c kserve-container": "waiting to start: PodInitializing\n",
-                    "kubectl logs -n llm p1 -c storage-initializer": "GatedRepoError: 401\n",
-                }
-            },
-        }  # fmt: skip
+            "kubectl logs -n llm p1 -c kserve-container": "waiting to start: PodInitializing\n",
+            "kubectl logs -n llm p1 -c storage-initializer": "GatedRepoError: 401\n",
+        }
     )
-    h = ReplayHost(card)
-    assert (
-        "GatedRepoError" in h.run("kubectl -n llm logs --tail=200 p1 -c storage-initializer").stdout
-    )
-    assert (
-        "PodInitializing" in h.run("kubectl -n llm logs --tail=200 p1 -c kserve-container").stdout
-    )
+    init = h.run("kubectl -n llm logs --tail=200 p1 -c storage-initializer").stdout
+    server = h.run("kubectl -n llm logs --tail=200 p1 -c kserve-container").stdout
+    assert "GatedRepoError" in init and "PodInitializing" in server
     assert h.run("kubectl -n llm logs --tail=200 p1 -c sidecar").error  # not recorded
 
 
-def test_the_log_of_a_failing_init_container_is_read_beside_the_pods() -> None:
+FAILED_INIT = (
+    "Status:           Pending\n"
+    "  Warning  BackOff  11s (x86 over 21m)  kubelet  Back-off restarting failed container "
+    "storage-initializer in pod p1_llm(3a7f)\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("own_log", "describe", "read"),
+    [
+        ("container is waiting to start: PodInitializing\n", FAILED_INIT, True),
+        # control: no container named failing
+        ("container is waiting to start: PodInitializing\n", "Status:    Pending\n", False),
+    ],
+)
+def test_the_log_of_a_failing_init_container_is_read_beside_the_pods(
+    own_log: str, describe: str, read: bool
+) -> None:
     """A pod whose server container waits (PodInitializing) has no log of its own; the events
-    name the container that keeps failing, and its log holds the cause. The control: a pod
-    whose events name no failing container reads nothing more."""
-    describe = (
-        "Status:           Pending\n"
-        "  Warning  BackOff  11s (x86 over 21m)  kubelet  Back-off restarting failed container "
-        "storage-initializer in pod p1_llm(3a7f)\n"
+    name the container that keeps failing, and its log holds the cause."""
+    h = _cmd_host(
+        {
+            "kubectl get pods -A --no-headers": "llm p1-predictor 0/1 Init:CrashLoopBackOff 9 21m\n",
+            "kubectl logs -n llm p1-predictor": own_log,
+            "kubectl describe pod -n llm p1-predictor": describe,
+            "kubectl logs -n llm p1-predictor -c storage-initializer": "GatedRepoError: 401\n",
+        }
     )
-    cmds = {
-        "kubectl get pods -A --no-headers": "llm p1-predictor 0/1 Init:CrashLoopBackOff 9 21m\n",
-        "kubectl logs -n llm p1-predictor": "container is waiting to start: PodInitializing\n",
-        "kubectl describe pod -n llm p1-predictor": describe,
-        "kubectl logs -n llm p1-predictor -c storage-initializer": "GatedRepoError: 401 Client Error.\n",
-    }
-    h = ReplayHost(IncidentCard.model_validate(
-        {"id": "m", "title": "t", "source": "s", "engine": "vllm", "symptom": "s",
-         "host": {"commands": cmds}}))  # fmt: skip
     r = service_logs.run(h, service_logs.Args(kind="kubectl"))
-    assert "storage-initializer" in r.failing and any("GatedRepoError" in ln for ln in r.lines())
-    cmds["kubectl describe pod -n llm p1-predictor"] = "Status:           Pending\n"
-    h = ReplayHost(IncidentCard.model_validate(
-        {"id": "m", "title": "t", "source": "s", "engine": "vllm", "symptom": "s",
-         "host": {"commands": cmds}}))  # fmt: skip
-    assert service_logs.run(h, service_logs.Args(kind="kubectl")).failing == {}
+    assert ("storage-initializer" in r.failing) == read, r.failing
+    assert any("GatedRepoError" in ln for ln in r.lines()) == read
 
 
 BASE = {"Id": "0c4e9b1d7a22", "Name": "/srv", "State": {"Status": "running", "Running": True}}
