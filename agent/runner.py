@@ -160,8 +160,8 @@ class Runner:
 
     def known(self, session_id: str, running: bool = False) -> Known:
         """What the session knows at its latest checkpoint (readable while it runs)."""
-        values = self.graph.get_state(self._config(session_id)).values or {}
-        return known_from_state(values, self.pending(session_id), running=running)
+        snap = self.graph.get_state(self._config(session_id))
+        return known_from_state(snap.values or {}, self.pending(session_id, snap), running=running)
 
     def is_question(self, session_id: str, text: str) -> bool:
         """True when the follow-up asks about what is known, not for a new read."""
@@ -197,8 +197,10 @@ class Runner:
         )
         return ans
 
-    def pending(self, session_id: str) -> ApprovalRequest | None:
-        snap = self.graph.get_state(self._config(session_id))
+    def pending(self, session_id: str, snap: Any = None) -> ApprovalRequest | None:
+        """The approval the run waits on, if any; `snap` is a state already read (reading the
+        checkpoint again deserialises the whole state once more)."""
+        snap = snap if snap is not None else self.graph.get_state(self._config(session_id))
         for task in snap.tasks:
             for intr in task.interrupts:
                 v = intr.value if isinstance(intr.value, dict) else {}
@@ -288,7 +290,7 @@ class Runner:
     ) -> Report:
         snap = self.graph.get_state(self._config(sid))
         values = snap.values
-        pending = self.pending(sid)
+        pending = self.pending(sid, snap)
         row = self.memory.get_session(sid)
         base = dict(values.get("report") or {})
         if pending is not None:
