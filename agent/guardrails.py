@@ -24,7 +24,7 @@ from agent.at_work import working_on_logged_file
 from agent.board import related
 from agent.evidence import LOG_TOOLS, last_launch, launch_line, text_lines
 from agent.facts import Facts, launch_reads
-from agent.hits import signature_hits
+from agent.hits import set_aside_logs, signature_hits
 from agent.rules import HW_ERROR, stale_gpu_possible
 from agent.signatures import Match
 from agent.state import Action, Observation
@@ -374,7 +374,10 @@ def own_fatal_since_launch(observations: list[Observation]) -> tuple[str, str] |
     """(observation id, line) of a fatal line by structure the server printed itself since its
     last launch, in any log read; signal and exit lines from outside do not count."""
     newest: dict[str, Observation] = {}
+    aside = set_aside_logs(observations)
     for o in observations:
+        if str(o["args"].get("path")) in aside:
+            continue
         if o["ok"] and o["tool"] in LOG_TOOLS | {"log_search"}:
             newest[f"{o['tool']}:{o['args'].get('path')}:{o['args'].get('pattern')}"] = o
     for o in newest.values():

@@ -65,6 +65,18 @@ def _before_the_given_log(
     return old_logs - given
 
 
+def set_aside_logs(observations: list[Observation]) -> set[str]:
+    """Paths of logs that hold none of this launch's story: rotations that ended before their
+    log's own launch began, and earlier runs' logs beside the log the operator named. Every
+    reader of fatal lines skips them, as the signature hits do: yesterday's traceback in
+    server.log.1 is neither this launch's proof nor an error of its own."""
+    latest = latest_text_observations(observations)
+    old_logs = earlier_run_logs(latest)
+    return _superseded_rotations(latest, old_logs) | _before_the_given_log(
+        observations, latest, old_logs
+    )
+
+
 def earlier_runs_set_aside(observations: list[Observation]) -> set[str]:
     """The logs of earlier runs that the log the operator named sets aside (the verdict says
     which file is which)."""

@@ -53,6 +53,7 @@ class _Structure(BaseModel):
     frontend_only: list[str] = []
     component_failed: list[str] = []
     frontend_access: list[str] = []
+    served_request: list[str] = []
     error_shaped: list[str] = []
 
 
@@ -88,6 +89,7 @@ def _rx() -> dict[str, re.Pattern[str]]:
         "frontend_only": _any(s.frontend_only or ["(?!x)x"]),
         "component_failed": _any(s.component_failed or ["(?!x)x"]),
         "frontend_access": _any(s.frontend_access or ["(?!x)x"]),
+        "served_request": _any(s.served_request or ["(?!x)x"]),
         "error_shaped": _any(s.error_shaped or ["(?!x)x"]),
     }
 
@@ -203,6 +205,11 @@ def frontend_only(line: str) -> bool:
 def frontend_access(line: str) -> bool:
     """An HTTP access-log line: the front end handled a request (any path, any status)."""
     return bool(_rx()["frontend_access"].search(line))
+
+
+def served_request(line: str) -> bool:
+    """A generation request answered 200: the engine itself did work, not only its front end."""
+    return bool(_rx()["served_request"].search(line))
 
 
 def component_failed(line: str) -> bool:

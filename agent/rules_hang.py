@@ -305,6 +305,10 @@ def hang_rules(facts: Facts, observations: list[Observation], hits, add) -> None
         if log is not None:
             add("still_starting", "fact", 0.25, log["id"], phase, "the phase it is in")
         return
+    from agent.rules_liveness import slow_bar
+
+    if silent(facts) and slow_bar(observations, facts) is not None:
+        return  # watched for less than one step of its own bar: no silence established
     if not silent(facts):
         pinned, _ = pinned_gpus(facts, observations)
         if (

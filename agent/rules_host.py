@@ -60,6 +60,44 @@ def _port_owner_rule(facts: Facts, hits, add) -> None:  # type: ignore[no-untype
                 return
 
 
+_LISTENER_COUNT = re.compile(r"^# \d+ TCP listeners \(")
+
+
+def _port_free_rule(facts: Facts, hits, add, observations: list[Observation]) -> None:  # type: ignore[no-untyped-def]
+    """Nothing listens on the launch's own port and its log has no bind error: nobody took
+    the port. Cited: the ports read's own line (the asked port "is free", or the count of the
+    whole listener list it was not in). A list whose owners were partly unreadable still
+    lists every port, so it refutes as well; a bind error in the log keeps the question open
+    (its holder may have gone since)."""
+    if any(m.label == "port_in_use" for _, m in hits):
+        return
+    from agent.server_port import server_port
+
+    port = server_port(observations, facts)
+    if port is None:
+        return
+    for o in reversed(observations):
+        if o["tool"] != "ports" or not o["ok"]:
+            continue
+        asked = o["args"].get("port")
+        if asked == port:
+            line = f"# port {port} is free"
+        elif asked is None and port not in facts.listeners:
+            line = next((ln for ln in o["lines"] if _LISTENER_COUNT.match(ln)), "")
+        else:
+            continue
+        if line in o["lines"]:
+            add(
+                "port_in_use",
+                "fact",
+                F.refutes,
+                o["id"],
+                line,
+                f"nothing listens on the launch's port {port} and its log has no bind error",
+            )
+        return
+
+
 K8S_REASON = re.compile(r"^\s*Reason:\s+(\w+)")
 
 
@@ -95,6 +133,8 @@ def _k8s_rules(observations: list[Observation], add, earlier: bool = False) -> N
 def host_rules(facts: Facts, hits, add, observations: list[Observation] | None = None) -> None:  # type: ignore[no-untyped-def]
     labels_hit = {m.label for _, m in hits if m.label and m.strength in ("fatal", "strong")}
     _port_owner_rule(facts, hits, add)
+    if observations:
+        _port_free_rule(facts, hits, add, observations)
     container_rules(
         facts.container,
         facts.container_obs,

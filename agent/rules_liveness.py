@@ -136,7 +136,16 @@ def liveness_rules(facts: Facts, observations: list[Observation], hits, add) -> 
                 f"the log is quiet, but pid {pid} is at work on {path}, the file its last step "
                 "names (unpacking, converting, reading it): work in progress, not a stall",
             )
-        if stalled and not growing and not facts.building_pids and not quiet and work is None:
+        # a quiet phase that prints a bar with its own pace (an autotuner at 43 s a profile) is
+        # judged by that pace like any bar; without one its silence weighs nothing either way
+        quiet_unpaced = quiet and slow_bar(observations, facts) is None
+        if (
+            stalled
+            and not growing
+            and not facts.building_pids
+            and not quiet_unpaced
+            and work is None
+        ):
             obs_id = facts.log_growth_obs[stalled[0]]
             o = next(o for o in observations if o["id"] == obs_id)
             line = next((ln for ln in reversed(text_lines(o)) if ln.strip()), "")

@@ -11,6 +11,7 @@ from __future__ import annotations
 from agent import proof
 from agent.evidence import LOG_TOOLS, last_launch, latest_text_observations, text_lines
 from agent.facts import Facts
+from agent.hits import set_aside_logs
 from agent.signatures import Match
 from agent.state import Observation
 from agent.thresholds import THRESHOLDS
@@ -34,9 +35,10 @@ def own_fatal_lines(
     """(observation, index, line, kind) of fatal lines since the last launch that no labelled
     signature explains and that are not signals from outside or noise from a live server."""
     known = {(o["id"], m.line_no) for o, m in hits if m.label and m.strength in ("fatal", "strong")}
+    aside = set_aside_logs(observations)
     out = []
     for o in latest_text_observations(observations):
-        if o["tool"] not in LOG_TOOLS | {"log_search"}:
+        if o["tool"] not in LOG_TOOLS | {"log_search"} or str(o["args"].get("path")) in aside:
             continue
         lines = text_lines(o)
         start = last_launch(lines) if o["tool"] in LOG_TOOLS else 0

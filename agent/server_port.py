@@ -12,11 +12,11 @@ import re
 from agent.facts import Facts, derive
 from agent.state import Observation
 
-#: `--port N`, `port=N`, or the address of a failed bind (`0.0.0.0:8001`, `[::]:8000`,
-#: `localhost:8000`, uvicorn's `('0.0.0.0', 8000)`): the number after a host, never after a
+#: `--port N` (also `--http-port`, `--grpc-port`), `port=N`, or the address of a failed bind
+#: (`0.0.0.0:8001`, `[::]:8000`, `localhost:8000`, uvicorn's `('0.0.0.0', 8000)`): the number after a host, never after a
 #: source file (`chttp2_server.cc:1080]` on the same gRPC line names a line of C++, not a port)
 PORT = re.compile(
-    r"--port[ =](\d{2,5})\b|\bport=(\d{2,5})\b|"
+    r"--(?:http-|grpc-)?port[ =](\d{2,5})\b|\bport=(\d{2,5})\b|"
     r"(?:(?<![\w.])(?:\d{1,3}(?:\.\d{1,3}){3}|localhost|\*)|\[[0-9a-fA-F:.]*\]):(\d{2,5})\b"
     r".*(?:in use|bind)|"
     # Python's socket address in uvicorn's "error while attempting to bind on address ('h', N)"

@@ -532,6 +532,8 @@ class ReplayHost:
                 continue  # `kubectl logs POD -c init` is not another container's log
             if its is not None and mine is None:
                 score -= 1  # the pod's default container may be the one the card names
+            if prog in _SUBCOMMAND_PROGS and _verb(args) and _verb(kargs) != _verb(args):
+                continue  # `kubectl logs POD` is not `kubectl get pod POD -o jsonpath=...`
             if _verb(args) and _verb(args) == _verb(kargs):
                 score += 2  # `kubectl describe ...` answers `kubectl describe ...` before `get`
             if prog == "nvidia-smi" and score == 0:
@@ -547,6 +549,11 @@ class ReplayHost:
         if best is None:
             return None
         return self._cursor.read(f"cmd:{best[1]}", commands[best[1]], t)
+
+
+#: programs whose first word is a sub-command that asks its own question: a recorded
+#: `kubectl get pod X` never answers our `kubectl logs X` (a shared pod name is not enough)
+_SUBCOMMAND_PROGS = {"kubectl", "docker", "podman", "nerdctl", "crictl", "systemctl", "helm", "ray"}
 
 
 def _container_opt(args: list[str]) -> str | None:

@@ -265,8 +265,12 @@ def _healthy(state: State, ctx: BrainContext) -> Action:
     f = ctx.facts
     hits = _ready_lines(state)
     assert hits
-    # the first ready line says it came up, the last that it still says so
-    evidence = [{"observation": o, "line": ln} for o, ln in dict.fromkeys([hits[0], hits[-1]])]
+    # the first ready line says it came up, the last that it still says so; a request the
+    # engine served says most
+    evidence = [
+        {"observation": o, "line": ln}
+        for o, ln in dict.fromkeys([_came_up(state, hits), hits[-1], *_served(state, hits[0])])
+    ]
     pid = (f.server_main_pids or f.server_pids or [None])[0]
     if pid is not None and f.ps_obs and f.procs.get(pid):
         evidence.append({"observation": f.ps_obs, "line": f.procs[pid]})
@@ -287,6 +291,46 @@ def _healthy(state: State, ctx: BrainContext) -> Action:
             "small generate) and investigate again with the log from the first failing request."
         ),
     )
+
+
+#: ready lines this close after the first belong to one start-up announcement
+_READY_GROUP = 5
+
+
+def _came_up(state: State, hits: list[tuple[str, str]]) -> tuple[str, str]:
+    """Of the first start-up announcement (ready lines close after the first), the last that
+    names the address it serves on: uvicorn's "Started server process", "Application startup
+    complete", then "Uvicorn running on http://0.0.0.0:8000"; vLLM's "Starting vLLM API server
+    0 on http://...". Without an address in it, the first ready line."""
+    from agent.evidence import text_lines
+
+    first_obs, first = hits[0]
+    obs = next((o for o in state.get("observations", []) if o["id"] == first_obs), None)
+    if obs is None or first not in (lines := text_lines(obs)):
+        return hits[0]
+    at = lines.index(first)
+    ready = {ln for o, ln in hits if o == first_obs}
+    near = [ln for ln in lines[at : at + _READY_GROUP + 1] if ln in ready and _ADDRESS.search(ln)]
+    return (first_obs, near[-1]) if near else hits[0]
+
+
+#: an address a server says it serves on
+_ADDRESS = re.compile(r"https?://[\w.\[\]:-]+:\d+")
+
+
+def _served(state: State, after: tuple[str, str]) -> list[tuple[str, str]]:
+    """The last generation request the launch answered with 200, after its ready line, from
+    the same log read: the engine did real work since it came up."""
+    from agent.evidence import text_lines
+    from agent.proof import served_request
+
+    obs = next((o for o in state.get("observations", []) if o["id"] == after[0]), None)
+    if obs is None:
+        return []
+    lines = text_lines(obs)
+    start = lines.index(after[1]) if after[1] in lines else 0
+    served = [ln for ln in lines[start:] if served_request(ln)]
+    return [(after[0], served[-1])] if served else []
 
 
 def _ready_line(state: State) -> tuple[str, str] | None:

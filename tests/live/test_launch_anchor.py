@@ -229,3 +229,51 @@ def test_a_serve_proxy_up_beside_a_replica_never_placed_is_no_healthy_server(
     assert any("to be scheduled" in c for c in cited), cited
     assert not any("Started server process" in c for c in cited), cited
     scene.assert_bystanders_untouched(v)
+
+
+# -- yesterday's unknown error in server.log.1 beside a server serving today (round 28, live) ---
+YESTERDAYS_UNKNOWN = """\
+[2025-05-31 18:04:27 TP0] Scheduler hit an exception: Traceback (most recent call last):
+  File "/usr/local/lib/python3.12/dist-packages/sglang/srt/managers/scheduler.py", line 2871, in run_scheduler_process
+    scheduler = Scheduler(
+ValueError: Frobnicator refused the widget count for this checkpoint.
+"""
+TODAY_SERVING = (
+    "[2025-06-01 10:00:20] INFO:     Application startup complete.\n"
+    "[2025-06-01 10:00:20] INFO:     Uvicorn running on http://0.0.0.0:30000 (Press CTRL+C to quit)\n"
+    "[2025-06-01 10:00:21] The server is fired up and ready to roll!\n"
+    '[2025-06-01 10:00:30] INFO:     127.0.0.1:51102 - "POST /generate HTTP/1.1" 200 OK\n'
+)
+
+
+def test_yesterdays_unknown_error_in_a_rotation_is_not_held_against_a_serving_launch(
+    scene: Scene,  # noqa: F811
+) -> None:
+    """server.log.1 ended yesterday on an error no signature knows; today's server.log starts
+    a launch of its own that came up, listens on its port and served a request. Yesterday's
+    words are no fatal line of this launch (they pointed the rulebook at a label before) and no
+    error the proof holds against "healthy": healthy, citing the line that says where it
+    listens, none of server.log.1."""
+    log = scene.stage.logs / "server.log"
+    old = log.with_name("server.log.1")
+    yesterday = S.startup(import_warning=False).replace("2025-06-01", "2025-05-31") + (
+        YESTERDAYS_UNKNOWN
+    )
+    old.write_text(yesterday)
+    old.chmod(0o644)
+    scene.stage.chown(old)
+    script = [
+        ["out", S.startup(import_warning=False) + S.LOADED],
+        ["bind", S.PORT],
+        ["out", TODAY_SERVING],
+    ]
+    scene.stage.start_server(script, log, S.SERVER_ARGS)
+    S.wait_for(lambda: b"POST /generate" in log.read_bytes(), 10, "a served request")
+
+    v = scene.investigate([log, old], "it crashed yesterday with some ValueError, is it ok now?")
+
+    assert v.report["status"] == "healthy", v.report["summary"]
+    cited = [e["line"] for e in v.report["evidence"]]
+    assert not any(c in set(yesterday.splitlines()) for c in cited), cited
+    assert any("Uvicorn running on http://0.0.0.0:30000" in c for c in cited), cited
+    scene.assert_bystanders_untouched(v)
