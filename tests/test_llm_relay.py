@@ -1,0 +1,50 @@
+"""The relay that lets a capable model (a person, another session) answer the LLM brain: an
+answer in a shape it cannot send back is refused at the answer, never passed on as an empty
+message the brain reads as "no tool call" (which once cost three cards of a measurement)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+RELAY = Path(__file__).resolve().parents[1] / "scripts" / "llm_relay.py"
+
+
+def _answer(d: Path, rid: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(RELAY), "--dir", str(d), "answer", rid, *args],
+        capture_output=True,
+        text=True,
+    )
+
+
+@pytest.mark.parametrize(
+    "given",
+    [
+        {"name": "ports", "arguments": {"port": 50051}},
+        {"tool_calls": [{"name": "ports", "arguments": {"port": 50051}}]},
+        {"tool_calls": [{"type": "function", "function": {"name": "ports", "arguments": '{"port": 50051}'}}]},
+    ],
+)  # fmt: skip
+def test_a_tool_call_in_either_shape_is_sent_as_one_call(tmp_path: Path, given: dict) -> None:
+    (tmp_path / "req").mkdir()
+    (tmp_path / "resp").mkdir()
+    (tmp_path / "req" / "00007.json").write_text("{}")
+    r = _answer(tmp_path, "7", json.dumps(given))
+    assert r.returncode == 0, r.stderr
+    sent = json.loads((tmp_path / "resp" / "00007.json").read_text())
+    assert sent == {"name": "ports", "arguments": {"port": 50051}}
+
+
+@pytest.mark.parametrize("given", [{"tool_calls": []}, {"foo": 1}])
+def test_an_answer_with_no_call_and_no_text_is_refused(tmp_path: Path, given: dict) -> None:
+    (tmp_path / "req").mkdir()
+    (tmp_path / "resp").mkdir()
+    (tmp_path / "req" / "00001.json").write_text("{}")
+    r = _answer(tmp_path, "00001", json.dumps(given))
+    assert r.returncode != 0
+    assert not (tmp_path / "resp" / "00001.json").exists()
