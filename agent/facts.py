@@ -303,7 +303,8 @@ def _keep_plausible_workloads(f: Facts, log_reads: LogReads) -> None:
 def _keep_plausible_builds(f: Facts, log_reads: LogReads) -> None:
     """A compiler working in another user's home (/home/U/src/...) while the log under
     investigation is not U's is U's own build on a shared box: it cannot be what keeps a dead
-    launch "still building"."""
+    launch "still building". So is one that no process tree ties to the launch and that runs
+    as another user than the launch's."""
     if not f.building_pids or not log_reads:
         return
     homes = {m.group(1) for p in log_reads if (m := _HOME.match(p))}
@@ -312,9 +313,14 @@ def _keep_plausible_builds(f: Facts, log_reads: LogReads) -> None:
         if rec.get("ppid") not in (None, 1) and f.server_pids:
             continue  # a child of a server process: the tree says whose it is
         cmd = str(rec.get("command") or "")
-        theirs = {m.group(1) for m in re.finditer(r"(?:^|\s)/home/([^/\s]+)/", cmd)}
+        # a home anywhere in the command, an include path's too (`-I/home/kwang/llvm/include`)
+        theirs = {m.group(1) for m in re.finditer(r"/home/([^/\s]+)/", cmd)}
         user = str(rec.get("user") or "")
         if theirs and user in theirs and not theirs & homes:
+            del f.building_pids[pid]
+        elif f.launch_user and user and user != f.launch_user:
+            # no tree ties it to the launch, and it runs as another user: their build (a
+            # colleague's `ninja -j8` in tmux), not one the launch started
             del f.building_pids[pid]
 
 

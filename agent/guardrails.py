@@ -243,14 +243,21 @@ def _crash_rule(
     reasons = [crash_shown(o, i, k, facts, hits) for o, i, k in lines]
     if all(r is not None for r in reasons):
         return [f"[{label}] is not a crash: {reasons[0]}"]
-    contra = _contradiction(label, action, hits)
+    contra = _contradiction(label, action, hits) or _contradiction(
+        label, action, hits, [o["lines"][i] for o, i, _ in lines]
+    )
     return [contra] if contra else []
 
 
-def _contradiction(label: str, action: Action, hits: Hits) -> str | None:
-    """Every cited line is a known sign of some other, unrelated label: the facts say otherwise."""
+def _contradiction(
+    label: str, action: Action, hits: Hits, lines: list[str] | None = None
+) -> str | None:
+    """Every cited line (or every cited crash line: the lines that must prove the label) is a
+    known sign of some other, unrelated label: the facts say otherwise. An MPI spawn failure
+    that a signature knows as the image's MPI runtime proves no NCCL failure, whatever else is
+    cited beside it (a phase line, a read's summary)."""
     named: set[str] = set()
-    for line in _cited(action):
+    for line in _cited(action) if lines is None else lines:
         sigs = [m for m in _sig_on(line, hits) if not _is_phase(m) and m.label]
         if not sigs or any(related(label, m.label) for m in sigs if m.label):
             return None
@@ -286,7 +293,7 @@ def _still_starting(action: Action, by_id, facts: Facts, hits: Hits) -> list[str
         or moving
         or at_work
         # a bar slower than the watched window: no growth in it is expected (qualify says so)
-        or rules_liveness.slow_bar(list(by_id.values()), facts) is not None
+        or rules_hang.slow_bar(list(by_id.values()), facts) is not None
     )
     if not any(facts.log_growth.values()) and not working:
         out.append(
@@ -665,7 +672,7 @@ def _qualify_slow_bar(action: Action, observations: list[Observation], facts: Fa
     be inferred, with the watch long enough to see one step."""
     if any(facts.log_growth.values()):
         return action
-    slow = rules_liveness.slow_bar(observations, facts)
+    slow = rules_hang.slow_bar(observations, facts)
     if slow is None:
         work = working_on_logged_file(facts, observations)
         if work is None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 
 from agent import proof
+from agent.evidence import text_lines
 from agent.facts import Facts
 from agent.state import Observation
 from agent.thresholds import THRESHOLDS
@@ -29,6 +30,34 @@ def silent(facts: Facts) -> bool:
     log did not advance over the read window."""
     alive = facts.server_alive or (facts.server_alive is None and bool(facts.busy_unknown_pids))
     return bool(alive) and bool(facts.log_growth) and not any(facts.log_growth.values())
+
+
+def slow_bar(observations: list[Observation], facts: Facts) -> tuple[str, str, float, float] | None:
+    """(obs id, bar line, seconds per step, seconds watched) when a live server's log ends on
+    a progress bar whose own pace is slower than the window it was watched for: a silent window
+    shorter than one step is what a working loader looks like, so it refutes nothing."""
+    if not facts.server_alive:
+        return None
+    for o in reversed(observations):
+        if o["tool"] not in ("log_tail", "container_logs") or not o["ok"]:
+            continue
+        if not o["data"].get("watched"):
+            continue
+        if o["data"].get("grew"):
+            return None
+        bar = o["data"].get("last_progress") or {}
+        pace, window = bar.get("s_per_item"), float(o["data"].get("window_s") or 0.0)
+        if not pace or not window or float(pace) <= window:
+            return None
+        # the bar is the log's last step: its own line, or one of the last few with only the
+        # next item's start after it ("Download file: part-4"), never an error
+        tail = [ln for ln in text_lines(o) if ln.strip() and not ln.startswith("# ")][-3:]
+        line = str(bar.get("line") or "")
+        at = next((i for i, ln in enumerate(tail) if ln.strip() == line.strip()), None)
+        if at is None or any(proof.error_shaped(ln) for ln in tail[at + 1 :]):
+            return None
+        return o["id"], tail[at], float(pace), window
+    return None
 
 
 def quiet_phase_line(observations: list[Observation]) -> str | None:
@@ -305,8 +334,6 @@ def hang_rules(facts: Facts, observations: list[Observation], hits, add) -> None
         if log is not None:
             add("still_starting", "fact", 0.25, log["id"], phase, "the phase it is in")
         return
-    from agent.rules_liveness import slow_bar
-
     if silent(facts) and slow_bar(observations, facts) is not None:
         return  # watched for less than one step of its own bar: no silence established
     if not silent(facts):

@@ -13,6 +13,7 @@ from agent.rules_common import (
     F,
 )
 from agent.rules_hang import earlier_kill_open
+from agent.server_port import server_port
 from agent.state import Observation
 from agent.thresholds import THRESHOLDS
 
@@ -71,8 +72,6 @@ def _port_free_rule(facts: Facts, hits, add, observations: list[Observation]) ->
     (its holder may have gone since)."""
     if any(m.label == "port_in_use" for _, m in hits):
         return
-    from agent.server_port import server_port
-
     port = server_port(observations, facts)
     if port is None:
         return

@@ -12,6 +12,7 @@ from agent.rules_common import (
     PHASE_PREFIX,
     F,
 )
+from agent.rules_hang import slow_bar
 from agent.state import Observation
 from agent.thresholds import THRESHOLDS
 
@@ -339,34 +340,6 @@ def _warming_after(ready, observations: list[Observation]) -> bool:  # type: ign
         return False
     lines = o["lines"]
     return phase in lines and lines.index(phase) > m.line_no
-
-
-def slow_bar(observations: list[Observation], facts: Facts) -> tuple[str, str, float, float] | None:
-    """(obs id, bar line, seconds per step, seconds watched) when a live server's log ends on
-    a progress bar whose own pace is slower than the window it was watched for: a silent window
-    shorter than one step is what a working loader looks like, so it refutes nothing."""
-    if not facts.server_alive:
-        return None
-    for o in reversed(observations):
-        if o["tool"] not in ("log_tail", "container_logs") or not o["ok"]:
-            continue
-        if not o["data"].get("watched"):
-            continue
-        if o["data"].get("grew"):
-            return None
-        bar = o["data"].get("last_progress") or {}
-        pace, window = bar.get("s_per_item"), float(o["data"].get("window_s") or 0.0)
-        if not pace or not window or float(pace) <= window:
-            return None
-        # the bar is the log's last step: its own line, or one of the last few with only the
-        # next item's start after it ("Download file: part-4"), never an error
-        tail = [ln for ln in text_lines(o) if ln.strip() and not ln.startswith("# ")][-3:]
-        line = str(bar.get("line") or "")
-        at = next((i for i, ln in enumerate(tail) if ln.strip() == line.strip()), None)
-        if at is None or any(proof.error_shaped(ln) for ln in tail[at + 1 :]):
-            return None
-        return o["id"], tail[at], float(pace), window
-    return None
 
 
 def build_running(facts: Facts, observations: list[Observation]) -> tuple[int, str] | None:

@@ -192,6 +192,14 @@ def _words(args: list[str]) -> set[str]:
     return set(_plain(args))
 
 
+def _names(args: list[str]) -> set[str]:
+    """The words a command names (sub-commands, pods, pids), plural or not. A recorded command
+    answers ours when one's names are among the other's (`pip show vllm` answers part of our
+    `pip show torch vllm`; `ip addr show` answers `ip addr`), never when each names something
+    the other does not (another pod, another pid)."""
+    return {w[:-1] if len(w) > 3 and w.endswith("s") else w for w in _plain(args)}
+
+
 def _flags(args: list[str]) -> set[str]:
     """`-hP` and `-h -P` are the same flags; long options compare by name."""
     out: set[str] = set()
@@ -534,6 +542,9 @@ class ReplayHost:
                 score -= 1  # the pod's default container may be the one the card names
             if prog in _SUBCOMMAND_PROGS and _verb(args) and _verb(kargs) != _verb(args):
                 continue  # `kubectl logs POD` is not `kubectl get pod POD -o jsonpath=...`
+            mine_n, its_n = _names(args), _names(kargs)
+            if not (mine_n <= its_n or its_n <= mine_n):
+                continue  # `kubectl logs vllm-1-1` is not `vllm-1`'s; `--pid 1` is not `--pid 153`
             if _verb(args) and _verb(args) == _verb(kargs):
                 score += 2  # `kubectl describe ...` answers `kubectl describe ...` before `get`
             if prog == "nvidia-smi" and score == 0:

@@ -259,3 +259,76 @@ def test_a_paced_bar_in_a_quiet_phase_is_judged_by_its_pace(
         settings=Settings(home=tmp_path / "h"),
     )
     assert (r.root_cause == "still_starting") == starting, r.summary
+
+
+def test_a_recorded_command_answers_only_the_names_it_names() -> None:
+    """A model's remark on round 28, checked: `kubectl logs vllm-1-1` was answered by the card's
+    `kubectl logs vllm-1` (the leader's log for the worker's), `py-spy dump --pid 1` by
+    `py-spy dump --pid 153`. Every name ours gives must be one the recorded command gives. The
+    control: flags and a pipe the card's author added still answer ours."""
+    cmds = {
+        "kubectl logs vllm-1 -n llm": "leader log\n",
+        "py-spy dump --pid 153 | head -12": "Thread 153 (idle)\n",
+    }
+    host = ReplayHost(IncidentCard.model_validate(minimal_card({"commands": cmds})))
+    assert host.run("kubectl logs --tail=200 vllm-1-1").stdout != "leader log\n"
+    assert host.run("py-spy dump --pid 1").stdout != "Thread 153 (idle)\n"
+    assert host.run("kubectl logs --tail=200 vllm-1").stdout == "leader log\n"
+    assert host.run("py-spy dump --pid 153").stdout == "Thread 153 (idle)\n"
+
+
+@pytest.mark.parametrize(
+    ("command", "role"),
+    [
+        ("ray::DPMoEEngineCoreActor.run", "worker"),
+        ("ray::DPEngineCoreActor.run", "worker"),
+        ("ray::RayWorkerProc.run", "worker"),
+        ("ray::IDLE", None),  # an idle Ray worker process: Ray's, no vLLM rank
+    ],
+)
+def test_vllms_ray_data_parallel_actors_are_its_workers(command: str, role: str | None) -> None:
+    """vLLM's data parallel on Ray runs its engine cores as Ray actors: their stacks are where a
+    hang waits (the API server's event loop only waits on them)."""
+    from tools import engines
+
+    m = engines.classify(command)
+    assert (m.engine == "vllm" and m.role == "worker") == (role is not None), m
+
+
+@pytest.mark.parametrize(
+    ("line", "pid"),
+    [
+        ("I1028 12:13:38.405865 632324 ProcessGroupNCCL.cpp:666] [Rank 0] ProcessGroupNCCL initialized", 632324),
+        ("I1128 14:01:40.120331 140610 model_lifecycle.cc:461] loading: model:1", 140610),
+        ("INFO 10-28 12:13:38 632324 worker.py:66] started", None),  # not glog's shape
+    ],
+)  # fmt: skip
+def test_glog_lines_name_their_writer_in_cpp_sources_too(line: str, pid: int | None) -> None:
+    """torch's c10d logs through glog from `.cpp` files: the pid after the time is the rank
+    that wrote the launch's log, the process whose stacks a hang should be read from."""
+    from agent.proof import log_pids
+
+    assert set(log_pids([line])) == ({pid} if pid else set())
+
+
+PS_NO_TREE = PS_HEADER + (
+    "lab      41822 99.0  1.2 38211044 4120112 ?     Rl   14:10  12:01 python3 -m vllm.entrypoints"
+    ".openai.api_server --model /models/qwen2 --tensor-parallel-size 2\n"
+    "{user}    39090  0.0  0.0  26408 16120 pts/3    S+   14:02   0:00 ninja -j8\n"
+)
+
+
+@pytest.mark.parametrize("user", ["kwang", "lab"])
+def test_another_users_build_beside_a_launch_is_not_its_build(user: str) -> None:
+    """`ps aux` shows no process tree: a compiler beside the launch is taken for the launch's
+    own build only when it runs as the launch's user. The control: the launch's user's ninja
+    may be the JIT build the launch is waiting on."""
+    from agent.facts import derive
+    from tools import processes
+
+    card = IncidentCard.model_validate(minimal_card({"ps": PS_NO_TREE.format(user=user)}))
+    res = processes.run(ReplayHost(card), processes.Args())
+    obs = [{"id": "o1", "tool": "processes", "args": {}, "ok": True, "lines": res.lines(),
+            "data": res.model_dump(mode="json")},
+           _tail("o2", "/home/lab/vllm.log", "INFO 09-02 14:10:11 api_server.py:440] vLLM API server version 0.5.5\n")]  # fmt: skip
+    assert (39090 in derive(obs).building_pids) == (user == "lab")

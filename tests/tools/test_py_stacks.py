@@ -412,8 +412,10 @@ def test_fixture_is_real_py_spy_text() -> None:
 
 
 def test_a_dump_of_another_pid_is_flagged(replay_host_factory) -> None:  # type: ignore[no-untyped-def]
+    # py-spy asked for 777 answers with another process's stacks (a pid seen from outside a
+    # container's pid namespace): the dump names pid 25829
     host = replay_host_factory(
-        minimal_card({"commands": {"py-spy dump --pid 25829": _fx("collective_hang.txt")}})
+        minimal_card({"commands": {"py-spy dump --pid 777": _fx("collective_hang.txt")}})
     )
     r = SPEC.call(host, {"pid": 777})
     assert "# note: these stacks are of pid 25829, not of the pid asked (777)" in r.lines()
