@@ -52,15 +52,26 @@ def _fill(template: str, args: dict[str, Any]) -> str:
 
 def _from_check(tool: str, args: dict[str, Any]) -> str | None:
     """The catalogue check this read is (same tool, same fixed pattern), said as a sentence."""
+    pattern = args.get("pattern")
+    return _check_sayings().get((tool, pattern)) if isinstance(pattern, str) else None
+
+
+@lru_cache(maxsize=1)
+def _check_sayings() -> dict[tuple[str, str], str]:
+    """(tool, pattern) -> the first catalogue check's sentence: every observation event is said
+    in words, so the catalogue is read once, not once per step."""
     from agent.checks import catalogue
 
+    out: dict[tuple[str, str], str] = {}
     for c in catalogue():
-        if c["tool"] != tool or not c.get("pattern") or c["pattern"] != args.get("pattern"):
+        if not c.get("pattern") or not isinstance(c["pattern"], str):
             continue
         says = re.sub(r"\s*\([^)]*\)", "", str(c["says"])).strip()
         first, _, rest = says.partition(" ")
-        return f"{_GERUND.get(first, first.capitalize())} {rest}".strip()
-    return None
+        out.setdefault(
+            (c["tool"], c["pattern"]), f"{_GERUND.get(first, first.capitalize())} {rest}".strip()
+        )
+    return out
 
 
 def step(tool: str, args: dict[str, Any]) -> str:

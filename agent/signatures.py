@@ -222,7 +222,8 @@ class _Index:
         self.by_literal = tuple(tuple(by_literal[lit]) for lit in self.literals)
         self.no_literal = tuple(i for i, s in enumerate(sigs) if s._lits is None)
         self.any_literal = _any_literal(set(self.literals))
-        self.supersedes = any(s.supersedes for s in sigs)
+        #: signature id -> the ids its hit supersedes (only signatures that supersede any)
+        self.supersedes = {s.id: frozenset(s.supersedes) for s in sigs if s.supersedes}
 
     def candidates(self, low: str) -> Iterable[int]:
         """The signatures that may match a line (`low` is it lowercased), in order."""
@@ -274,24 +275,23 @@ def _scan(lines: list[str], sigs: tuple[Signature, ...]) -> list[Match]:
                 hits.append(
                     Match(signature=s.id, label=s.label, strength=s.strength, line=line, line_no=i)
                 )
-    return _drop_superseded(hits, sigs) if index.supersedes else hits
+    return _drop_superseded(hits, index.supersedes) if index.supersedes else hits
 
 
 #: how many lines before a superseding hit its chained traceback may reach
 SUPERSEDE_REACH = 80
 
 
-def _drop_superseded(hits: list[Match], sigs: tuple[Signature, ...]) -> list[Match]:
+def _drop_superseded(hits: list[Match], supersedes: dict[str, frozenset[str]]) -> list[Match]:
     """Hits of a signature another one supersedes, on the lines just before that one's hit:
     the same error without the context the later line gives it (a chained traceback)."""
-    by_id = {s.id: s for s in sigs}
     drop: set[int] = set()
     for m in hits:
-        over = by_id[m.signature].supersedes if m.signature in by_id else []
+        over = supersedes.get(m.signature)
         if over:
             drop |= {
                 k
                 for k, h in enumerate(hits)
                 if h.signature in over and m.line_no - SUPERSEDE_REACH <= h.line_no <= m.line_no
             }
-    return [h for k, h in enumerate(hits) if k not in drop]
+    return [h for k, h in enumerate(hits) if k not in drop] if drop else hits

@@ -22,7 +22,7 @@ def observation_row(session_id: str, obs: dict[str, Any]) -> dict[str, Any]:
         "args": json.dumps(obs.get("args", {})),
         "ok": int(bool(obs.get("ok", True))),
         "lines": json.dumps(obs.get("lines", [])),
-        "at": obs.get("at", now()),
+        "at": obs.get("at") or now(),
     }
 
 
