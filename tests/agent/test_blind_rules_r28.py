@@ -10,7 +10,7 @@ import pytest
 
 from cards.model import IncidentCard
 from cards.replay import ReplayHost
-from tests.agent.test_rules import PS_HEADER
+from tests.agent.test_rules import GPU_CLEAN, PS_HEADER, PS_IDLE, _card
 from tests.cardkit import minimal_card
 
 
@@ -332,3 +332,42 @@ def test_another_users_build_beside_a_launch_is_not_its_build(user: str) -> None
             "data": res.model_dump(mode="json")},
            _tail("o2", "/home/lab/vllm.log", "INFO 09-02 14:10:11 api_server.py:440] vLLM API server version 0.5.5\n")]  # fmt: skip
     assert (39090 in derive(obs).building_pids) == (user == "lab")
+
+
+_BIND_LOG = (
+    "$ python3 -m vllm.entrypoints.openai.api_server --model /models/qwen --port 8000\n"
+    "INFO 12-03 10:00:01 Loading weights took 41.2 seconds\n"
+    "ERROR 12-03 10:00:44 [api_server.py:1012] OSError: [Errno 98] error while attempting to "
+    "bind on address ('0.0.0.0', 8000): address already in use\n"
+)
+
+
+@pytest.mark.parametrize("beside_unknown", [False, True])
+def test_the_gate_refuses_a_label_whose_only_crash_line_is_another_labels_known_sign(
+    beside_unknown: bool,
+) -> None:
+    """The crash lines must prove the label: when every cited crash line is a known sign of an
+    unrelated label (a bind error cited for a CUDA OOM, beside a phase line that is no sign of
+    anything), the facts say otherwise and the gate refuses. Control: an error line no
+    signature knows cited beside it leaves the gate nothing to contradict."""
+    from agent.facts import derive
+    from agent.guardrails import check_conclusion
+    from agent.observe import run_many
+    from cards.replay import ReplayHost
+
+    unknown = "ERROR 12-03 10:00:45 [core.py:88] RuntimeError: worker 3 reported a fault"
+    log = _BIND_LOG + (unknown + "\n" if beside_unknown else "")
+    card = _card({"/var/log/vllm/server.log": log}, PS_IDLE, GPU_CLEAN)
+    calls = [("processes", {}), ("log_tail", {"path": "/var/log/vllm/server.log"})]
+    obs: list[Any] = run_many(ReplayHost(card), calls, 1, 0)
+    bind = _BIND_LOG.splitlines()[2]
+    evidence = [
+        {"observation": "o2", "line": "INFO 12-03 10:00:01 Loading weights took 41.2 seconds"},
+        {"observation": "o2", "line": bind},
+    ]
+    if beside_unknown:
+        evidence.append({"observation": "o2", "line": unknown})
+    action: Any = {"kind": "conclude", "label": "cuda_oom_runtime", "evidence": evidence}
+    problems = check_conclusion(action, obs, derive(obs))
+    refused = any("known signs of port_in_use" in p for p in problems)
+    assert refused is (not beside_unknown), problems
