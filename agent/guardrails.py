@@ -534,6 +534,8 @@ def _bad_launch(
         return []  # the resolver's own error names the rendezvous host: the ranks retry forever
     if rules_causes.hidden_gpus(facts, obs) is not None:
         return []  # the engine's own count against nvidia-smi's: it runs, on too few GPUs
+    if rules_hang.long_resource_wait(facts, obs) is not None:
+        return []  # waiting for GPUs for longer than any node takes to join: they do not exist
     if containers.unpublished(facts.container, obs) is not None:
         return []  # ready inside a container whose run command publishes no port for it
     if containers.no_gpu_given(facts.container, obs) is not None and not (
@@ -693,7 +695,7 @@ def _qualify_slow_bar(action: Action, observations: list[Observation], facts: Fa
     return _inferred(
         action,
         "still_starting",
-        f"(inferred: at {pace:.0f} s per step the {window:.0f} s watch was shorter than one step)",
+        f"(inferred: at {pace:.0f} s per step the {window:.0f} s watch was too short to see one)",
         f" To confirm: watch past one step (PIVOT_LIVENESS_MAX_S={need} pivot investigate "
         f"...){stack}; a step that never comes is a stalled load.",
     )

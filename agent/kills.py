@@ -211,9 +211,52 @@ def _minutes_before(kill: logtime.Stamp, write: logtime.Stamp) -> float:
     return (_seconds(write, year) - _seconds(kill, year)) / 60.0
 
 
+#: the kubelet's kill of one container of a pod: "Container aibrix-runtime failed liveness
+#: probe, will be restarted" (a pod's events, `kubectl describe`, `kubectl get events`)
+_KUBELET_KILL = re.compile(
+    r"\bContainer ([a-z0-9][a-z0-9-]{0,62}) failed (?:startup|liveness) probe, will be restarted"
+)
+
+
+def _launch_containers(observations: list[Observation]) -> set[str]:
+    """The containers whose own logs were read as the launch's (the investigation runs inside
+    them): a pod's other containers (a sidecar, a metrics agent) are not the launch."""
+    return {
+        str(o["data"].get("container"))
+        for o in observations
+        if o["ok"] and o["tool"] == "container_logs" and o["data"].get("container")
+    }
+
+
+def sidecar_kills(observations: list[Observation]) -> dict[str, str]:
+    """The kubelet's probe kills of a container of the pod that is not the launch's -> why: a
+    sidecar restarting (its own probe failing while the engine loads) ends nothing of the
+    launch, whose container keeps running."""
+    own = _launch_containers(observations)
+    if not own:
+        return {}
+    out: dict[str, str] = {}
+    for o in observations:
+        if not o["ok"]:
+            continue
+        for ln in text_lines(o):
+            m = _KUBELET_KILL.search(ln)
+            if m and m.group(1) not in own:
+                out[ln] = (
+                    f"the kubelet restarted container {m.group(1)}, not the launch's "
+                    f"({', '.join(sorted(own))}): another container of the pod"
+                )
+    return out
+
+
 def bystander_kills(observations: list[Observation]) -> dict[str, str]:
-    """Kernel kill lines that are not the launch's -> why. Lines of one kill event share its
+    """Kill lines that are not the launch's -> why: kernel kills of other jobs, and the
+    kubelet's kills of another container of the pod. Lines of one kernel kill event share its
     stamp, so the event's other lines ("invoked oom-killer", the cgroup line) go with it."""
+    return {**_kernel_bystanders(observations), **sidecar_kills(observations)}
+
+
+def _kernel_bystanders(observations: list[Observation]) -> dict[str, str]:
     kernel = [
         (o, ln)
         for o in observations

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import posixpath
+import re
 import time
 from typing import Any
 
@@ -47,6 +48,7 @@ from agent.observe import first_wave, inside_wave, run_many
 from agent.state import Action, Observation, State
 from agent.thresholds import THRESHOLDS
 from tools import registry as tool_registry
+from tools import service_logs
 from tools.container_host import container_of
 from tools.host import Host
 from tools.logfile import rotation_of
@@ -138,7 +140,9 @@ def sweep(state: State, runtime: Runtime[RunContext]) -> dict[str, Any]:
         # now that the logs are known, tie each to the process writing it (/proc/PID/fd)
         wave2.append(("processes", {"logs": logs[:MAX_LOGS]}))
     if not logs and "service_logs" in TOOLS:
-        wave2.append(("service_logs", {}))  # no log file: the server may log to docker/k8s/journald
+        # no log file: the server may log to docker/k8s/journald (the unit named, when it is)
+        unit = service_logs.unit_named(state.get("symptom", ""), list(ctx.extra_configs))
+        wave2.append(("service_logs", {"kind": "journalctl", "name": unit} if unit else {}))
     done: list[str] = []
     oom = next((c for c in catalogue() if c["id"] == "oom_search"), None)
     if logs and oom and "log_search" in TOOLS:
@@ -156,6 +160,8 @@ def sweep(state: State, runtime: Runtime[RunContext]) -> dict[str, Any]:
     all_obs += _right_log(host, state.get("symptom", ""), all_obs, obs1, list(ctx.extra_logs))
     if not ctx.extra_logs:
         all_obs += _engine_log(host, state.get("symptom", ""), all_obs, obs1)
+    else:
+        all_obs += _pointed_logs(host, all_obs, list(ctx.extra_logs))
     all_obs = _drop_wrong_logs(all_obs)
     # the log the launch's own script writes (`| tee logs/x.log`), when no --log was given and
     # the sweep's search did not reach it (a project tree deeper than it looks)
@@ -606,6 +612,38 @@ def _engine_log(
         line = NOT_THE_ENGINES_LOG.format(path=path, what=what, engine=engine, actual=actual)
         marks.append({**o, "ok": False, "lines": [line], "data": {}})
     return [*marks, *out]
+
+
+#: a log file's absolute path named in a line ("launched sglang pid=39021, log=/runs/x.log")
+_LOG_PATH = re.compile(r"(?<![\w/.~-])(/[\w.@+-]+(?:/[\w.@+-]+)*\.(?:log|out|err|txt))\b")
+#: how many logs a wrapper's log may point to that are read
+POINTED_READ = 2
+
+
+def _pointed_logs(host: Host, obs: list[Observation], given: list[str]) -> list[Observation]:
+    """The operator named a wrapper's log (a test harness, a launcher script) that prints no
+    engine launch of its own but names the log the server writes ("launched sglang pid=N,
+    log=PATH"): that log holds the launch's story, so it is read too, the newest named first.
+    A log that prints a launch itself is the launch's log, and nothing else is read."""
+    read = {str(o["args"].get("path")): o for o in obs if o["tool"] == "log_tail" and o["ok"]}
+    named: list[str] = []
+    for path in given:
+        o = read.get(path)
+        if o is None:
+            continue
+        lines = text_lines(o)
+        if log_engines(lines) or any(launch_line(ln) for ln in lines):
+            return []
+        for ln in reversed(lines):
+            named += [p for p in _LOG_PATH.findall(ln) if p not in read and p not in named]
+    wave = [("log_tail", {"path": p}) for p in named[:POINTED_READ]]
+    if not wave or "log_tail" not in TOOLS:
+        return []
+    out = [o for o in run_many(host, wave, len(obs) + 1, 0) if o["ok"]]
+    for i, o in enumerate(out):
+        o["id"] = f"o{len(obs) + 1 + i}"
+        _emit("observation", _obs_event(o))
+    return out
 
 
 def _ends_fatal(lines: list[str]) -> bool:

@@ -54,6 +54,7 @@ class _Structure(BaseModel):
     component_failed: list[str] = []
     frontend_access: list[str] = []
     served_request: list[str] = []
+    resource_wait: list[str] = []
     error_shaped: list[str] = []
 
 
@@ -205,6 +206,24 @@ def frontend_only(line: str) -> bool:
 def frontend_access(line: str) -> bool:
     """An HTTP access-log line: the front end handled a request (any path, any status)."""
     return bool(_rx()["frontend_access"].search(line))
+
+
+@lru_cache(maxsize=1)
+def _resource_waits() -> tuple[re.Pattern[str], ...]:
+    raw = yamlio.safe_load(
+        (Path(__file__).parent / "knowledge" / "structure.yaml").read_text(encoding="utf-8")
+    )
+    return tuple(re.compile(p) for p in _Structure.model_validate(raw).resource_wait)
+
+
+def resource_wait_s(line: str) -> float | None:
+    """How long the engine says it has waited for GPUs its cluster lacks (a pending placement
+    group), or None: each pattern names the seconds as group `s`."""
+    for rx in _resource_waits():
+        m = rx.search(line)
+        if m:
+            return float(m.group("s"))
+    return None
 
 
 def served_request(line: str) -> bool:

@@ -15,8 +15,10 @@ from agent.evidence import text_lines
 from agent.facts import Facts
 from agent.state import Observation
 from agent.thresholds import THRESHOLDS
+from tools.log_window import step_window_s
 
 _H = THRESHOLDS.hang  # agent/knowledge/thresholds.yaml
+_F = THRESHOLDS.fact
 PINNED_PCT, IDLE_PCT = _H.pinned_pct, _H.idle_pct
 BUSY_MIB = _H.busy_mib
 #: Weights of the hang findings (see docs/signatures.md for how they meet the thresholds).
@@ -34,8 +36,9 @@ def silent(facts: Facts) -> bool:
 
 def slow_bar(observations: list[Observation], facts: Facts) -> tuple[str, str, float, float] | None:
     """(obs id, bar line, seconds per step, seconds watched) when a live server's log ends on
-    a progress bar whose own pace is slower than the window it was watched for: a silent window
-    shorter than one step is what a working loader looks like, so it refutes nothing."""
+    a progress bar whose own pace needs a longer window than it was watched for (one and a half
+    steps, `step_window_s`): a silent window that short is what a working loader looks like, so
+    it refutes nothing."""
     if not facts.server_alive:
         return None
     for o in reversed(observations):
@@ -47,8 +50,8 @@ def slow_bar(observations: list[Observation], facts: Facts) -> tuple[str, str, f
             return None
         bar = o["data"].get("last_progress") or {}
         pace, window = bar.get("s_per_item"), float(o["data"].get("window_s") or 0.0)
-        if not pace or not window or float(pace) <= window:
-            return None
+        if not pace or not window or step_window_s(float(pace)) <= window:
+            return None  # watched long enough for the bar to move: its silence counts
         # the bar is the log's last step: its own line, or one of the last few with only the
         # next item's start after it ("Download file: part-4"), never an error
         tail = [ln for ln in text_lines(o) if ln.strip() and not ln.startswith("# ")][-3:]
@@ -249,7 +252,55 @@ def pinned_gpus(facts: Facts, observations: list[Observation] | None = None) -> 
     )
 
 
+def resource_wait(observations: list[Observation]) -> tuple[str, str, float] | None:
+    """(obs id, line, seconds) when the launch's log ends on the engine's own notice that it
+    is waiting for GPUs its cluster does not have (a pending Ray placement group), with how
+    long it has waited; probes and comments after it say nothing of the phase."""
+    newest: dict[str, Observation] = {}
+    for o in observations:
+        if o["tool"] in ("log_tail", "container_logs") and o["ok"] and not o["args"].get("pattern"):
+            newest[str(o["args"].get("path") or o["tool"])] = o
+    for o in newest.values():
+        for ln in reversed(text_lines(o)):
+            if not ln.strip() or ln.startswith("# ") or proof.frontend_only(ln):
+                continue
+            s = proof.resource_wait_s(ln)
+            if s is not None:
+                return o["id"], ln, s
+            break
+    return None
+
+
+def long_resource_wait(
+    facts: Facts, observations: list[Observation]
+) -> tuple[str, str, float] | None:
+    """The resource wait that proves the launch asks for GPUs that do not exist: the launch
+    not seen dead, its log ending on the wait, waited past `hang.resource_wait_s`."""
+    if facts.server_alive is False:
+        return None
+    found = resource_wait(observations)
+    return found if found is not None and found[2] >= _H.resource_wait_s else None
+
+
+def _resource_wait_rule(facts: Facts, observations: list[Observation], add) -> None:  # type: ignore[no-untyped-def]
+    """A live launch whose log ends on a wait for GPUs, for longer than any node takes to join
+    (`hang.resource_wait_s`): the layout asks for more GPUs than the cluster has, and nothing
+    brings them (a worker pod never created, a node never started). A shorter wait is start-up
+    (a rebooting node may still join) and proves nothing either way."""
+    found = long_resource_wait(facts, observations)
+    if found is None:
+        return
+    oid, line, waited = found
+    why = (
+        f"the engine has waited {waited:.0f} s for GPUs its cluster does not have (a pending "
+        "placement group): more than a joining node takes, so they are not coming"
+    )
+    add("bad_launch_argument", "fact", _F.proves, oid, line, why)
+    add("still_starting", "fact", _F.refutes, oid, line, why)
+
+
 def hang_rules(facts: Facts, observations: list[Observation], hits, add) -> None:  # type: ignore[no-untyped-def]
+    _resource_wait_rule(facts, observations, add)
     stacks = [o for o in observations if o["tool"] == "py_stacks" and o["ok"]]
     for o in stacks[-1:]:
         d = o["data"]

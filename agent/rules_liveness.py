@@ -172,8 +172,8 @@ def liveness_rules(facts: Facts, observations: list[Observation], hits, add) -> 
                     F.proves,
                     obs_id,
                     bar,
-                    f"the bar advances one step per {pace:.0f} s, longer than the {window:.0f} s "
-                    "watched: no growth within the window is expected, it proves no stall",
+                    f"the bar advances one step per {pace:.0f} s: the {window:.0f} s watched is "
+                    "too short to see one, so no growth within it proves no stall",
                 )
             else:
                 add(

@@ -65,6 +65,7 @@ class Hang(_Strict):
     consequence_of_gone_rank: float
     stacks_working: float
     stacks_not_starting: float
+    resource_wait_s: float
 
 
 class Cause(_Strict):

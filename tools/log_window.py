@@ -163,6 +163,13 @@ def max_window_s() -> float:
     return min(max(v, 0.0), 3600.0)
 
 
+def step_window_s(s_per_item: float) -> float:
+    """How long a watch of a bar must last for silence to mean something: one and a half of its
+    steps (steps vary about their mean) and a second. A shorter window, capped by the liveness
+    limit, that saw nothing saw what a working loader looks like."""
+    return 1.5 * s_per_item + 1.0
+
+
 def window_for(
     base_s: float, progress: Progress | None, limit_s: float, silence_s: float | None = None
 ) -> float:
@@ -176,7 +183,7 @@ def window_for(
     if progress is None:
         return base
     if progress.s_per_item is not None and progress.done is not None:
-        return min(limit_s, max(base, 1.5 * progress.s_per_item + 1.0))
+        return min(limit_s, max(base, step_window_s(progress.s_per_item)))
     return max(base, limit_s)
 
 

@@ -29,6 +29,30 @@ JOURNAL_META = re.compile(r"^-- (No entries|Logs begin|Journal begins|Boot |Rebo
 SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:@/-]{0,200}$")
 
 
+#: a systemd unit file: its name is the unit whose journal holds the launch's log
+_UNIT_FILE = re.compile(r"/systemd/(?:system|user)/([A-Za-z0-9][\w@.:-]*\.service)$")
+#: "systemctl restart vllm-qwen", "systemctl --user status sglang.service" in what the operator says
+_UNIT_SAID = re.compile(
+    r"\bsystemctl\s+(?:--user\s+)?(?:re)?(?:start|stop|status|load|try-restart)\s+"
+    r"([A-Za-z0-9][\w@.:-]*)"
+)
+
+
+def unit_named(symptom: str, configs: list[str]) -> str | None:
+    """The systemd unit the operator pointed at: a unit file given as the launch's config, or
+    a unit a `systemctl` command in the symptom names. Its journal is the launch's log; a
+    listing of every unit on a busy box would guess at it (or find nothing to read)."""
+    for p in configs:
+        m = _UNIT_FILE.search(p)
+        if m:
+            return m.group(1)
+    m = _UNIT_SAID.search(symptom)
+    if m:
+        name = m.group(1).rstrip(".")
+        return name if "." in name else f"{name}.service"
+    return None
+
+
 class Args(BaseModel):
     kind: Kind | Literal["auto"] = Field("auto", description="where the log lives; auto tries each")
     name: str | None = Field(None, description="container / pod / unit name; found when omitted")
