@@ -277,3 +277,31 @@ def test_yesterdays_unknown_error_in_a_rotation_is_not_held_against_a_serving_la
     assert not any(c in set(yesterday.splitlines()) for c in cited), cited
     assert any("Uvicorn running on http://0.0.0.0:30000" in c for c in cited), cited
     scene.assert_bystanders_untouched(v)
+
+
+def test_a_harness_log_that_names_the_servers_log_is_followed(scene: Scene) -> None:  # noqa: F811
+    """The operator names a test harness's log (it launched the server, polled /health and gave
+    up with its own TimeoutError); the server wrote its own log, named in the harness's line,
+    and died there of a CUDA OOM. That log is read and its error is the verdict, not the
+    harness's timeout (before: the harness log alone, "ends without an error of its own")."""
+    log = scene.stage.logs / "sglang-smoke.log"
+    proc = scene.stage.start_server(
+        [["out", S.startup()], ["out", S.OOM_BLOCK], ["exit", 1]], log, S.SERVER_ARGS
+    )
+    assert proc.wait(timeout=15) == 1
+    harness = scene.stage.logs / "ladder.log"
+    harness.write_text(
+        "2025-06-01 11:40:00 [ladder] run smoke: model=Qwen/Qwen2.5-1.5B-Instruct\n"
+        f"2025-06-01 11:40:00 [ladder] launched server pid={proc.pid}, log={log}\n"
+        "2025-06-01 11:55:00 [ladder] FAIL smoke: TimeoutError: server did not become healthy "
+        "at http://127.0.0.1:30000/health within 900s\n"
+    )
+    harness.chmod(0o644)
+    scene.stage.chown(harness)
+
+    v = scene.investigate([harness], "the smoke ladder keeps timing out, why?")
+
+    assert_concluded(v, "cuda_oom_runtime", "gpu_oom_weights")
+    cited = [e["line"] for e in v.report["evidence"]]
+    assert S.OOM_FATAL in cited, cited
+    scene.assert_bystanders_untouched(v)
