@@ -26,6 +26,7 @@ from agent.followup import Answer, Known
 from agent.proof import fatal_lines
 from agent.signatures import scan
 from agent.state import Action, State
+from agent.thresholds import THRESHOLDS
 from cards.taxonomy import LABELS, TAXONOMY
 from prompts import render
 from tools.registry import TOOLS
@@ -247,7 +248,9 @@ class LLMBrain:
     def decide(self, state: State, ctx: BrainContext) -> Action:
         self._start_turns(state)
         tools = _tool_schemas(changing_ok=True) + CONCLUDE_TOOLS
-        system = render("system.j2", taxonomy=TAXONOMY)
+        system = render(
+            "system.j2", taxonomy=TAXONOMY, resource_wait_s=THRESHOLDS.hang.resource_wait_s
+        )
         view = {
             "symptom": state.get("symptom", ""),
             "notes": state.get("notes", []),
@@ -371,7 +374,12 @@ class LLMBrain:
     def follow_up(self, state: State, text: str, ctx: BrainContext) -> tuple[str, list[Action]]:
         self._start_turns(state)
         messages = [
-            {"role": "system", "content": render("system.j2", taxonomy=TAXONOMY)},
+            {
+                "role": "system",
+                "content": render(
+                    "system.j2", taxonomy=TAXONOMY, resource_wait_s=THRESHOLDS.hang.resource_wait_s
+                ),
+            },
             {
                 "role": "user",
                 "content": render(
