@@ -56,7 +56,7 @@ def test_every_check_uses_a_registered_read_only_tool_and_separates_real_labels(
 
 def test_every_prompt_renders() -> None:
     assert {"system.j2", "decide.j2", "follow_up.j2", "answer.j2"} <= set(names())
-    assert "kv_cache_no_room" in render("system.j2", taxonomy=TAXONOMY)
+    assert "kv_cache_no_room" in render("system.j2", taxonomy=TAXONOMY, resource_wait_s=300.0)
     text = render(
         "decide.j2",
         symptom="s",
