@@ -157,6 +157,9 @@ class Facts(BaseModel):
     shm_mib: float | None = None
     shm_use_pct: float | None = None
     shm_line: str = ""
+    #: the container's inspect line saying it shares the host's IPC namespace (its /dev/shm is
+    #: the host's, not docker's 64 MiB default)
+    ipc_host_line: str = ""
     #: mount, pct, line: full mounts the launch writes to (or all, when nothing of it is known)
     full_mounts: list[tuple[str, float, str]] = Field(default_factory=list)
     others_full_mounts: list[tuple[str, float, str]] = Field(
@@ -1147,6 +1150,8 @@ def _container(f: Facts, o: Observation, _logs: LogReads) -> None:
     f.container_lines = list(
         o["lines"]
     )  # the tool's own summary lines ("# GPUs: NONE ...") are quotable
+    if c.ipc_host:
+        f.ipc_host_line = _find_line(o["lines"], '"IpcMode"')
     if f.shm_mib is None and c.shm_size is not None and not c.ipc_host:
         # a stopped container cannot be read inside: its /dev/shm is what the run gave it
         f.shm_mib = c.shm_size / (1 << 20)

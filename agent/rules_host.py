@@ -243,6 +243,22 @@ def host_rules(facts: Facts, hits, add, observations: list[Observation] | None =
                 facts.shm_line,
                 f"/dev/shm has {facts.shm_mib / 1024:.0f} GiB",
             )
+    if (
+        facts.shm_mib is None
+        and facts.ipc_host_line
+        and facts.container_obs
+        and "shm_too_small" not in labels_hit
+    ):
+        # --ipc=host: the container's /dev/shm is the host's (half its RAM by default), never
+        # the 64 MiB a container gets unless it asks; with no shared-memory error, not the cause
+        add(
+            "shm_too_small",
+            "fact",
+            F.refutes,
+            facts.container_obs,
+            facts.ipc_host_line,
+            "the container shares the host's IPC namespace: its /dev/shm is the host's",
+        )
     for mount, pct, line in facts.full_mounts[:2]:
         add(
             "disk_full",

@@ -245,3 +245,50 @@ def test_a_placement_group_pending_past_any_join_is_a_layout_asking_too_much(
     card = _placement_card(waited)
     r = _investigate(card, tmp_path, logs=[card.invocation.log or ""])
     assert (r.root_cause == "bad_launch_argument") is layout, r.summary
+
+
+# -- a container on the host's IPC namespace has the host's /dev/shm --------------------------------
+@pytest.mark.parametrize(("ipc", "refuted"), [("host", True), ("private", False)])
+def test_a_container_sharing_the_hosts_ipc_refutes_a_small_shm(ipc: str, refuted: bool) -> None:
+    """`--ipc=host`: the container's /dev/shm is the host's, never docker's 64 MiB default, so
+    with no shared-memory error shm_too_small is refuted on the inspect's own line. The control:
+    a private IPC namespace with the default 64 MiB segment refutes nothing."""
+    import json
+
+    from agent.findings import compute
+    from agent.observe import run_many
+    from tools.container_host import ContainerHost
+
+    host_cfg: dict[str, Any] = {"IpcMode": ipc}
+    if ipc != "host":
+        host_cfg["ShmSize"] = 67108864
+    inspect = json.dumps(
+        [
+            {
+                "Id": "e8a1c7d04b2f" * 4,
+                "Name": "/vllm-qwen3",
+                "State": {"Status": "exited", "Running": False, "ExitCode": 1},
+                "HostConfig": host_cfg,
+                "Config": {"Image": "vllm/vllm-openai:v0.18.1"},
+            }
+        ],
+        indent=4,
+    )
+    card = IncidentCard.model_validate(
+        {
+            "id": "ctr", "title": "t", "source": "test", "engine": "vllm",
+            "symptom": "The container died, why?",
+            "invocation": {"container": "vllm-qwen3"},
+            "host": {
+                "ps": PS_IDLE, "nvidia_smi": GPU_CLEAN, "dmesg": "",
+                "containers": {"vllm-qwen3": {"inspect": inspect, "logs": "INFO starting\n"}},
+            },
+        }
+    )  # fmt: skip
+    host = ContainerHost(ReplayHost(card), "vllm-qwen3")
+    obs: list[Any] = run_many(host, [("container_inspect", {})], 1, 0)
+    board, _ = compute(obs)
+    shm = [f for f in board if f["label"] == "shm_too_small" and f["strength"] < 0]
+    assert bool(shm) is refuted, board
+    if refuted:
+        assert '"IpcMode": "host"' in shm[0]["line"]
