@@ -71,7 +71,12 @@ def set_aside_logs(observations: list[Observation]) -> set[str]:
     reader of fatal lines skips them, as the signature hits do: yesterday's traceback in
     server.log.1 is neither this launch's proof nor an error of its own."""
     latest = latest_text_observations(observations)
-    old_logs = earlier_run_logs(latest)
+    return _set_aside(observations, latest, earlier_run_logs(latest))
+
+
+def _set_aside(
+    observations: list[Observation], latest: list[Observation], old_logs: set[str]
+) -> set[str]:
     return _superseded_rotations(latest, old_logs) | _before_the_given_log(
         observations, latest, old_logs
     )
@@ -94,9 +99,7 @@ def signature_hits(observations: list[Observation]) -> list[tuple[Observation, M
             cut = last_launch(lines)
             earlier_runs |= set(lines[:cut]) - set(lines[cut:])
     old_logs = earlier_run_logs(latest)
-    superseded = _superseded_rotations(latest, old_logs) | _before_the_given_log(
-        observations, latest, old_logs
-    )
+    superseded = _set_aside(observations, latest, old_logs)  # what set_aside_logs() says
     foreign = bystander_kills(latest)  # a kill of another job is never this launch's evidence
     for o in latest:
         lines = text_lines(o)
