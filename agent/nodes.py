@@ -618,31 +618,41 @@ def _engine_log(
 _LOG_PATH = re.compile(r"(?<![\w/.~-])(/[\w.@+-]+(?:/[\w.@+-]+)*\.(?:log|out|err|txt))\b")
 #: how many logs a wrapper's log may point to that are read
 POINTED_READ = 2
+#: a shell's trace of a command it runs (`set -x`): "+ python3 -m sglang.launch_server ..."
+_XTRACE = re.compile(r"^\s*\++ ")
 
 
 def _pointed_logs(host: Host, obs: list[Observation], given: list[str]) -> list[Observation]:
-    """The operator named a wrapper's log (a test harness, a launcher script) that prints no
-    engine launch of its own but names the log the server writes ("launched sglang pid=N,
-    log=PATH"): that log holds the launch's story, so it is read too, the newest named first.
-    A log that prints a launch itself is the launch's log, and nothing else is read."""
+    """The operator named a wrapper's log (a test harness, a CI job, a launcher script) that
+    prints no engine launch of its own (a shell's `+ python3 -m ...` trace is the script's, not
+    the server's) but names the log the server writes ("launched sglang pid=N, log=PATH"), or
+    whose launch script redirects the servers to their logs: those hold the launch's story, so
+    they are read too, the newest named first. A log that prints a launch itself is the
+    launch's log, and nothing else is read."""
     read = {str(o["args"].get("path")): o for o in obs if o["tool"] == "log_tail" and o["ok"]}
     named: list[str] = []
+    wrappers = 0
     for path in given:
         o = read.get(path)
         if o is None:
             continue
         lines = text_lines(o)
-        if log_engines(lines) or any(launch_line(ln) for ln in lines):
+        own = [ln for ln in lines if not _XTRACE.match(ln)]  # a script's trace of its commands
+        if log_engines(own) or any(launch_line(ln) for ln in own):
             return []
+        wrappers += 1
         for ln in reversed(lines):
             named += [p for p in _LOG_PATH.findall(ln) if p not in read and p not in named]
-    wave = [("log_tail", {"path": p}) for p in named[:POINTED_READ]]
-    if not wave or "log_tail" not in TOOLS:
+    if not wrappers:
         return []
-    out = [o for o in run_many(host, wave, len(obs) + 1, 0) if o["ok"]]
+    wave = [("log_tail", {"path": p}) for p in named[:POINTED_READ]]
+    out = [o for o in run_many(host, wave, len(obs) + 1, 0) if o["ok"]] if wave else []
     for i, o in enumerate(out):
         o["id"] = f"o{len(obs) + 1 + i}"
         _emit("observation", _obs_event(o))
+    if not out:
+        # it names none: the logs its launch script redirects the servers to (`> x.log`)
+        out = _script_logs(host, obs)
     return out
 
 
