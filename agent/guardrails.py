@@ -530,6 +530,8 @@ def _bad_launch(
         return []
     if rules_causes.loopback_across_nodes(obs) is not None:
         return []  # NCCL on lo across hosts: the ranks never meet, and nothing is printed
+    if rules_causes.remote_rank_at_loopback(obs) is not None:
+        return []  # a rank on another node sent to 127.0.0.1: it waits there forever
     if rules_causes.unresolvable_rendezvous(obs) is not None:
         return []  # the resolver's own error names the rendezvous host: the ranks retry forever
     if rules_causes.hidden_gpus(facts, obs) is not None:

@@ -89,6 +89,7 @@ def cause_rules(facts, observations: list[Observation], hits, add) -> None:  # t
     observations = launch_reads(observations, facts)  # a setting is read from the launch's own
     rendezvous_rules(observations, add)
     loopback_rules(observations, add)
+    remote_loopback_rules(observations, add)
     misspelled_env_rules(observations, hits, add)
     driver_symbol_rules(observations, add)
     proxy_rules(facts, observations, hits, add)
@@ -211,6 +212,44 @@ def loopback_across_nodes(observations: list[Observation]) -> tuple[str, str, st
     if gpus and nranks > gpus:
         return lo[0], lo[1], f"{nranks} ranks on a host with {gpus} GPU(s)"
     return None
+
+
+#: torch's rendezvous as the engine prints it for a rank: "distributed_init_method=tcp://127.0.0.1:35517"
+_TORCH_LO = re.compile(r"\bdistributed_init_method=tcp://(?:127\.\d+\.\d+\.\d+|localhost):\d+")
+#: a Ray actor's line from another node than the driver's: "(RayWorkerWrapper pid=N, ip=10.0.0.2)"
+_RAY_REMOTE = re.compile(r"\(\w+ pid=\d+, ip=(\d{1,3}(?:\.\d{1,3}){3})\)")
+
+
+def remote_rank_at_loopback(observations: list[Observation]) -> tuple[str, str, str] | None:
+    """(observation id, line, node ip) when a rank on another node (Ray tags its lines with
+    that node's ip) was told to rendezvous at 127.0.0.1: it meets nobody there, and the ranks
+    on the driver's node wait for it. The launch's layout gave it the driver's loopback (a
+    data-parallel group spread over Ray nodes without Ray's own backend), not an interface."""
+    for o in observations:
+        if not o["ok"] or o["tool"] not in ("log_tail", "log_search", "container_logs"):
+            continue
+        for ln in text_lines(o):
+            m = _RAY_REMOTE.search(ln)
+            if m and _TORCH_LO.search(ln):
+                return o["id"], ln, m.group(1)
+    return None
+
+
+def remote_loopback_rules(observations: list[Observation], add) -> None:  # type: ignore[no-untyped-def]
+    hit = remote_rank_at_loopback(observations)
+    if hit is None:
+        return
+    oid, line, ip = hit
+    add(
+        "bad_launch_argument",
+        "cause",
+        _C.names_the_cause,
+        oid,
+        line,
+        f"a rank on another node ({ip}) was told to rendezvous at 127.0.0.1, its own loopback: "
+        "it never meets the others; the launch's layout (its data-parallel backend or "
+        "rendezvous address) must name a reachable address",
+    )
 
 
 def loopback_rules(observations: list[Observation], add) -> None:  # type: ignore[no-untyped-def]

@@ -98,3 +98,33 @@ def test_driver_vgpu_and_ucx_messages_name_their_cause(line: str, signature: str
     ours = {"nvrm-reset-required", "vgpu-interposer-segfault", "ucx-memlock-limit"}
     hit = {m.signature for m in scan([line])} & ours
     assert hit == ({signature} if signature else set()), hit
+
+
+@pytest.mark.parametrize(
+    ("line", "remote"),
+    [
+        ("(EngineCore_DP0 pid=1834702) (RayWorkerWrapper pid=2211873, ip=192.168.10.220) INFO "
+         "06-08 14:02:50 [parallel_state.py:1207] world_size=8 rank=2 local_rank=0 "
+         "distributed_init_method=tcp://127.0.0.1:35517 backend=nccl", True),
+        ("(EngineCore_DP0 pid=1834702) (RayWorkerWrapper pid=2211873) INFO 06-08 14:02:50 "
+         "[parallel_state.py:1207] world_size=2 rank=1 local_rank=1 "
+         "distributed_init_method=tcp://127.0.0.1:35517 backend=nccl", False),
+        ("(RayWorkerWrapper pid=2211873, ip=192.168.10.220) INFO 06-08 14:02:50 "
+         "[parallel_state.py:1207] world_size=8 rank=2 local_rank=0 "
+         "distributed_init_method=tcp://192.168.10.219:35517 backend=nccl", False),
+    ],
+)  # fmt: skip
+def test_a_rank_on_another_node_sent_to_loopback_is_the_layouts_fault(
+    line: str, remote: bool
+) -> None:
+    """A Ray actor's line tagged with another node's ip and a rendezvous at 127.0.0.1: that
+    rank waits at its own loopback and never meets the others (a data-parallel group spread
+    over Ray nodes without Ray's backend). Controls: a local actor (no ip tag) at 127.0.0.1 is
+    a single node's normal rendezvous; a remote actor told the head's address is right."""
+    from agent.rules_causes import remote_rank_at_loopback
+
+    obs: Any = [
+        {"id": "o1", "tool": "log_tail", "args": {"path": "/l"}, "ok": True,
+         "lines": [line], "data": {}}
+    ]  # fmt: skip
+    assert (remote_rank_at_loopback(obs) is not None) is remote
