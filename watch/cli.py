@@ -112,16 +112,22 @@ def _limits(
 
 @contextlib.contextmanager
 def _term_is_interrupt() -> Iterator[None]:
-    """SIGTERM (a supervisor stopping pivot) ends a launch as Ctrl-C does: the group stopped."""
+    """SIGTERM (a supervisor stopping pivot) ends a launch as Ctrl-C does: the group stopped.
+
+    SIGINT is taken too, whatever the parent left: a shell starts background commands with
+    SIGINT ignored and Python keeps an ignored SIGINT ignored, so `pivot launch` run from a
+    script (a CI step, `cmd &`) would not stop on `kill -INT`, and its launch would run on."""
 
     def handler(signum: int, frame: object) -> None:
         raise KeyboardInterrupt
 
     old = signal.signal(signal.SIGTERM, handler)
+    old_int = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         yield
     finally:
         signal.signal(signal.SIGTERM, old)
+        signal.signal(signal.SIGINT, old_int)
 
 
 def _stopped(target: Target, left: list[int]) -> Outcome:
