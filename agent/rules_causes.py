@@ -89,7 +89,6 @@ def cause_rules(facts, observations: list[Observation], hits, add) -> None:  # t
     observations = launch_reads(observations, facts)  # a setting is read from the launch's own
     rendezvous_rules(observations, add)
     loopback_rules(observations, add)
-    remote_loopback_rules(observations, add)
     misspelled_env_rules(observations, hits, add)
     driver_symbol_rules(observations, add)
     proxy_rules(facts, observations, hits, add)
@@ -235,37 +234,43 @@ def remote_rank_at_loopback(observations: list[Observation]) -> tuple[str, str, 
     return None
 
 
-def remote_loopback_rules(observations: list[Observation], add) -> None:  # type: ignore[no-untyped-def]
-    hit = remote_rank_at_loopback(observations)
-    if hit is None:
-        return
-    oid, line, ip = hit
-    add(
-        "bad_launch_argument",
-        "cause",
-        _C.names_the_cause,
-        oid,
-        line,
-        f"a rank on another node ({ip}) was told to rendezvous at 127.0.0.1, its own loopback: "
-        "it never meets the others; the launch's layout (its data-parallel backend or "
-        "rendezvous address) must name a reachable address",
-    )
+def _loopback_cause(observations: list[Observation]) -> tuple[str, str, str, bool] | None:
+    """(obs id, line, why, by an interface setting) for a job whose ranks were sent to
+    loopback: the transport chose lo across nodes (an interface setting let it), or a rank on
+    another node was told to rendezvous at 127.0.0.1 (the layout's address did)."""
+    hit = loopback_across_nodes(observations)
+    if hit is not None:
+        oid, line, why = hit
+        return (
+            oid,
+            line,
+            f"the ranks' transport (NCCL or Gloo) chose the loopback interface for a job with "
+            f"{why}: they advertise 127.0.0.1 to each other and never meet; the interface "
+            "setting is wrong",
+            True,
+        )
+    remote = remote_rank_at_loopback(observations)
+    if remote is not None:
+        oid, line, ip = remote
+        return (
+            oid,
+            line,
+            f"a rank on another node ({ip}) was told to rendezvous at 127.0.0.1, its own "
+            "loopback: it never meets the others; the launch's layout (its data-parallel "
+            "backend or rendezvous address) must name a reachable address",
+            False,
+        )
+    return None
 
 
 def loopback_rules(observations: list[Observation], add) -> None:  # type: ignore[no-untyped-def]
-    hit = loopback_across_nodes(observations)
+    hit = _loopback_cause(observations)
     if hit is None:
         return
-    oid, line, why = hit
-    add(
-        "bad_launch_argument",
-        "cause",
-        _C.names_the_cause,
-        oid,
-        line,
-        f"the ranks' transport (NCCL or Gloo) chose the loopback interface for a job with {why}: "
-        "they advertise 127.0.0.1 to each other and never meet; the interface setting is wrong",
-    )
+    oid, line, why, by_interface = hit
+    add("bad_launch_argument", "cause", _C.names_the_cause, oid, line, why)
+    if not by_interface:
+        return
     # the setting behind it, where the evidence shows one (Gloo reads only its own variable)
     wanted = (
         ("GLOO_SOCKET_IFNAME",)
