@@ -775,6 +775,7 @@ def refute_rivals(board: dict[str, Any], action: Action, obs: list[Observation])
     named observation that is not itself a sign of that rival. Accepted ones refute on the board
     (and so count as ruled out); the rest change nothing."""
     from agent.proof import fatal_kind, quote_problem
+    from agent.rules_common import PHASE_PREFIX
     from cards.taxonomy import LABELS
 
     by_id = {o["id"]: o for o in obs}
@@ -796,9 +797,12 @@ def refute_rivals(board: dict[str, Any], action: Action, obs: list[Observation])
 
             hits = signature_hits(obs)
         # a line that is itself a sign of the rival, or an error line at all, cannot refute it:
-        # refutations are facts of state (GPU free, no kill in the kernel log), not failures
+        # refutations are facts of state (GPU free, no kill in the kernel log), not failures. A
+        # phase marker is not such a sign: "Graph capturing finished" says where the launch got
+        # to (past the capture whose OOM its label names), which is what refutes that OOM
         if fatal_kind(line) is not None or any(
-            m.label == label and line.strip() in m.line for _, m in hits
+            m.label == label and not m.signature.startswith(PHASE_PREFIX) and line.strip() in m.line
+            for _, m in hits
         ):
             continue
         h = out.get(label) or {

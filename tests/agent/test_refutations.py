@@ -55,3 +55,25 @@ def test_a_line_that_is_a_sign_of_the_rival_cannot_refute_it() -> None:
     ref = {"label": "gpu_oom_weights", "observation": "o3", "line": LOG, "why": "runtime"}
     board = refute_rivals({}, _act(ref), _obs())
     assert board.get("gpu_oom_weights", {}).get("status") != "refuted"
+
+
+@pytest.mark.parametrize(
+    ("line", "refuted"),
+    [
+        # a phase marker says where the launch got to: past the capture, so not its OOM
+        ("INFO 09-02 10:12:35 model_runner.py:1300] Graph capturing finished in 9 secs.", True),
+        # the control: a line that is a sign of the rival still cannot refute it
+        ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB", False),
+    ],
+)
+def test_a_phase_line_may_refute_the_oom_of_that_phase(line: str, refuted: bool) -> None:
+    """Phase markers carry the label of the OOM their phase would imply (to tell a runtime OOM
+    from a load OOM), but they are not signs of a failure: a healthy verdict may cite the
+    capture having finished against cuda_oom_runtime (blind round 31)."""
+    obs = [Observation(id="o9", tool="log_tail", args={"path": "/l"}, ok=True, lines=[line],
+                       data={}, round=0)]  # fmt: skip
+    act = Action(kind="conclude", label="healthy", refutations=[
+        {"label": "cuda_oom_runtime", "observation": "o9", "line": line, "why": "capture done"}
+    ])  # fmt: skip
+    board = refute_rivals({}, act, obs)
+    assert (board.get("cuda_oom_runtime", {}).get("status") == "refuted") is refuted
