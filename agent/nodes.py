@@ -450,7 +450,13 @@ def conclude(state: State, runtime: Runtime[RunContext]) -> dict[str, Any]:
     evidence = without_bystanders(evidence, launch)
     if status == "concluded" and a.get("label") == "healthy":
         status = "healthy"  # up and answering: a status a script can tell from "could not tell"
-    if status == "concluded" and evidence and float(a.get("confidence") or 0) >= EXPLAINS_AWAY_AT:
+    if (
+        status in ("concluded", "healthy")
+        and evidence
+        and float(a.get("confidence") or 0) >= EXPLAINS_AWAY_AT
+    ):
+        # a proven cause explains the failure, and a proven healthy launch (alive, its own
+        # ready line, no error since) explains the worry: suspects nothing pointed at are out
         board = _explained_away(board, a["label"], evidence[0])
     if status in ("concluded", "healthy"):
         board = refute_rivals(board, a, obs)

@@ -3,7 +3,11 @@ that must not trigger it: a fix is a general form or fact, never an answer keyed
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
+
+from tests.agent.test_rules import _card
 
 
 @pytest.mark.parametrize(
@@ -27,3 +31,28 @@ def test_ray_refusing_an_object_store_larger_than_shm_is_fatal(
 
     fatal = {m.signature for m in scan([line]) if m.strength == "fatal"}
     assert ("ray-object-store-exceeds-dev-shm" in fatal) is bool(signature), fatal
+
+
+@pytest.mark.parametrize("alive", [True, False])
+def test_a_proven_healthy_launch_explains_away_the_suspects_nothing_points_at(
+    tmp_path: Any, alive: bool
+) -> None:
+    """Alive, its own ready line, requests served, no error since: the worry is explained, so
+    suspects the operator raised with nothing pointing at them (a /dev/shm too small for the
+    collective they fear) are ruled out, as a proven cause rules them out, quoting the ready
+    line (blind round 31). The control: the same log with the launch gone is no healthy
+    verdict, and nothing is ruled out for being explained by one."""
+    from tests.agent.test_rules import GPU_HELD, PS_IDLE, PS_SERVER, _run
+
+    up = (
+        "INFO Loading weights took 31.2 seconds\nINFO:     Application startup complete.\n"
+        "INFO:     Uvicorn running on http://0.0.0.0:8000 (Press CTRL+C to quit)\n"
+    )
+    served = up + 'INFO:     127.0.0.1:50312 - "POST /v1/chat/completions HTTP/1.1" 200 OK\n'
+    card = _card(
+        {"/var/log/vllm/server.log": [up, served]}, PS_SERVER if alive else PS_IDLE, GPU_HELD
+    )
+    card.symptom = "It answers slowly at times: is it stuck on an NCCL collective?"
+    r = _run(card, tmp_path)
+    assert (r.status == "healthy") is alive, r.summary
+    assert ("shm_too_small" in r.ruled_out) is alive, r.ruled_out
