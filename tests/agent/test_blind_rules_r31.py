@@ -56,3 +56,27 @@ def test_a_proven_healthy_launch_explains_away_the_suspects_nothing_points_at(
     r = _run(card, tmp_path)
     assert (r.status == "healthy") is alive, r.summary
     assert ("shm_too_small" in r.ruled_out) is alive, r.ruled_out
+
+
+@pytest.mark.parametrize(
+    ("line", "arch", "wrapper"),
+    [
+        ("[05/23/2025-09:15:19] [TRT-LLM] [RANK 0] [E] Failed to initialize executor on rank 0: "
+         "Unsupported SM version for FP8 block scaling GEMM", True, False),
+        ("RuntimeError: Executor worker returned error", False, True),
+        ("[TensorRT-LLM][INFO] Detected SM version 89 (compute capability 8.9)", False, False),
+    ],
+)  # fmt: skip
+def test_trtllm_names_the_sm_it_lacks_and_its_proxy_error_is_a_wrapper(
+    line: str, arch: bool, wrapper: bool
+) -> None:
+    """TensorRT-LLM's kernels refuse an SM they have no build for (unsupported_gpu_arch), and
+    its proxy's closing "Executor worker returned error" only says a worker failed: the rank's
+    own error above it is the cause (it was read as model_load_error). The control: the SM
+    version printed at start-up is neither."""
+    from agent import proof
+    from agent.signatures import scan
+
+    fatal = {m.signature for m in scan([line]) if m.strength == "fatal"}
+    assert ("trtllm-unsupported-sm-version" in fatal) is arch, fatal
+    assert proof.is_wrapper(line) is wrapper
