@@ -158,8 +158,14 @@ def _cited(action: Action) -> list[str]:
 def stall_proof(observations: list[Observation], facts: Facts) -> str | None:
     """Why a live, silent server is stuck rather than busy, or None: its stacks wait in a
     collective, or its GPUs spin while the log stays silent over the watched window."""
+    if rules_hang.awaited_elsewhere(observations) is not None:
+        return None  # the engine waits on a member that is not here: its state is not read
     stacks = [o for o in observations if o["tool"] == "py_stacks" and o["ok"]]
-    if stacks and stacks[-1]["data"].get("waiting_in") == "collective":
+    if (
+        stacks
+        and stacks[-1]["data"].get("waiting_in") == "collective"
+        and stacks[-1]["data"].get("awaits") != "work"  # a worker idle for its next command
+    ):
         return "stacks"
     if rules_hang.quiet_phase_line(observations) is not None:
         return None  # the log's last phase (a compile, a graph capture) runs quietly for minutes
@@ -199,6 +205,15 @@ def _nccl(action: Action, by_id: dict[str, Observation], facts: Facts, hits: Hit
     out = _crash_rule(action, by_id, facts, hits)
     if out and out[0].startswith("[nccl_failure] cites no fatal line"):
         # a hang has its own form: say what proves it and what is not read yet
+        elsewhere = rules_hang.awaited_elsewhere(list(by_id.values()))
+        if elsewhere is not None:
+            return [
+                "[nccl_failure] is not shown: the engine waits for its workers' replies "
+                f"({elsewhere[1].strip()}) while the workers read here idle, waiting for their "
+                f"next command ({elsewhere[3].strip()}); the reply is owed by a member that is "
+                "not on this host (another node's workers, or a rank that died). Read that "
+                "member's state and log (its node, its container) before naming a cause"
+            ]
         missing = _stall_reads_missing(list(by_id.values()), facts)
         out = [
             out[0] + "; or, for a hang, show the stall: the launch alive with its log silent over "

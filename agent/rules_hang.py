@@ -252,6 +252,35 @@ def pinned_gpus(facts: Facts, observations: list[Observation] | None = None) -> 
     )
 
 
+def awaited_elsewhere(observations: list[Observation]) -> tuple[str, str, str, str] | None:
+    """(engine obs id, its RPC frame, worker obs id, its idle frame) when the engine waits for
+    its workers' replies while a worker of this host, read too, idles waiting for its next
+    command: the workers here have answered, so the reply it waits for is owed by a member that
+    is not here (another node's stage, or a rank that died). Its stacks then show where the
+    launch waits, not that a collective hangs: that member's own state and log decide."""
+    stacks = [o for o in observations if o["tool"] == "py_stacks" and o["ok"]]
+    engine = next((o for o in stacks if o["data"].get("awaits") == "replies"), None)
+    if engine is None:
+        return None
+    worker = next(
+        (
+            o
+            for o in stacks
+            if o["data"].get("awaits") == "work"
+            and o["args"].get("pid") != engine["args"].get("pid")
+        ),
+        None,
+    )
+    if worker is None:
+        return None
+    return (
+        engine["id"],
+        str(engine["data"].get("awaits_frame") or ""),
+        worker["id"],
+        str(worker["data"].get("awaits_frame") or ""),
+    )
+
+
 def resource_wait(observations: list[Observation]) -> tuple[str, str, float] | None:
     """(obs id, line, seconds) when the launch's log ends on the engine's own notice that it
     is waiting for GPUs its cluster does not have (a pending Ray placement group), with how
@@ -319,6 +348,21 @@ def hang_rules(facts: Facts, observations: list[Observation], hits, add) -> None
                 o["id"],
                 frame,
                 f"the live rank waits in a collective for rank {facts.ranks_gone[0]}, which is gone",
+            )
+        elif d.get("waiting_in") == "collective" and d.get("awaits") == "work":
+            pass  # a worker idle in its command loop: nothing of a hang is shown by it
+        elif d.get("waiting_in") == "collective" and frame and awaited_elsewhere(observations):
+            # the engine's RPC waits on a member that is not here; its workers idle: no hang of
+            # a collective is shown, only that nothing here is loading or compiling
+            eid, eframe, wid, wframe = awaited_elsewhere(observations) or ("", "", "", "")
+            add(
+                "still_starting",
+                "fact",
+                _H.stacks_not_starting,
+                eid,
+                eframe,
+                f"the engine waits for its workers' replies while they idle ({wframe.strip()}): "
+                "the reply is owed by a member that is not on this host",
             )
         elif d.get("waiting_in") == "collective" and frame:
             add(

@@ -101,6 +101,12 @@ class StacksParse(BaseModel):
     collective_frame: str | None = Field(
         None, description="verbatim line of the innermost collective frame, when there is one"
     )
+    awaits: Literal["replies", "work"] | None = Field(
+        None,
+        description="replies: the engine waits for its workers to answer an RPC; work: a worker "
+        "waits for its next command (idle); None: neither shown",
+    )
+    awaits_frame: str | None = Field(None, description="verbatim frame that shows `awaits`")
     raw: list[str] = Field(default_factory=list, description="py-spy's output lines, verbatim")
 
 
@@ -144,6 +150,16 @@ class Result(StacksParse, ToolResult):
                 out.append(f"# innermost {self.waiting_in} frame: {self.waiting_frame.strip()}")
             if self.collective_frame:
                 out.append(f"# collective frame: {self.collective_frame.strip()}")
+            if self.awaits == "replies" and self.awaits_frame:
+                out.append(
+                    "# an RPC to its workers, waiting for their replies (a message-queue read, "
+                    f"not a collective of its own): {self.awaits_frame.strip()}"
+                )
+            elif self.awaits == "work" and self.awaits_frame:
+                out.append(
+                    "# a worker idle in its command loop, waiting for its next command: "
+                    f"{self.awaits_frame.strip()}"
+                )
             m = _PROCESS.match(self.process)
             if m and int(m.group(1)) != self.pid:
                 out.append(
@@ -218,6 +234,17 @@ _IO_NATIVE = re.compile(
     r"^(?:epoll_wait|epoll_pwait|__poll|poll|ppoll|select|pselect\w*|recv\w*|read)$"
 )
 _SLEEP = re.compile(r"(?:^|[._])(?:sleep|clock_nanosleep|nanosleep|time_sleep)$")
+#: An engine's RPC to its workers, waiting for their answers (vLLM's executors: the EngineCore
+#: broadcasts a call and reads each worker's reply off a message queue), and a worker waiting
+#: for its next command. Both sit in a message-queue read that looks like a collective; which
+#: side of the RPC a process is on tells "my workers have not answered" from "I have nothing to do".
+_AWAITS_REPLIES = re.compile(r"^(?:get_response|collective_rpc|_get_output|wait_for_response)$")
+#: The frames of a blocked queue read, above the RPC or the command loop (and nothing else).
+_QUEUE_READ = re.compile(
+    r"shm_broadcast\.py$|message_queue|zmq/|multiprocessing/(?:connection|queues)\.py$|"
+    r"(?:^|/)(?:queue|threading|selectors|socket)\.py$"
+)
+_AWAITS_WORK = re.compile(r"^(?:worker_busy_loop|worker_main_loop|execute_method_loop)$")
 
 
 def classify_frame(f: Frame) -> Category | None:
@@ -339,6 +366,7 @@ def parse_py_spy(text: str) -> StacksParse:
                 best = (rank, t)
         if out.collective_frame is None and t.waiting_in == "collective":
             out.collective_frame = t.waiting_frame
+    out.awaits, out.awaits_frame = _awaits(out.threads)
     if best is not None:
         t = best[1]
         out.waiting_in, out.waiting_thread, out.waiting_frame = (
@@ -347,6 +375,25 @@ def parse_py_spy(text: str) -> StacksParse:
             t.waiting_frame,
         )
     return out
+
+
+def _awaits(threads: list[PyThread]) -> tuple[Literal["replies", "work"] | None, str | None]:
+    """Which side of its engine's RPC the process waits on, from its main thread: the innermost
+    frame of the RPC (`get_response` under `collective_rpc`) or of a worker's command loop, when
+    the thread is blocked reading the queue (its innermost frames a collective-looking read)."""
+    main = next((t for t in threads if t.name == "MainThread"), threads[0] if threads else None)
+    if main is None or main.waiting_in not in ("collective", "io"):
+        return None, None
+    for f in main.frames:
+        if f.native:
+            continue
+        if _AWAITS_REPLIES.search(f.function):
+            return "replies", f.text
+        if _AWAITS_WORK.search(f.function):
+            return "work", f.text
+        if not _QUEUE_READ.search(f.file):
+            return None, None  # a collective op, a compile, a load sits above the read
+    return None, None
 
 
 # -- /proc fallback -------------------------------------------------------------------------------

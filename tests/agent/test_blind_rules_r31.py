@@ -80,3 +80,71 @@ def test_trtllm_names_the_sm_it_lacks_and_its_proxy_error_is_a_wrapper(
     fatal = {m.signature for m in scan([line]) if m.strength == "fatal"}
     assert ("trtllm-unsupported-sm-version" in fatal) is arch, fatal
     assert proof.is_wrapper(line) is wrapper
+
+
+ENGINE_RPC = """Process 87: VLLM::EngineCore
+Python v3.12.12 (/usr/bin/python3.12)
+
+Thread 87 (idle): "MainThread"
+    acquire_read (vllm/distributed/device_communicators/shm_broadcast.py:589)
+    dequeue (vllm/distributed/device_communicators/shm_broadcast.py:671)
+    get_response (vllm/v1/executor/multiproc_executor.py:393)
+    collective_rpc (vllm/v1/executor/multiproc_executor.py:412)
+    determine_available_memory (vllm/v1/executor/abstract.py:132)
+    run_engine_core (vllm/v1/engine/core.py:1082)
+"""
+WORKER_IDLE = """Process 151: VLLM::Worker_PP0_TP0
+Python v3.12.12 (/usr/bin/python3.12)
+
+Thread 151 (idle): "MainThread"
+    acquire_read (vllm/distributed/device_communicators/shm_broadcast.py:589)
+    dequeue (vllm/distributed/device_communicators/shm_broadcast.py:671)
+    worker_busy_loop (vllm/v1/executor/multiproc_executor.py:858)
+    worker_main (vllm/v1/executor/multiproc_executor.py:781)
+"""
+WORKER_ALL_REDUCE = """Process 152: VLLM::Worker_TP1
+Python v3.12.12 (/usr/bin/python3.12)
+
+Thread 152 (active): "MainThread"
+    all_reduce (vllm/distributed/device_communicators/custom_all_reduce.py:287)
+    custom_all_reduce (vllm/distributed/device_communicators/custom_all_reduce.py:318)
+    _all_reduce_out_place (vllm/distributed/parallel_state.py:521)
+    execute_model (vllm/v1/worker/gpu_worker.py:300)
+    worker_busy_loop (vllm/v1/executor/multiproc_executor.py:863)
+"""
+
+
+def _stacks(oid: str, pid: int, text: str) -> Any:
+    from agent.state import Observation
+    from tools.py_stacks import parse_py_spy
+
+    d = parse_py_spy(text).model_dump()
+    return Observation(id=oid, tool="py_stacks", args={"pid": pid}, ok=True,
+                       lines=d["raw"], data=d, round=1)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("reads", "proves_hang"),
+    [
+        # the engine waits for replies its idle workers here have given: owed from elsewhere
+        ([(87, ENGINE_RPC), (151, WORKER_IDLE)], False),
+        # a worker idle in its command loop, alone: nothing of a hang is shown
+        ([(151, WORKER_IDLE)], False),
+        # controls: a worker inside an all-reduce, and the engine's wait with no worker read
+        ([(152, WORKER_ALL_REDUCE)], True),
+        ([(87, ENGINE_RPC)], True),
+    ],
+)
+def test_stacks_that_wait_on_a_member_elsewhere_prove_no_collective_hang(
+    reads: list[tuple[int, str]], proves_hang: bool
+) -> None:
+    """vLLM's engine and workers block on a message-queue read that looks like a collective:
+    the engine waiting for its workers' replies while a worker here idles for its next command
+    means the reply is owed by a member on another node (round 31: a follower that died there);
+    both brains read it as an NCCL hang. An all-reduce in flight, or the engine's wait read
+    alone (round 26's cross-node queue), still prove the stall."""
+    from agent.facts import Facts
+    from agent.guardrails import stall_proof
+
+    obs = [_stacks(f"o{i}", pid, text) for i, (pid, text) in enumerate(reads)]
+    assert (stall_proof(obs, Facts()) == "stacks") is proves_hang
