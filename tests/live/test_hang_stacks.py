@@ -221,3 +221,123 @@ def test_a_rank_that_is_gone(
     rank.wait()
     r = SPEC.call(host, {"pid": rank.pid})
     assert not r.ok and r.alive is False and "not running" in (r.error or ""), r.lines()
+
+
+SHM_BROADCAST = """\
+import threading
+
+
+def acquire_read(timeout):
+    # a message-queue read: nothing has been written for this reader
+    threading.Event().wait(timeout)
+
+
+def dequeue(timeout=3600):
+    acquire_read(timeout)
+"""
+EXECUTOR = """\
+from vllm.distributed.device_communicators.shm_broadcast import dequeue
+
+
+def get_response():
+    return dequeue()
+
+
+def collective_rpc(method):
+    return get_response()
+
+
+def worker_busy_loop():
+    while True:
+        dequeue()
+"""
+ENGINE = """\
+from vllm.v1.executor.multiproc_executor import collective_rpc
+print("engine waiting for replies", flush=True)
+collective_rpc("determine_available_memory")
+"""
+WORKER = """\
+from vllm.v1.executor.multiproc_executor import worker_busy_loop
+print("worker idle", flush=True)
+worker_busy_loop()
+"""
+
+
+def test_an_engine_waiting_on_replies_its_idle_workers_gave_is_no_collective_hang(
+    live: tuple[SSHHost, Sshd],
+) -> None:
+    """Round 31 live: an engine blocked in its RPC's reply read and a worker idle in its
+    command loop, both in vLLM's shared-memory queue read that looks like a collective, dumped
+    by the real py-spy over the real sshd. Each says which side it waits on, and together they
+    prove no hang: the reply is owed by a member that is not here."""
+    from agent.facts import Facts
+    from agent.guardrails import stall_proof
+    from agent.rules_hang import awaited_elsewhere
+    from agent.state import Observation
+
+    host, server = live
+    root = Path(tempfile.mkdtemp(prefix="pivot-rpc-"))
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        for rel, text in {
+            "vllm/distributed/device_communicators/shm_broadcast.py": SHM_BROADCAST,
+            "vllm/v1/executor/multiproc_executor.py": EXECUTOR,
+            "engine.py": ENGINE,
+            "worker.py": WORKER,
+        }.items():
+            p = root / rel
+            p.parent.mkdir(parents=True, exist_ok=True)
+            p.write_text(text)
+        for d in [root, *root.rglob("*")]:
+            if d.is_dir() and d != root:
+                (d / "__init__.py").touch()
+        for p in [root, *root.rglob("*")]:
+            p.chmod(0o755 if p.is_dir() else 0o644)
+        venv_bin = root / "venv" / "bin"
+        venv_bin.mkdir(parents=True)
+        (venv_bin / "python3").symlink_to(PY)
+        shutil.copy2(PY_SPY, venv_bin / "py-spy")
+        (venv_bin / "py-spy").chmod(0o755)
+        pw = pwd.getpwnam(server.user)
+        obs = []
+        for i, (script, said) in enumerate(
+            (("engine.py", b"engine waiting for replies\n"), ("worker.py", b"worker idle\n"))
+        ):
+            proc = subprocess.Popen(
+                [str(venv_bin / "python3"), script],
+                cwd=root,
+                env={"PATH": "/usr/bin:/bin", "HOME": "/tmp"},
+                stdout=subprocess.PIPE,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                user=pw.pw_uid,
+                group=pw.pw_gid,
+                extra_groups=[],
+            )
+            procs.append(proc)
+            assert proc.stdout is not None and proc.stdout.readline() == said
+            r = SPEC.call(host, {"pid": proc.pid})
+            assert r.ok and r.method == "py-spy", r.lines()
+            obs.append(
+                Observation(
+                    id=f"o{i}",
+                    tool="py_stacks",
+                    args={"pid": proc.pid},
+                    ok=True,
+                    lines=r.lines(),
+                    data=r.model_dump(),
+                    round=1,
+                )  # fmt: skip
+            )
+        engine, worker = (o["data"] for o in obs)
+        assert engine["awaits"] == "replies" and "get_response" in engine["awaits_frame"]
+        assert worker["awaits"] == "work" and "worker_busy_loop" in worker["awaits_frame"]
+        assert awaited_elsewhere(obs) is not None
+        assert stall_proof(obs, Facts()) is None
+        assert stall_proof(obs[:1], Facts()) == "stacks"  # the engine's wait read alone
+    finally:
+        for proc in procs:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(proc.pid, 9)
+            proc.wait()
+        shutil.rmtree(root, ignore_errors=True)
