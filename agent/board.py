@@ -62,6 +62,11 @@ def build(
             and (f["strength"] > 0 or f["strength"] <= REFUTED_AT)
         ):
             board[f["label"]] = _empty(f["label"])
+    confusable = _rivals().get("confusable") or {}
+    for f in list(findings):
+        if f["label"] in board and f["strength"] > 0:
+            for other in confusable.get(f["label"]) or []:
+                board.setdefault(other, _empty(other))
     for f in findings:
         h = board.get(f["label"] or "")
         if h is None:

@@ -148,3 +148,26 @@ def test_stacks_that_wait_on_a_member_elsewhere_prove_no_collective_hang(
 
     obs = [_stacks(f"o{i}", pid, text) for i, (pid, text) in enumerate(reads)]
     assert (stall_proof(obs, Facts()) == "stacks") is proves_hang
+
+
+@pytest.mark.parametrize(
+    ("label", "brought"),
+    [
+        ("host_oom_killed", {"gpu_oom_weights", "cuda_oom_runtime"}),
+        ("port_in_use", set()),
+    ],
+)
+def test_an_out_of_memory_label_brings_the_memories_it_is_taken_for(
+    label: str, brought: set[str]
+) -> None:
+    """Which memory ran out is the first question after an OOM: a host OOM kill with support
+    brings the GPU's OOMs onto the board (empty, to be refuted by a read or explained away by
+    the proven kill; round 31's DGX Spark container left them off and unproven). The control:
+    a port conflict brings no memory label."""
+    from agent.board import build
+    from agent.state import Finding
+
+    f = Finding(id="f1", label=label, kind="fatal", strength=3.0, observation="o1",
+                line="x", note="")  # fmt: skip
+    board = build("", [f])
+    assert {"gpu_oom_weights", "cuda_oom_runtime"} & set(board) == brought
