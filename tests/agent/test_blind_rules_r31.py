@@ -171,3 +171,30 @@ def test_an_out_of_memory_label_brings_the_memories_it_is_taken_for(
                 line="x", note="")  # fmt: skip
     board = build("", [f])
     assert {"gpu_oom_weights", "cuda_oom_runtime"} & set(board) == brought
+
+
+@pytest.mark.parametrize(
+    ("last", "clue"),
+    [
+        # a supervisor telling that a process of its job ended: not that process's own error
+        ("2026-09-12 10:23:55 ERROR srtctl: a worker process exited during startup; stopping "
+         "the job", False),
+        ("RuntimeError: Engine process exited during startup with code 1", False),
+        # the control: the supervisor's own failure is an error of its own
+        ("2026-09-12 10:03:01 ERROR srtctl: config validation failed: unknown key 'sidecar'", True),
+    ],
+)  # fmt: skip
+def test_a_supervisors_word_that_its_worker_exited_is_no_error_of_the_worker(
+    last: str, clue: bool
+) -> None:
+    """A harness that timed out on the server's port killed it (a positive outside end), and
+    its next line, "a worker process exited during startup", reports that end: neither is an
+    error of the server's own that would block killed_externally (round 31: the gate refused
+    the LLM brain's right answer on that line). The control: the harness's own config error."""
+    from agent import proof
+
+    timed_out = "Timed out waiting for SGLang native gRPC on port 50051"
+    assert proof.external_end(timed_out)
+    assert not proof.external_end("waiting for port 8000 to open (attempt 3)")
+    lines = ["DeepGEMM warmup:  52%|#####     | 8515/16384", timed_out, last]
+    assert (proof.unexplained_error(lines) is not None) is clue
