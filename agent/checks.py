@@ -217,6 +217,19 @@ def _silent_server_pid(f: Facts) -> int | None:
     return None
 
 
+def _engine_pid(f: Facts, observations: list[Observation]) -> int | None:
+    """The engine of a worker read idle in its command loop, when the engine's own stacks are
+    not read yet: a server process with no rank in its title (an engine core), else its main."""
+    stacks = [o for o in observations if o["tool"] == "py_stacks" and o["ok"]]
+    if not any(o["data"].get("awaits") == "work" for o in stacks) or any(
+        o["data"].get("awaits") == "replies" for o in stacks
+    ):
+        return None
+    read = {o["args"].get("pid") for o in stacks}
+    untitled = [p for p in f.server_worker_pids if f._ps_recs.get(p, {}).get("rank") is None]
+    return next((p for p in [*untitled, *f.server_main_pids] if p not in read), None)
+
+
 #: a hub model id as launches name it: vllm serve ID, --model(-path) ID, model='ID' in a config dump
 _HUB_MODEL = re.compile(
     r"(?:vllm serve|--model(?:-path|-id)?[ =]|\bmodel(?:_path|_tag)?['\"]?\s*[=:]\s*['\"])"
@@ -343,6 +356,11 @@ def options(
             args = {"pid": pid, **(c.get("args") or {})} if pid else None
             if args and facts.ps_outside:
                 args["machine_pid"] = True  # a pid of the machine's table, not the container's
+        elif need == "engine_pid":
+            pid = _engine_pid(facts, observations)
+            args = {"pid": pid} if pid else None
+            if args and facts.ps_outside:
+                args["machine_pid"] = True
         elif need == "hub_model":
             model = hub_model(observations) if facts.server_alive else None
             args = {"model": model, "caches": hub_caches(observations)} if model else None

@@ -331,6 +331,7 @@ def _resource_wait_rule(facts: Facts, observations: list[Observation], add) -> N
 def hang_rules(facts: Facts, observations: list[Observation], hits, add) -> None:  # type: ignore[no-untyped-def]
     _resource_wait_rule(facts, observations, add)
     stacks = [o for o in observations if o["tool"] == "py_stacks" and o["ok"]]
+    elsewhere = awaited_elsewhere(observations)
     for o in stacks[-1:]:
         d = o["data"]
         frame = d.get("collective_frame") or ""
@@ -351,10 +352,10 @@ def hang_rules(facts: Facts, observations: list[Observation], hits, add) -> None
             )
         elif d.get("waiting_in") == "collective" and d.get("awaits") == "work":
             pass  # a worker idle in its command loop: nothing of a hang is shown by it
-        elif d.get("waiting_in") == "collective" and frame and awaited_elsewhere(observations):
+        elif d.get("waiting_in") == "collective" and frame and elsewhere is not None:
             # the engine's RPC waits on a member that is not here; its workers idle: no hang of
             # a collective is shown, only that nothing here is loading or compiling
-            eid, eframe, wid, wframe = awaited_elsewhere(observations) or ("", "", "", "")
+            eid, eframe, _, wframe = elsewhere
             add(
                 "still_starting",
                 "fact",

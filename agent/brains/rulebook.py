@@ -409,6 +409,19 @@ def _best_clue(state: State) -> tuple[str, str, str] | None:
             crash[1],
             "the kernel saw the launch's process crash; what made it is not read",
         )
+    # the engine waits for replies its workers here have given: the member that owes it is
+    # elsewhere, and its state and log are the read that settles it
+    from agent.rules_hang import awaited_elsewhere
+
+    elsewhere = awaited_elsewhere(state.get("observations", []))  # type: ignore[arg-type]
+    if elsewhere is not None:
+        return (
+            elsewhere[0],
+            elsewhere[1],
+            "the engine waits for its workers' replies while those on this host idle: a member "
+            "not on this host (another node's workers, or a rank that died) owes it; read that "
+            "member's state and log",
+        )
     newest: dict[str, dict] = {}  # type: ignore[type-arg]
     for o in state.get("observations", []):
         if o["ok"] and o["tool"] in LOG_TOOLS and not o["args"].get("pattern"):

@@ -198,3 +198,43 @@ def test_a_supervisors_word_that_its_worker_exited_is_no_error_of_the_worker(
     assert not proof.external_end("waiting for port 8000 to open (attempt 3)")
     lines = ["DeepGEMM warmup:  52%|#####     | 8515/16384", timed_out, last]
     assert (proof.unexplained_error(lines) is not None) is clue
+
+
+@pytest.mark.parametrize("worker_idle", [True, False])
+def test_an_idle_workers_engine_has_its_stacks_read_and_the_clue_names_the_member_elsewhere(
+    tmp_path: Any, worker_idle: bool
+) -> None:
+    """A silent live launch whose rank-0 worker idles in its command loop: the next read is its
+    engine's stacks, and an engine waiting for replies its idle workers gave ends the run unsure,
+    quoting the engine's RPC frame and saying a member not on this host owes the reply. The
+    control: a worker inside an all-reduce proves the collective hang as before."""
+    from tests.agent.test_rules import PS_HEADER, _run
+
+    ps = PS_HEADER + (
+        "root           1  0.1  0.5 9123456 412345 ?       Ssl  09:02   0:40 python3 -m "
+        "vllm.entrypoints.openai.api_server --model /models/m --tensor-parallel-size 2 "
+        "--pipeline-parallel-size 2 --nnodes 2 --node-rank 0 --port 8000\n"
+        "root          87  0.2  2.1 61002344 11421904 ?    Sl   09:26   0:47 VLLM::EngineCore\n"
+        "root         151  0.2  2.1 61002344 11421904 ?    Sl   09:26   0:47 VLLM::Worker_PP0_TP0\n"
+        "root         152  0.2  2.1 61002344 11421904 ?    Sl   09:26   0:47 VLLM::Worker_PP0_TP1\n"
+    )
+    log = (
+        "INFO 03-14 09:26:10 [api_server.py:1040] vLLM API server version 0.17.1\n"
+        "(Worker_PP0_TP0 pid=151) INFO 03-14 09:32:09 [gpu_model_runner.py:2070] Model loading "
+        "took 47.21 GiB and 360.2 seconds\n"
+    )
+    gpu = "0, NVIDIA H100 80GB HBM3, 49618 MiB, 31406 MiB, 81559 MiB, 0 %\n"
+    worker = WORKER_IDLE if worker_idle else WORKER_ALL_REDUCE.replace("152", "151")
+    card = _card(
+        {"/var/log/vllm.log": [{"at": 0, "text": log}, {"at": 120, "text": log}]},
+        ps,
+        gpu,
+        commands={"py-spy dump --pid 87": ENGINE_RPC, "py-spy dump --pid 151": worker},
+    )
+    card.symptom = "the server never becomes ready, the log stopped after loading"
+    r = _run(card, tmp_path)
+    if worker_idle:
+        assert r.status == "insufficient_evidence", r.summary
+        assert "get_response" in (r.summary + r.next_step) and "not on this host" in r.next_step
+    else:
+        assert r.root_cause == "nccl_failure", r.summary
