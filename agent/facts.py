@@ -48,6 +48,9 @@ class GpuFact(BaseModel):
     used_mib: float | None = None
     total_mib: float | None = None
     util_pct: float | None = None
+    bus_id: str | None = (
+        None  # as nvidia-smi prints it (00000000:18:00.0): ties a kernel line to it
+    )
     line: str = ""
 
 
@@ -705,6 +708,7 @@ def _gpu(f: Facts, o: Observation, _logs: LogReads) -> None:
                 used_mib=_num(g.memory_used_mib),
                 total_mib=_num(g.memory_total_mib),
                 util_pct=_num(g.utilization_pct),
+                bus_id=g.bus_id,
                 line=line,
             )
         )

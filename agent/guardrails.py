@@ -370,8 +370,54 @@ def _host_oom(action: Action, by_id, facts: Facts, hits: Hits) -> list[str]:  # 
     )(action, by_id, facts, hits)
 
 
+#: the GPU a kernel Xid line names: "NVRM: Xid (PCI:0000:18:00): 79, ..."
+XID_PCI = re.compile(r"Xid \(PCI:([0-9a-fA-F]{4,8}):([0-9a-fA-F]{2}):([0-9a-fA-F]{2})")
+#: nvidia-smi's bus id: "00000000:18:00.0"
+SMI_BUS = re.compile(r"^([0-9a-fA-F]{4,8}):([0-9a-fA-F]{2}):([0-9a-fA-F]{2})")
+
+
+def _pci(m: re.Match[str] | None) -> str | None:
+    return f"{int(m.group(1), 16):04x}:{m.group(2).lower()}:{m.group(3).lower()}" if m else None
+
+
+def xid_of_other_gpus(action: Action, by_id: dict[str, Observation], facts: Facts) -> str | None:
+    """Why the cited Xid lines are another GPU's, or None: the launch's own settings give it
+    GPUs (CUDA_VISIBLE_DEVICES), nvidia-smi gives their bus ids, and every Xid cited names a bus
+    none of them has. Anything unknown (no device list, a bus not read, an Xid without one)
+    leaves it to the other checks: only a fault shown to be elsewhere is set aside."""
+    xids = [c for c in _cited(action) if "Xid" in c]
+    if not xids:
+        return None
+    mine = launch_mod.launch_gpus(list(by_id.values()))
+    bus_of = {g.index: _pci(SMI_BUS.match(g.bus_id or "")) for g in facts.gpus}
+    if not mine or any(not bus_of.get(i) for i in mine):
+        return None
+    theirs = [_pci(XID_PCI.search(c)) for c in xids]
+    if any(b is None for b in theirs) or {bus_of[i] for i in mine} & set(theirs):
+        return None
+    gpus = ", ".join(str(i) for i in sorted(mine))
+    return (
+        f"[gpu_hardware_fault] the Xid cited is of PCI {theirs[0]}, not a GPU this launch was "
+        f"given (CUDA_VISIBLE_DEVICES: {gpus}): another GPU's fault says nothing of this launch; "
+        "cite a fault on its own GPUs"
+    )
+
+
+def _hardware_besides_xid(action: Action, hits: Hits) -> bool:
+    """A cited line other than an Xid that shows a hardware fault (ECC, a reset required)."""
+    rest = [c for c in _cited(action) if "Xid" not in c]
+    return any(XID.search(c) for c in rest) or any(
+        m.label == "gpu_hardware_fault" and m.strength in ("fatal", "strong")
+        for c in rest
+        for m in _sig_on(c, hits)
+    )
+
+
 def _hardware(action: Action, by_id, facts: Facts, hits: Hits) -> list[str]:  # type: ignore[no-untyped-def]
     hw = bool(facts.gpu_error and HW_ERROR.search(facts.gpu_error))
+    other = None if hw else xid_of_other_gpus(action, by_id, facts)
+    if other is not None and not _hardware_besides_xid(action, hits):
+        return [other]
     return _line_or_fact(
         "gpu_hardware_fault", XID, hw, "an Xid/ECC/lost-GPU line or nvidia-smi failing"
     )(action, by_id, facts, hits)

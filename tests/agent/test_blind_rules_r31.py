@@ -238,3 +238,39 @@ def test_an_idle_workers_engine_has_its_stacks_read_and_the_clue_names_the_membe
         assert "get_response" in (r.summary + r.next_step) and "not on this host" in r.next_step
     else:
         assert r.root_cause == "nccl_failure", r.summary
+
+
+@pytest.mark.parametrize(
+    ("visible", "xid_bus", "refused"),
+    [
+        ("1", "0000:18:00", True),  # the launch has GPU 1 (bus 3b); the Xid is GPU 0's
+        ("0", "0000:18:00", False),  # the Xid is of the launch's own GPU
+        (None, "0000:18:00", False),  # the launch's GPUs unknown: nothing is set aside
+    ],
+)
+def test_an_xid_of_a_gpu_the_launch_was_not_given_is_not_its_fault(
+    visible: str | None, xid_bus: str, refused: bool
+) -> None:
+    """Both brains cited another GPU's Xid (round 30): an Xid names its GPU's PCI bus, the
+    launch's own settings name its GPUs, nvidia-smi ties the two. A fault shown to be on a GPU
+    the launch was not given proves nothing of it; unknown GPUs leave the line as it was."""
+    from agent.facts import Facts, GpuFact
+    from agent.guardrails import check_conclusion
+    from agent.state import Action, Observation
+
+    xid = (
+        f"[Sun Jan 11 09:47:30 2026] NVRM: Xid (PCI:{xid_bus}): 31, pid=4242, name=python3, "
+        "Ch 00000008, intr 00000000. MMU Fault: ENGINE GRAPHICS GPCCLIENT_T1_0 faulted @ 0x7f_a000"
+    )
+    obs = [
+        Observation(id="o1", tool="dmesg", args={}, ok=True, lines=[xid], data={}, round=0),
+    ]
+    if visible is not None:
+        obs.append(Observation(id="o2", tool="launch_env", args={}, ok=True,
+                               lines=[f"CUDA_VISIBLE_DEVICES={visible}"], data={}, round=0))  # fmt: skip
+    facts = Facts(gpus=[GpuFact(index=0, bus_id="00000000:18:00.0"),
+                        GpuFact(index=1, bus_id="00000000:3B:00.0")])  # fmt: skip
+    act = Action(kind="conclude", label="gpu_hardware_fault", confidence=0.8,
+                 evidence=[{"observation": "o1", "line": xid}])  # fmt: skip
+    problems = check_conclusion(act, obs, facts)
+    assert any("not a GPU this launch was given" in p for p in problems) is refused, problems
