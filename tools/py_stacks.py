@@ -238,13 +238,13 @@ _SLEEP = re.compile(r"(?:^|[._])(?:sleep|clock_nanosleep|nanosleep|time_sleep)$"
 #: broadcasts a call and reads each worker's reply off a message queue), and a worker waiting
 #: for its next command. Both sit in a message-queue read that looks like a collective; which
 #: side of the RPC a process is on tells "my workers have not answered" from "I have nothing to do".
-_AWAITS_REPLIES = re.compile(r"^(?:get_response|collective_rpc|_get_output|wait_for_response)$")
+_AWAITS_REPLIES = re.compile(r"^(?:get_response|collective_rpc)$")
 #: The frames of a blocked queue read, above the RPC or the command loop (and nothing else).
 _QUEUE_READ = re.compile(
     r"shm_broadcast\.py$|message_queue|zmq/|multiprocessing/(?:connection|queues)\.py$|"
     r"(?:^|/)(?:queue|threading|selectors|socket)\.py$"
 )
-_AWAITS_WORK = re.compile(r"^(?:worker_busy_loop|worker_main_loop|execute_method_loop)$")
+_AWAITS_WORK = re.compile(r"^worker_busy_loop$")
 
 
 def classify_frame(f: Frame) -> Category | None:
