@@ -1,5 +1,5 @@
-"""The investigation: the LangGraph graph and its nodes, the brains, the rules, facts and proof,
-the guardrails, the runner, and the `pivot` command lines.
+"""The investigation: the LangGraph graph and its nodes, the brains, facts and findings, the
+runner; the proof and the rules in `rules/`; the `pivot` command and its subcommands in `cli/`.
 
 May import: `tools`, `prompts`, `cards` and `store` (memory, checkpoints, leases, through
 `store.factory`); never `loop`, `server`, `evals`, `watch` or `bench`.

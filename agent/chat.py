@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Annotated, TextIO
 import typer
 
 from agent.chat_view import ChatView, Kind
-from agent.cli_investigate import ContainerOpt, in_container
+from agent.cli.investigate import ContainerOpt, in_container
 from agent.narrate import conclusion, sentence
 from store.records import Decision, Event, Report
 from tools.host import Host

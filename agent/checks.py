@@ -128,7 +128,7 @@ def rotated_log(observations: list[Observation], all_paths: list[str]) -> str | 
     # nothing listed beside it: a log that holds no launch at all (only probes, a wrapper's
     # line) is most often the fresh file after a rename; its first rotation is worth one read
     from agent.evidence import launch_line
-    from agent.proof import fatal_lines, frontend_access
+    from agent.rules.proof import fatal_lines, frontend_access
 
     tried = {str(o["args"].get("path")) for o in observations if o["tool"] == "log_tail"}
     for o in observations:
@@ -211,7 +211,12 @@ def _silent_server_pid(f: Facts) -> int | None:
         # no GPU process list: a worker whose title names its rank (VLLM::Worker_TP0) runs
         # the model; an engine core or a scheduler front waits on it
         titled = [p for p in f.server_worker_pids if f._ps_recs.get(p, {}).get("rank") is not None]
-        return (titled or f.server_worker_pids or f.server_main_pids or f.server_pids or [None])[0]
+        group = titled or f.server_worker_pids or f.server_main_pids or f.server_pids
+        if not group:
+            return None
+        # of those, the one running flat out: a rank spinning in a collective (NCCL busy-polls
+        # its peer) or at work is where the launch is; a resource tracker idles beside it
+        return max(group, key=lambda p: f._ps_recs.get(p, {}).get("cpu_pct") or 0.0)
     if f.server_alive is None and f.busy_unknown_pids:
         return next(iter(f.busy_unknown_pids))
     return None
@@ -271,7 +276,7 @@ def _memory_would_tell(facts: Facts, observations: list[Observation]) -> bool:
     """A silent log over busy GPUs, where nothing better already tells working from stuck: not
     when a pinned GPU's peer sits idle (a collective waiting for it), nor when the stacks were
     read (they say where it waits). Watching memory costs up to a minute of a real hang."""
-    from agent.rules_hang import pinned_gpus
+    from agent.rules.hang import pinned_gpus
 
     quiet = bool(facts.log_growth) and not any(facts.log_growth.values())
     if not quiet:
@@ -280,7 +285,7 @@ def _memory_would_tell(facts: Facts, observations: list[Observation]) -> bool:
         # idle GPUs: the stacks or the process's storage reads tell working from stuck; when the
         # stacks could not be read and the storage read could not be made or saw nothing read,
         # a watched memory read is the read left
-        from agent.rules_hang import reading_storage
+        from agent.rules.hang import reading_storage
 
         # no Python stacks: the read failed, or only the kernel's view came back (no py-spy)
         stacks_failed = any(

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
-from agent.rules_common import F
+from agent.rules.common import F
 from tools import yamlio
 from tools.container_inspect import ContainerState
 

@@ -16,6 +16,10 @@ from tools import registry as tool_registry
 #: tool says so on its spec (tools/registry.py).
 TEXT_TOOLS = tool_registry.scanned()
 LOG_TOOLS = tool_registry.launch_logs()
+#: every read whose lines are a log's own text: the launch's logs (a file's tail, a container's
+#: or a unit's log) and a search of them. A rule that reads "the log" reads all of these: a
+#: container's log says what a file's would
+LOG_READS = LOG_TOOLS | {"log_search"}
 
 
 def text_lines(o: Observation) -> list[str]:

@@ -14,8 +14,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, PrivateAttr
 
-from agent import proof
-from agent.proof import frontend_only, log_pids, main_log_pids
+from agent.rules import proof
+from agent.rules.proof import frontend_only, log_pids, main_log_pids
 from agent.state import Observation
 from agent.typed_results import typed
 from tools import (
@@ -442,6 +442,11 @@ def _log_engine(log_reads: LogReads) -> str | None:
     return next(iter(found)) if len(found) == 1 else None
 
 
+def _log_named_mains(log_reads: LogReads) -> set[int]:
+    """The pids the logs under investigation name as their writer, in their own pid column."""
+    return set().union(set(), *(main_log_pids(reads[-1][2]) for reads in log_reads.values()))
+
+
 def _other_engines(f: Facts, log_reads: LogReads) -> bool:
     """A live server process of another engine, whose command line never names the engine the
     log under investigation prints, and which does not write that log, is another launch (a
@@ -453,6 +458,15 @@ def _other_engines(f: Facts, log_reads: LogReads) -> bool:
         return False
     names = engines.registry().engines[mine].names
     writers = {p for ps in f.log_writers.values() for p in ps}
+    # the launch that wrote the log is the log's, whatever engines it runs: a serving stack
+    # hosts another engine (Triton's server runs a vLLM backend in its Python stub; Ray Serve,
+    # Dynamo and KServe run vLLM below them). Its writer is the process the log names in its
+    # own pid column (glog's `I0321 09:58:02.330141 1 server.cc:...`), or the main process of
+    # the container whose log it is
+    own = writers | {p for p in _log_named_mains(log_reads) if p in f._ps_recs}
+    if f.container is not None and f.container.running and f.container.pid in f._ps_recs:
+        own.add(f.container.pid)
+    own_launches = {int(f._ps_recs.get(p, {}).get("launch") or p) for p in own}
     theirs: set[int] = set()
     for pid in f.server_pids:
         rec = f._ps_recs.get(pid, {})
@@ -460,7 +474,8 @@ def _other_engines(f: Facts, log_reads: LogReads) -> bool:
         cmd = str(rec.get("command") or "")
         if (
             engine in (None, "unknown", mine)
-            or pid in writers
+            or pid in own
+            or int(rec.get("launch") or pid) in own_launches
             or rec.get("ours") is True
             or any(re.search(n, cmd, re.I) for n in names)
         ):
@@ -749,7 +764,7 @@ def _ps(f: Facts, o: Observation, _logs: LogReads) -> None:
     f.server_defunct_pids, f.other_launch_pids = [], []
     f.building_pids, f.busy_unknown_pids = {}, {}
     f.log_writers = {k: list(v) for k, v in res.log_writers.items()}
-    #: the records as dicts, for the rules that look a pid up (agent/rules_hang, next_steps)
+    #: the records as dicts, for the rules that look a pid up (agent.rules.hang, next_steps)
     f._ps_recs = {}
     f._older = {}
     for r in res.processes:

@@ -6,32 +6,36 @@ Both brains read the same findings; neither may invent evidence outside them.
 
 from __future__ import annotations
 
+import re
 import threading
 from collections import OrderedDict
 from functools import lru_cache
 
-from agent import proof
 from agent.containers import NOT_FOR_WANT_OF_A_GPU, no_gpu_line, own_container_hits
 from agent.facts import Facts, derive
 from agent.hits import signature_hits
-from agent.rules import (
+from agent.rules import proof
+from agent.rules.causes import cause_rules
+from agent.rules.common import (
     EXCEPTION_LINE,
     OOM_LABELS,
+    OOM_NAMES_A_PID,
     PHASE_PREFIX,
     STRONG_CAP,
     WEIGHT,
-    host_rules,
-    liveness_rules,
+)
+from agent.rules.hang import earlier_instance_hits, hang_rules
+from agent.rules.host import host_rules
+from agent.rules.liveness import liveness_rules
+from agent.rules.memory import (
     oom_at_device_init,
     oom_phase,
     search_rules,
     stale_gpu_possible,
     stale_rules,
 )
-from agent.rules_causes import cause_rules
-from agent.rules_hang import earlier_instance_hits, hang_rules
-from agent.rules_passed import keep_supported, passed_rules
-from agent.rules_structure import structure_rules
+from agent.rules.passed import keep_supported, passed_rules
+from agent.rules.structure import structure_rules
 from agent.signatures import Match
 from agent.state import Finding, Observation
 from agent.thresholds import THRESHOLDS
@@ -254,6 +258,10 @@ def _compute(observations: list[Observation]) -> tuple[list[Finding], Facts]:
             w = min(w, WEIGHT["weak"])  # "see root cause above": the cause is another line
         if label == "stale_gpu_process" and not stale_possible:
             w = min(w, WEIGHT["weak"])  # torch names "Process N" even when N is the server itself
+        if m.signature in OOM_NAMES_A_PID and _named_holders_live_tenants(facts, m.line):
+            # every holder torch names that still runs is another user's live job: it is why
+            # the launch had less memory, not a stale process (the memory failure is the label)
+            w = min(w, WEIGHT["weak"])
         if m.strength == "strong":
             if strong_sum.get(label, 0.0) >= STRONG_CAP:
                 continue
@@ -269,3 +277,17 @@ def _compute(observations: list[Observation]) -> tuple[list[Finding], Facts]:
     cause_rules(facts, observations, hits, add)
     passed_rules(facts, observations, add)
     return keep_supported(findings, THRESHOLDS.board.supported_at), facts
+
+
+_NAMED_HOLDER = re.compile(r"\bProcess (\d+) has [\d.]+ [KMGT]i?B memory in use")
+
+
+def _named_holders_live_tenants(facts: Facts, line: str) -> bool:
+    """Every process torch's OOM names as a holder that is alive now is a co-tenant (another
+    user's running job, another launch serving), none a second copy of the launch or a
+    leftover; a named pid that is gone holds nothing now. False when none named is alive."""
+    named = [int(p) for p in _NAMED_HOLDER.findall(line)]
+    alive = [p for p in named if p in facts._ps_recs and not facts._ps_recs[p].get("zombie")]
+    return bool(alive) and all(
+        p in facts.co_tenant_pids and p not in facts.leftover_pids for p in alive
+    )

@@ -24,12 +24,16 @@ from tools.logfile import rotation_of
 _NOW_STRENGTHS = ("ready", "progress")
 
 
-def _superseded_rotations(latest: list[Observation], old_logs: set[str]) -> set[str]:
+def _superseded_rotations(
+    observations: list[Observation], latest: list[Observation], old_logs: set[str]
+) -> set[str]:
     """Rotated files (server.log.1) of a log whose newest read starts a launch of its own, and
     that ended before it began: an earlier run's whole story (yesterday's failure), none of it
     this launch's. A rotation whose log has no start of its own still holds the launch's
     start-up, and a log that is not a rotation (a test run's, another job's) is weighed as
-    before: which of two unrelated logs is the launch's is not known from their names."""
+    before: which of two unrelated logs is the launch's is not known from their names.
+    Where the logs carry no timestamps, a rotation of the log the operator named is still the
+    earlier file (a rotation renames the log it was; the named log starts anew after it)."""
     starts = {
         str(o["args"]["path"])
         for o in latest
@@ -37,7 +41,23 @@ def _superseded_rotations(latest: list[Observation], old_logs: set[str]) -> set[
         and o["args"].get("path")
         and any(launch_line(ln) for ln in text_lines(o))
     }
-    return {old for old in old_logs if any(rotation_of(base, old) for base in starts)}
+    read = {
+        str(o["args"]["path"]) for o in latest if o["tool"] in LOG_TOOLS and o["args"].get("path")
+    }
+    named = starts & _given_logs(observations)
+    rotated = {r for r in read if any(rotation_of(base, r) for base in named)}
+    return {old for old in old_logs | rotated if any(rotation_of(base, old) for base in starts)}
+
+
+def _given_logs(observations: list[Observation]) -> set[str]:
+    """The logs the investigation was given (the operator's, the launch's), as the process
+    reads were told of them."""
+    return {
+        str(p)
+        for o in observations
+        if o["tool"] == "processes"
+        for p in (o["args"].get("logs") or [])
+    }
 
 
 def _before_the_given_log(
@@ -47,12 +67,7 @@ def _before_the_given_log(
     starts a launch of its own and is not one of them: a smoke test's log of yesterday beside
     today's server.log is another run's story, none of it this launch's. Without a named log,
     or when the named log is the earlier one, they are weighed as before."""
-    given = {
-        str(p)
-        for o in observations
-        if o["tool"] == "processes"
-        for p in (o["args"].get("logs") or [])
-    }
+    given = _given_logs(observations)
     own = {
         str(o["args"]["path"])
         for o in latest
@@ -77,7 +92,7 @@ def set_aside_logs(observations: list[Observation]) -> set[str]:
 def _set_aside(
     observations: list[Observation], latest: list[Observation], old_logs: set[str]
 ) -> set[str]:
-    return _superseded_rotations(latest, old_logs) | _before_the_given_log(
+    return _superseded_rotations(observations, latest, old_logs) | _before_the_given_log(
         observations, latest, old_logs
     )
 

@@ -18,7 +18,7 @@ import re
 from datetime import datetime
 
 from agent.evidence import LOG_TOOLS, last_launch, text_lines
-from agent.proof import log_pids
+from agent.rules.proof import log_pids
 from agent.state import Observation
 from tools import engines, logtime
 
@@ -317,7 +317,7 @@ def _kernel_bystanders(observations: list[Observation]) -> dict[str, str]:
 def _own_error_end(observations: list[Observation]) -> str | None:
     """The error line the launch's log ends on, when it ended on one of its own (not a signal,
     not a kill): such a launch did not die of a kill nothing ties to it."""
-    from agent.proof import external_end, unexplained_error
+    from agent.rules.proof import external_end, unexplained_error
 
     for o in observations:
         if o["ok"] and o["tool"] in LOG_TOOLS:

@@ -22,8 +22,8 @@ from pydantic import BaseModel, Field
 from agent.at_work import working_on_logged_file
 from agent.evidence import LOG_TOOLS, last_launch, latest_text_observations, text_lines
 from agent.facts import LOG_PORT, Facts
-from agent.proof import log_pids
-from agent.rules_common import OTHER_PROC_MEM
+from agent.rules.common import OTHER_PROC_MEM
+from agent.rules.proof import log_pids
 from agent.state import Observation
 from agent.thresholds import THRESHOLDS
 from tools import yamlio

@@ -80,7 +80,7 @@ def stale_gpu_process(facts: Facts, observations: list[Observation], evidence) -
     holders = {p: m for p, m in facts.gpu_pids.items() if p not in facts.server_pids and m >= 1}
     # a second instance of the same launch that torch's OOM names (a supervisor's restart while
     # the first still loads): the fix is to run one, not a bigger GPU
-    from agent.rules_memory import duplicate_instances
+    from agent.rules.memory import duplicate_instances
 
     twins = duplicate_instances(facts, observations)
     parts = [
@@ -132,7 +132,7 @@ def stale_gpu_process(facts: Facts, observations: list[Observation], evidence) -
 
 
 def unsupported_gpu_arch(facts: Facts, observations: list[Observation], evidence) -> str | None:  # type: ignore[no-untyped-def]
-    from agent.rules_causes import arch_beyond_build, min_cuda_for
+    from agent.rules.causes import arch_beyond_build, min_cuda_for
 
     beyond = arch_beyond_build(facts, observations)
     if beyond is not None:
@@ -215,7 +215,7 @@ def still_starting(facts: Facts, observations: list[Observation], evidence) -> s
 
 
 def nccl_failure(facts: Facts, observations: list[Observation], evidence) -> str | None:  # type: ignore[no-untyped-def]
-    from agent.rules_causes import missing_interface
+    from agent.rules.causes import missing_interface
 
     miss = missing_interface(observations)
     if miss is None:
@@ -313,7 +313,7 @@ def cuda_driver_mismatch(facts: Facts, observations: list[Observation], evidence
 
 def bad_launch_argument(facts: Facts, observations: list[Observation], evidence) -> str | None:  # type: ignore[no-untyped-def]
     from agent.hits import signature_hits
-    from agent.rules_causes import (
+    from agent.rules.causes import (
         draftless,
         hidden_gpus,
         interfaces,

@@ -27,8 +27,6 @@ from agent.checks import (
 from agent.context import RunContext
 from agent.evidence import launch_line, text_lines
 from agent.findings import compute
-from agent.guardrails import INFERRED_CONFIDENCE as INFERRED_AT
-from agent.guardrails import check_conclusion, qualify
 from agent.hits import earlier_runs_set_aside
 from agent.launch import (
     NOT_THE_ENGINES_LOG,
@@ -45,6 +43,8 @@ from agent.launch import (
 )
 from agent.launch import build as build_launch
 from agent.observe import first_wave, inside_wave, run_many
+from agent.rules.guardrails import INFERRED_CONFIDENCE as INFERRED_AT
+from agent.rules.guardrails import check_conclusion, qualify
 from agent.state import Action, Observation, State
 from agent.thresholds import THRESHOLDS
 from tools import registry as tool_registry
@@ -665,7 +665,7 @@ def _pointed_logs(host: Host, obs: list[Observation], given: list[str]) -> list[
 def _ends_fatal(lines: list[str]) -> bool:
     """The newest launch in a log holds a line fatal by its shape."""
     from agent.evidence import last_launch
-    from agent.proof import fatal_lines
+    from agent.rules.proof import fatal_lines
 
     return bool(fatal_lines(lines[last_launch(lines) :]))
 
@@ -780,8 +780,8 @@ def refute_rivals(board: dict[str, Any], action: Action, obs: list[Observation])
     """The brain's reasons against its rivals, each checked like evidence: a verbatim line of a
     named observation that is not itself a sign of that rival. Accepted ones refute on the board
     (and so count as ruled out); the rest change nothing."""
-    from agent.proof import fatal_kind, quote_problem
-    from agent.rules_common import PHASE_PREFIX
+    from agent.rules.common import PHASE_PREFIX
+    from agent.rules.proof import fatal_kind, quote_problem
     from cards.taxonomy import LABELS
 
     by_id = {o["id"]: o for o in obs}

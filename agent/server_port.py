@@ -1,7 +1,7 @@
 """The launch's own port, read from its evidence (log, config, its own processes).
 
 Its own module because the checks (agent/checks.py) and the launch (agent/launch.py) both ask
-for it, and the checks reach the launch through agent/rules_hang.py: kept in checks.py it closed
+for it, and the checks reach the launch through agent/rules/hang.py: kept in checks.py it closed
 an import circle.
 """
 

@@ -1,4 +1,8 @@
-"""Brains are policies behind one Protocol; the graph is the same for every brain."""
+"""Brains are policies behind one Protocol; the graph is the same for every brain.
+
+May import the agent's state, facts, board, checks, next steps and rules; never the graph or the
+nodes, which call the brain through `base.Brain`.
+"""
 
 from __future__ import annotations
 

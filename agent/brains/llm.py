@@ -23,7 +23,7 @@ from pydantic import BaseModel, Field, ValidationError
 from agent.board import ranked
 from agent.brains.base import BrainContext
 from agent.followup import Answer, Known
-from agent.proof import fatal_lines
+from agent.rules.proof import fatal_lines
 from agent.signatures import scan
 from agent.state import Action, State
 from agent.thresholds import THRESHOLDS

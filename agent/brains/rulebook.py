@@ -322,7 +322,7 @@ def _served(state: State, after: tuple[str, str]) -> list[tuple[str, str]]:
     """The last generation request the launch answered with 200, after its ready line, from
     the same log read: the engine did real work since it came up."""
     from agent.evidence import text_lines
-    from agent.proof import served_request
+    from agent.rules.proof import served_request
 
     obs = next((o for o in state.get("observations", []) if o["id"] == after[0]), None)
     if obs is None:
@@ -342,13 +342,15 @@ def _ready_line(state: State) -> tuple[str, str] | None:
 def _ready_lines(state: State) -> list[tuple[str, str]]:
     """(observation id, line) of every 'server is up' line of the newest log reads, in order."""
     from agent.hits import signature_hits
-    from agent.proof import frontend_only
+    from agent.rules.liveness import launch_after
+    from agent.rules.proof import frontend_only
 
     hits = [
         (o, m) for o, m in signature_hits(state.get("observations", [])) if m.strength == "ready"
     ]
-    # a /health 200 is the front end answering, not the engine saying it is up
-    own = [(o, m) for o, m in hits if not frontend_only(m.line)]
+    # a /health 200 is the front end answering, not the engine saying it is up; a ready line
+    # an engine's launch came after is not the engine's
+    own = [(o, m) for o, m in hits if not frontend_only(m.line) and not launch_after(o, m.line_no)]
     return [(o["id"], m.line) for o, m in own]
 
 
@@ -371,7 +373,7 @@ def _diverse(evidence: list[dict[str, str]], most: int = 5) -> list[dict[str, st
 def _quotable(state: State, evidence: list[dict[str, str]]) -> list[dict[str, str]]:
     """Only findings whose line is a verbatim quote of their observation (the proof gate's
     citation rule); a finding built from a tool's summary is reasoning, not a quote."""
-    from agent.proof import quote_problem
+    from agent.rules.proof import quote_problem
 
     by_id = {o["id"]: o for o in state.get("observations", [])}
     return [
@@ -396,9 +398,9 @@ def _best_clue(state: State) -> tuple[str, str, str] | None:
     launch's log since its last launch, else its newest unexplained error-shaped line: what an
     engineer would quote when nothing is proven (wrong is worse than unsure, silent is worse
     than either)."""
-    from agent import proof
     from agent.evidence import LOG_TOOLS, last_launch, text_lines
     from agent.kills import own_crash
+    from agent.rules import proof
 
     # the kernel saw the launch's own process die of a fault: that is what ended it, before any
     # line a surviving peer printed about it (an EOFError from a rank that lost its peer)
@@ -411,7 +413,7 @@ def _best_clue(state: State) -> tuple[str, str, str] | None:
         )
     # the engine waits for replies its workers here have given: the member that owes it is
     # elsewhere, and its state and log are the read that settles it
-    from agent.rules_hang import awaited_elsewhere
+    from agent.rules.hang import awaited_elsewhere
 
     elsewhere = awaited_elsewhere(state.get("observations", []))  # type: ignore[arg-type]
     if elsewhere is not None:

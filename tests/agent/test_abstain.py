@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from agent import proof
+from agent.rules import proof
 from tests.agent.test_rules import GPU_CLEAN, PS_IDLE, _card, _run
 
 LAUNCH = (

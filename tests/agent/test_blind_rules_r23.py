@@ -279,7 +279,7 @@ def test_a_launchers_waiting_heartbeat_is_no_work_of_its_ranks() -> None:
 def test_gpu_memory_that_moved_since_the_first_read_is_a_loader_at_work() -> None:
     """The watch saw no change within its window, but the GPU's memory differs from the first
     sweep's read: it moved between the two (a loader allocating); the same memory is still."""
-    from agent.rules_hang import gpu_memory_moved
+    from agent.rules.hang import gpu_memory_moved
 
     def read(oid: str, mib: int, watched: bool) -> dict[str, Any]:
         line = f"0, NVIDIA A100-SXM4-80GB, {mib} MiB, 1 MiB, 81920 MiB, 12 %"

@@ -239,7 +239,7 @@ def test_a_setting_is_read_from_the_pods_record_never_from_its_log(
 ) -> None:
     """kubectl's pod record (its spec's Environment) sets the variable; the same text echoed by
     the process into its own log sets nothing."""
-    from agent.rules_causes import setting_conflict
+    from agent.rules.causes import setting_conflict
     from agent.state import Observation
 
     env = "      PYTORCH_CUDA_ALLOC_CONF:  expandable_segments:True"

@@ -122,7 +122,7 @@ def test_an_earlier_failed_import_is_the_cause_of_the_error_that_asks_for_it(
 
 def test_an_unrelated_import_warning_explains_nothing() -> None:
     """The control: a failed import that shares no words with the fatal error is no chain."""
-    from agent.rules_causes import import_chain
+    from agent.rules.causes import import_chain
 
     log = TGI_LOG.format(why="x").replace(
         "Could not import Flash Attention enabled models: x",
@@ -233,8 +233,8 @@ def test_the_gate_takes_the_kernels_crash_line_of_the_launch_as_its_fatal_line(
     """A conclusion that cites the kernel's fault line of the launch's own process cites its
     crash (the process printed nothing after it); a warning it printed is no crash."""
     from agent.facts import derive
-    from agent.guardrails import check_conclusion
     from agent.observe import run_many
+    from agent.rules.guardrails import check_conclusion
     from cards.replay import ReplayHost
 
     trap = (
@@ -259,8 +259,8 @@ def test_a_segfault_inside_libcuda_names_no_driver_mismatch() -> None:
     libcuda.so is no driver/CUDA version error, so cuda_driver_mismatch is refused on it alone
     (the control above: the same kind of line stands as the crash of a launch-argument fault)."""
     from agent.facts import derive
-    from agent.guardrails import check_conclusion
     from agent.observe import run_many
+    from agent.rules.guardrails import check_conclusion
     from cards.replay import ReplayHost
 
     segv = (

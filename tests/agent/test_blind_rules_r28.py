@@ -39,9 +39,9 @@ def test_a_rotated_logs_error_is_no_fatal_line_of_this_launch(rotated: bool) -> 
     rulebook at a label) nor an error the proof gate holds against "healthy". The control: the
     same error in today's own log is this launch's."""
     from agent.facts import derive
-    from agent.guardrails import own_fatal_since_launch
     from agent.hits import signature_hits
-    from agent.rules_structure import own_fatal_lines
+    from agent.rules.guardrails import own_fatal_since_launch
+    from agent.rules.structure import own_fatal_lines
 
     old = "/data/logs/server.log.1" if rotated else "/data/logs/server.log"
     obs = [_tail("o1", old, YESTERDAY)]
@@ -62,7 +62,7 @@ def test_a_rotated_logs_error_is_no_fatal_line_of_this_launch(rotated: bool) -> 
     ],
 )
 def test_a_served_generation_request_is_told_from_a_probe(line: str, served: bool) -> None:
-    from agent.proof import served_request
+    from agent.rules.proof import served_request
 
     assert served_request(line) == served
 
@@ -122,7 +122,7 @@ def test_a_wrapping_line_that_names_the_context_supersedes_the_inner_error(captu
     ],
 )  # fmt: skip
 def test_a_version_mismatch_is_a_dependency_not_a_flag(line: str, label: str) -> None:
-    from agent.proof import label_hint
+    from agent.rules.proof import label_hint
 
     assert label_hint(line) == label
 
@@ -306,7 +306,7 @@ def test_vllms_ray_data_parallel_actors_are_its_workers(command: str, role: str 
 def test_glog_lines_name_their_writer_in_cpp_sources_too(line: str, pid: int | None) -> None:
     """torch's c10d logs through glog from `.cpp` files: the pid after the time is the rank
     that wrote the launch's log, the process whose stacks a hang should be read from."""
-    from agent.proof import log_pids
+    from agent.rules.proof import log_pids
 
     assert set(log_pids([line])) == ({pid} if pid else set())
 
@@ -351,8 +351,8 @@ def test_the_gate_refuses_a_label_whose_only_crash_line_is_another_labels_known_
     anything), the facts say otherwise and the gate refuses. Control: an error line no
     signature knows cited beside it leaves the gate nothing to contradict."""
     from agent.facts import derive
-    from agent.guardrails import check_conclusion
     from agent.observe import run_many
+    from agent.rules.guardrails import check_conclusion
     from cards.replay import ReplayHost
 
     unknown = "ERROR 12-03 10:00:45 [core.py:88] RuntimeError: worker 3 reported a fault"

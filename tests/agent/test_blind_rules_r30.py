@@ -121,7 +121,7 @@ def test_a_rank_on_another_node_sent_to_loopback_is_the_layouts_fault(
     rank waits at its own loopback and never meets the others (a data-parallel group spread
     over Ray nodes without Ray's backend). Controls: a local actor (no ip tag) at 127.0.0.1 is
     a single node's normal rendezvous; a remote actor told the head's address is right."""
-    from agent.rules_causes import remote_rank_at_loopback
+    from agent.rules.causes import remote_rank_at_loopback
 
     obs: Any = [
         {"id": "o1", "tool": "log_tail", "args": {"path": "/l"}, "ok": True,

@@ -74,7 +74,7 @@ def test_trtllm_names_the_sm_it_lacks_and_its_proxy_error_is_a_wrapper(
     its proxy's closing "Executor worker returned error" only says a worker failed: the rank's
     own error above it is the cause (it was read as model_load_error). The control: the SM
     version printed at start-up is neither."""
-    from agent import proof
+    from agent.rules import proof
     from agent.signatures import scan
 
     fatal = {m.signature for m in scan([line]) if m.strength == "fatal"}
@@ -144,7 +144,7 @@ def test_stacks_that_wait_on_a_member_elsewhere_prove_no_collective_hang(
     both brains read it as an NCCL hang. An all-reduce in flight, or the engine's wait read
     alone (round 26's cross-node queue), still prove the stall."""
     from agent.facts import Facts
-    from agent.guardrails import stall_proof
+    from agent.rules.guardrails import stall_proof
 
     obs = [_stacks(f"o{i}", pid, text) for i, (pid, text) in enumerate(reads)]
     assert (stall_proof(obs, Facts()) == "stacks") is proves_hang
@@ -191,7 +191,7 @@ def test_a_supervisors_word_that_its_worker_exited_is_no_error_of_the_worker(
     its next line, "a worker process exited during startup", reports that end: neither is an
     error of the server's own that would block killed_externally (round 31: the gate refused
     the LLM brain's right answer on that line). The control: the harness's own config error."""
-    from agent import proof
+    from agent.rules import proof
 
     timed_out = "Timed out waiting for SGLang native gRPC on port 50051"
     assert proof.external_end(timed_out)
@@ -255,7 +255,7 @@ def test_an_xid_of_a_gpu_the_launch_was_not_given_is_not_its_fault(
     launch's own settings name its GPUs, nvidia-smi ties the two. A fault shown to be on a GPU
     the launch was not given proves nothing of it; unknown GPUs leave the line as it was."""
     from agent.facts import Facts, GpuFact
-    from agent.guardrails import check_conclusion
+    from agent.rules.guardrails import check_conclusion
     from agent.state import Action, Observation
 
     xid = (

@@ -101,7 +101,7 @@ def test_control_the_launchs_own_kill_is_host_oom(tmp_path) -> None:  # type: ig
     ],
 )
 def test_oomkilled_false_is_not_a_kill(line: str, kill: bool) -> None:
-    from agent import guardrails, proof
+    from agent.rules import guardrails, proof
 
     assert bool(guardrails.OOM_KILL.search(line)) is kill
     assert (proof.fatal_kind(line) is not None) is kill

@@ -89,7 +89,7 @@ def test_question_patterns_load_and_the_answer_prompt_renders() -> None:
 
 def test_the_rulebook_numbers_load_from_one_table_and_disk_full_is_one_number() -> None:
     from agent import board
-    from agent.rules import WEIGHT
+    from agent.rules.common import WEIGHT
     from agent.signatures import load_signatures
     from agent.thresholds import THRESHOLDS, load
     from tools.disk import FULL_PCT

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from agent.facts import derive
-from agent.guardrails import check_conclusion
 from agent.launch import bystander_line, sourced_files
+from agent.rules.guardrails import check_conclusion
 from agent.runner import investigate
 from agent.settings import Settings
 from cards.model import Invocation, load_card
@@ -346,7 +346,7 @@ def test_a_members_ps_line_is_its_own_not_its_twins(from_raw: bool) -> None:
 def test_a_setting_is_read_from_the_launchs_own_row_not_its_twins() -> None:
     """Both copies of the command name an unresolvable rendezvous host: the setting cited is the
     launch's own row (31715, the log's writer), never its twin's (31714, another log)."""
-    from agent.rules_causes import cause_rules
+    from agent.rules.causes import cause_rules
     from tools import processes
 
     bad = "node-0.pivot-test.invalid"

@@ -88,7 +88,7 @@ def test_a_cuda_init_error_without_nvidia_smi_is_a_container_without_gpus() -> N
 
 
 def test_a_rank_1_node_told_to_meet_rank_0_at_its_own_address_is_a_launch_setting() -> None:
-    from agent.rules_causes import rendezvous_self
+    from agent.rules.causes import rendezvous_self
 
     addr = _obs(
         "o6", "host_facts", ["# $ ip -brief addr  (ok)", "eth0  UP  10.0.0.2/24 fe80::1/64"]

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from agent import proof
 from agent.facts import Facts
-from agent.guardrails import check_conclusion, qualify
+from agent.rules import proof
+from agent.rules.guardrails import check_conclusion, qualify
 from agent.signatures import scan
 from agent.state import Action, Observation
 

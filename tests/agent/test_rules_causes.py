@@ -363,7 +363,7 @@ def test_a_dead_scheduler_behind_a_live_health_endpoint_is_the_crash(tmp_path) -
     assert r.root_cause == "nccl_failure", r.summary
     # what changed: a probe the front-end answers is not the engine's progress; the engine's own
     # lines still are
-    from agent import proof
+    from agent.rules import proof
 
     assert proof.frontend_only(HEALTH.format(s=4))
     assert not proof.frontend_only("[2026-03-25 14:00:41 TP0] Decode batch. #running-req: 37")

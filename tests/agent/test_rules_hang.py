@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from agent.facts import Facts, GpuFact, RankFact
-from agent.rules_hang import hang_rules
+from agent.rules.hang import hang_rules
 from agent.state import Observation
 
 LOG = "/var/log/server.log"

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from agent import rules_passed
+from agent.rules import passed as rules_passed
 from tests.agent.test_rules import GPU_CLEAN, PS_IDLE, PS_SERVER, _card, _run
 
 VLLM_START = "INFO 05-08 00:41:30 [api_server.py:1043] vLLM API server version 0.9.0\n"

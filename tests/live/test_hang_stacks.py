@@ -271,8 +271,8 @@ def test_an_engine_waiting_on_replies_its_idle_workers_gave_is_no_collective_han
     by the real py-spy over the real sshd. Each says which side it waits on, and together they
     prove no hang: the reply is owed by a member that is not here."""
     from agent.facts import Facts
-    from agent.guardrails import stall_proof
-    from agent.rules_hang import awaited_elsewhere
+    from agent.rules.guardrails import stall_proof
+    from agent.rules.hang import awaited_elsewhere
     from agent.state import Observation
 
     host, server = live

@@ -21,15 +21,15 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from agent import proof
 from agent.evidence import LOG_TOOLS, last_launch, latest_text_observations, text_lines
 from agent.facts import Facts
+from agent.rules import proof
 from agent.state import Finding, Observation
 from agent.thresholds import THRESHOLDS
 from tools import yamlio
 
 F = THRESHOLDS.fact
-STAGES = Path(__file__).with_name("knowledge") / "stages.yaml"
+STAGES = Path(__file__).parents[1] / "knowledge" / "stages.yaml"
 #: Labels for an end that came from outside the process (a signal, the OOM killer).
 KILL_LABELS = ("host_oom_killed", "killed_externally")
 #: Finding kinds this module adds: dropped again where the label has support of its own.

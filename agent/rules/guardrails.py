@@ -3,7 +3,7 @@
 The gate checks proof, not membership in our signature list:
 - every citation is verbatim: the named observation exists and the text is a whole line of it,
   or a substring of at least 16 characters of one line;
-- a crash is proven by a line fatal *by structure* (agent/proof.py) or a fatal/strong signature,
+- a crash is proven by a line fatal *by structure* (agent/rules/proof.py) or a fatal/strong signature,
   and by the crash itself: the server gone, or no progress after that line. An error line from a
   process that keeps running and logging is noise;
 - labels that rest on host facts are checked against those facts;
@@ -18,14 +18,19 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-from agent import containers, kills, proof, rules_causes, rules_hang, rules_liveness
+from agent import containers, kills
 from agent import launch as launch_mod
 from agent.at_work import working_on_logged_file
 from agent.board import related
 from agent.evidence import LOG_TOOLS, last_launch, launch_line, text_lines
 from agent.facts import Facts, launch_reads
 from agent.hits import set_aside_logs, signature_hits
-from agent.rules import HW_ERROR, stale_gpu_possible
+from agent.rules import causes as rules_causes
+from agent.rules import hang as rules_hang
+from agent.rules import liveness as rules_liveness
+from agent.rules import proof
+from agent.rules.common import HW_ERROR
+from agent.rules.memory import stale_gpu_possible
 from agent.signatures import Match
 from agent.state import Action, Observation
 from cards.taxonomy import LABELS
@@ -568,7 +573,7 @@ def _log_has_a_launch(observations: list[Observation]) -> bool:
 
 def unexplained_log_error(observations: list[Observation]) -> tuple[str, str] | None:
     """(observation id, line) of an error-shaped line among the last lines of the newest read
-    of the launch's log since its last launch (agent/proof.py `unexplained_error`)."""
+    of the launch's log since its last launch (agent/rules/proof.py `unexplained_error`)."""
     newest: dict[str, Observation] = {}
     for o in observations:
         if o["ok"] and o["tool"] in LOG_TOOLS:

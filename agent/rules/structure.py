@@ -1,6 +1,6 @@
 """Fatal lines no signature knows: the process still died of an error of its own.
 
-A line fatal by structure (agent/proof.py) that no signature labels is weighed by its words
+A line fatal by structure (agent/rules/proof.py) that no signature labels is weighed by its words
 (`label_hints` in knowledge/structure.yaml), less than a signature would be, and it always speaks
 against "killed from outside": a process that printed its own fatal error was not silently
 stopped. An error line followed by more progress from a live server is noise and is skipped.
@@ -8,10 +8,10 @@ stopped. An error line followed by more progress from a live server is noise and
 
 from __future__ import annotations
 
-from agent import proof
 from agent.evidence import LOG_TOOLS, last_launch, latest_text_observations, text_lines
 from agent.facts import Facts
 from agent.hits import set_aside_logs
+from agent.rules import proof
 from agent.signatures import Match
 from agent.state import Observation
 from agent.thresholds import THRESHOLDS

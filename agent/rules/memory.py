@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import re
 
-from agent import proof
 from agent.evidence import latest_text_observations, text_lines
 from agent.facts import Facts
 from agent.launch import (
@@ -16,7 +15,8 @@ from agent.launch import (
     family,
     launch_gpus,
 )
-from agent.rules_common import (
+from agent.rules import proof
+from agent.rules.common import (
     ALLOC,
     MEMORY_LABELS,
     MEMORY_PHASES,

@@ -4,17 +4,21 @@ with a fatal line of its own.
 
 from __future__ import annotations
 
-from agent import kills, proof
+import re
+
+from agent import kills
 from agent.at_work import working_on_logged_file
 from agent.evidence import LOG_TOOLS, last_launch, latest_text_observations, text_lines
 from agent.facts import Facts
-from agent.rules_common import (
+from agent.rules import proof
+from agent.rules.common import (
     PHASE_PREFIX,
     F,
 )
-from agent.rules_hang import slow_bar
+from agent.rules.hang import slow_bar
 from agent.state import Observation
 from agent.thresholds import THRESHOLDS
+from tools import engines
 
 
 def liveness_rules(facts: Facts, observations: list[Observation], hits, add) -> None:  # type: ignore[no-untyped-def]
@@ -33,7 +37,7 @@ def liveness_rules(facts: Facts, observations: list[Observation], hits, add) -> 
         )
     build = build_running(facts, observations) if facts.server_alive is False else None
     if build is not None and not fatal:
-        from agent.rules_hang import COMPILING
+        from agent.rules.hang import COMPILING
 
         pid, line = build
         add(
@@ -121,7 +125,7 @@ def liveness_rules(facts: Facts, observations: list[Observation], hits, add) -> 
                 facts.procs.get(pid, ""),
                 f"server pid {pid} is alive: nothing killed it",
             )
-        from agent.rules_hang import quiet_phase_line
+        from agent.rules.hang import quiet_phase_line
 
         # a phase that runs quietly (compile, capture, warm-up) is silent by nature: not a stall
         quiet = quiet_phase_line(observations) is not None
@@ -158,7 +162,7 @@ def liveness_rules(facts: Facts, observations: list[Observation], hits, add) -> 
                 for _, m in hits
             )
             slow = slow_bar(observations, facts)
-            from agent.rules_hang import gpu_memory_moved
+            from agent.rules.hang import gpu_memory_moved
 
             if gpu_memory_moved(observations) is not None and not blocked:
                 pass  # the GPUs' memory moved meanwhile: working, weighed by the hang rules
@@ -299,7 +303,7 @@ def _downloading(observations: list[Observation], add) -> None:  # type: ignore[
 def _reading_storage(facts: Facts, observations: list[Observation], add) -> None:  # type: ignore[no-untyped-def]
     """A live server whose log stopped but which reads from storage is loading (a slow or
     failing disk, a network mount): the kernel's byte count that grew is the proof."""
-    from agent.rules_hang import reading_storage
+    from agent.rules.hang import reading_storage
 
     found = reading_storage(observations)
     if found is None or found[2] not in facts.server_pids:
@@ -328,25 +332,37 @@ def _warming_after(ready, observations: list[Observation]) -> bool:  # type: ign
     """The front-end said "ready", then the engine started a phase that runs quietly (a warm-up
     request that requests wait behind, a compile): not ready yet, whatever /health answers.
     `ready` are the scan's own ready hits (the signatures are not scanned twice)."""
-    from agent.rules_hang import quiet_phase_line
+    from agent.rules.hang import quiet_phase_line
 
     o, m = ready[-1]
     # the engine's own "ready", not a probe the front-end answered after it
     own = [mm for oo, mm in ready if oo["id"] == o["id"] and not proof.frontend_only(mm.line)]
     if own:
         m = own[-1]
+    lines = o["lines"]
+    if launch_after(o, m.line_no):
+        return True
     phase = quiet_phase_line(observations)
     if phase is None:
         return False
-    lines = o["lines"]
     return phase in lines and lines.index(phase) > m.line_no
+
+
+_LAUNCH = re.compile("|".join(f"(?:{p})" for p in engines.launch_patterns()))
+
+
+def launch_after(o: Observation, line_no: int) -> bool:
+    """An engine's launch begun after line `line_no` of a log read: a ready line before it is
+    an earlier start's, or the front end's before its engine (Triton's endpoints up, then a
+    model load starting the vLLM engine beneath them), so it says nothing of readiness now."""
+    return any(_LAUNCH.search(ln) for ln in o["lines"][line_no + 1 :])
 
 
 def build_running(facts: Facts, observations: list[Observation]) -> tuple[int, str] | None:
     """A compiler hard at work while the log under investigation stops on a build step: the
     launch is its build (an image, a wheel, an engine), not yet a server. Both are needed: a
     busy compiler alone may be anyone's job on a shared box."""
-    from agent.rules_hang import quiet_phase_line
+    from agent.rules.hang import quiet_phase_line
 
     if not facts.building_pids or not facts.ps_obs or quiet_phase_line(observations) is None:
         return None

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import re
 
-from agent import proof
-from agent.evidence import text_lines
+from agent.evidence import LOG_READS, text_lines
 from agent.facts import Facts
+from agent.rules import proof
 from agent.state import Observation
 from agent.thresholds import THRESHOLDS
 from tools.log_window import step_window_s
@@ -201,13 +201,15 @@ def multi_rank(facts: Facts, observations: list[Observation]) -> bool:
     text = "\n".join(
         ln
         for o in observations
-        if o["tool"] in ("log_tail", "processes") and o["ok"]
+        if (o["tool"] in LOG_READS or o["tool"] == "processes") and o["ok"]
         for ln in o["lines"][:400]
     )
     tp = first_value("tensor_parallel", text)
     pp = re.search(r"\bpipeline_parallel_size=(\d+)|--pipeline-parallel-size[= ](\d+)", text)
     if tp is not None and int(tp) == 1 and (pp is None or int(pp.group(1) or pp.group(2)) == 1):
         return False
+    if tp is not None and int(tp) > 1:
+        return True  # the launch says so itself
     if len([g for g in facts.gpus if (g.used_mib or 0) >= BUSY_MIB]) >= 2:
         return True
     if len(set(facts.log_ranks)) >= 2 or len(facts.server_worker_pids) >= 2:
@@ -215,7 +217,7 @@ def multi_rank(facts: Facts, observations: list[Observation]) -> bool:
     return any(
         MULTI_RANK.search(ln)
         for o in observations
-        if o["tool"] in ("log_tail", "log_search", "service_logs", "processes") and o["ok"]
+        if (o["tool"] in LOG_READS or o["tool"] == "processes") and o["ok"]
         for ln in o["lines"]
     )
 

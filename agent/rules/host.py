@@ -8,11 +8,11 @@ import re
 
 from agent.containers import container_rules, no_gpu_given, unpublished_port
 from agent.facts import Facts
-from agent.rules_common import (
+from agent.rules.common import (
     HW_ERROR,
     F,
 )
-from agent.rules_hang import earlier_kill_open
+from agent.rules.hang import earlier_kill_open
 from agent.server_port import server_port
 from agent.state import Observation
 from agent.thresholds import THRESHOLDS

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.console import Console
 
-from agent.cli_fleet import DeadlineOpt, MaxConnOpt, run_and_print
+from agent.cli.fleet import DeadlineOpt, MaxConnOpt, run_and_print
 from agent.fleet import DEADLINE_S, MAX_CONNECTIONS
 from agent.render import live_printer, print_report
 from store.records import Decision

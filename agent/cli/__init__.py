@@ -1,4 +1,11 @@
-"""`pivot`: one console command; each area plugs its subcommands in through `register(app)`."""
+"""`pivot`: one console command; each area plugs its subcommands in through `register(app)`.
+
+This package holds the command and the investigation's own subcommands (`investigate`, `todo`,
+`handoff`, `sessions` in `investigate.py`; `db` in `db.py`; `sweep` in `fleet.py`). The other
+rooms' subcommands stay in their rooms (`evals/cli.py`, `loop/cli.py`, `watch/cli.py`,
+`server/cli.py`, `tools/cli.py`) and are imported by name only when their command is run, so the
+agent imports none of them at module level.
+"""
 
 from __future__ import annotations
 
@@ -33,10 +40,10 @@ def _group() -> None:
 #: tests/agent/test_cli_imports.py checks that each part adds exactly these names.
 PARTS: dict[str, tuple[str, ...]] = {
     "tools.cli": ("tools",),
-    "agent.cli_investigate": ("investigate", "todo", "handoff", "sessions"),
-    "agent.cli_db": ("db",),
+    "agent.cli.investigate": ("investigate", "todo", "handoff", "sessions"),
+    "agent.cli.db": ("db",),
     "agent.chat": ("chat",),
-    "agent.cli_fleet": ("sweep",),
+    "agent.cli.fleet": ("sweep",),
     "evals.cli": ("eval", "capture"),
     "loop.cli": ("loop",),
     "watch.cli": ("watch", "launch"),
@@ -105,7 +112,3 @@ def _exit_now(code: object) -> None:
         with contextlib.suppress(OSError, ValueError):  # a closed pipe: the reader is gone
             stream.flush()
     os._exit(status)
-
-
-if __name__ == "__main__":
-    main()

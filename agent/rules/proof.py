@@ -67,7 +67,7 @@ def _any(patterns: list[str]) -> re.Pattern[str]:
 @lru_cache(maxsize=1)
 def _rx() -> dict[str, re.Pattern[str]]:
     raw = yamlio.safe_load(
-        (Path(__file__).parent / "knowledge" / "structure.yaml").read_text(encoding="utf-8")
+        (Path(__file__).parents[1] / "knowledge" / "structure.yaml").read_text(encoding="utf-8")
     )
     s = _Structure.model_validate(raw)
     return {
@@ -144,7 +144,7 @@ def kind_in_context(lines: list[str], index: int) -> str | None:
 @lru_cache(maxsize=1)
 def _log_pid_rx() -> tuple[re.Pattern[str], ...]:
     raw = yamlio.safe_load(
-        (Path(__file__).parent / "knowledge" / "structure.yaml").read_text(encoding="utf-8")
+        (Path(__file__).parents[1] / "knowledge" / "structure.yaml").read_text(encoding="utf-8")
     )
     return tuple(re.compile(p) for p in _Structure.model_validate(raw).log_pid)
 
@@ -164,7 +164,7 @@ def log_pids(lines: list[str]) -> dict[int, str]:
 @lru_cache(maxsize=1)
 def _main_pid_rx() -> tuple[re.Pattern[str], ...]:
     raw = yamlio.safe_load(
-        (Path(__file__).parent / "knowledge" / "structure.yaml").read_text(encoding="utf-8")
+        (Path(__file__).parents[1] / "knowledge" / "structure.yaml").read_text(encoding="utf-8")
     )
     return tuple(re.compile(p) for p in _Structure.model_validate(raw).log_main_pid)
 
@@ -211,7 +211,7 @@ def frontend_access(line: str) -> bool:
 @lru_cache(maxsize=1)
 def _resource_waits() -> tuple[re.Pattern[str], ...]:
     raw = yamlio.safe_load(
-        (Path(__file__).parent / "knowledge" / "structure.yaml").read_text(encoding="utf-8")
+        (Path(__file__).parents[1] / "knowledge" / "structure.yaml").read_text(encoding="utf-8")
     )
     return tuple(re.compile(p) for p in _Structure.model_validate(raw).resource_wait)
 
@@ -251,7 +251,7 @@ def wait_message(line: str) -> bool:
 @lru_cache(maxsize=1)
 def _hints() -> tuple[tuple[str, re.Pattern[str]], ...]:
     raw = yamlio.safe_load(
-        (Path(__file__).parent / "knowledge" / "structure.yaml").read_text(encoding="utf-8")
+        (Path(__file__).parents[1] / "knowledge" / "structure.yaml").read_text(encoding="utf-8")
     )
     return tuple(
         (h.label, re.compile(h.pattern)) for h in _Structure.model_validate(raw).label_hints
@@ -269,7 +269,7 @@ def label_hint(line: str) -> str | None:
 @lru_cache(maxsize=1)
 def _frame_hints() -> tuple[tuple[str, re.Pattern[str]], ...]:
     raw = yamlio.safe_load(
-        (Path(__file__).parent / "knowledge" / "structure.yaml").read_text(encoding="utf-8")
+        (Path(__file__).parents[1] / "knowledge" / "structure.yaml").read_text(encoding="utf-8")
     )
     return tuple(
         (h.label, re.compile(h.pattern)) for h in _Structure.model_validate(raw).frame_hints

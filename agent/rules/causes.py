@@ -14,10 +14,10 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from agent import proof
-from agent.evidence import LOG_TOOLS, last_launch, text_lines
+from agent.evidence import LOG_READS, LOG_TOOLS, last_launch, text_lines
 from agent.facts import launch_reads
-from agent.rules_common import F
+from agent.rules import proof
+from agent.rules.common import F
 from agent.state import Observation
 from agent.thresholds import THRESHOLDS
 from tools import yamlio
@@ -181,7 +181,7 @@ def loopback_across_nodes(observations: list[Observation]) -> tuple[str, str, st
     hosts: set[str] = set()
     nranks = 0
     lo: tuple[str, str] | None = None
-    logs = [o for o in observations if o["ok"] and o["tool"] in ("log_tail", "log_search")]
+    logs = [o for o in observations if o["ok"] and o["tool"] in LOG_READS]
     for o in logs:
         for ln in text_lines(o):
             m = _NCCL_HOST.match(ln)
@@ -225,7 +225,7 @@ def remote_rank_at_loopback(observations: list[Observation]) -> tuple[str, str, 
     on the driver's node wait for it. The launch's layout gave it the driver's loopback (a
     data-parallel group spread over Ray nodes without Ray's own backend), not an interface."""
     for o in observations:
-        if not o["ok"] or o["tool"] not in ("log_tail", "log_search", "container_logs"):
+        if not o["ok"] or o["tool"] not in LOG_READS:
             continue
         for ln in text_lines(o):
             m = _RAY_REMOTE.search(ln)
@@ -533,7 +533,7 @@ def _first_fatal(observations: list[Observation], hits) -> tuple[str, str] | Non
         if m.strength == "fatal":
             return o["id"], m.line
     for o in observations:
-        if o["ok"] and o["tool"] in ("log_tail", "log_search", "service_logs"):
+        if o["ok"] and o["tool"] in LOG_READS:
             found = proof.fatal_lines(o["lines"])  # (index, kind) of each
             if found:
                 return o["id"], o["lines"][found[0][0]]
@@ -631,7 +631,7 @@ def draftless(
     algo = none = None
     crash_in_spec = False
     for o in observations:
-        if not o["ok"] or o["tool"] not in ("log_tail", "log_search", "config_read", "processes"):
+        if not o["ok"] or o["tool"] not in LOG_READS | {"config_read", "processes"}:
             continue
         lines = text_lines(o)
         for ln in lines:
@@ -787,7 +787,7 @@ _BUILD_CUDA = re.compile(r"(?:/cuda-|[/_-]cuda_?v?|\+cu)(\d{2})\.?(\d)\b(?!\.\d)
 @lru_cache(maxsize=1)
 def _max_cc() -> list[tuple[float, float]]:
     raw = yamlio.safe_load(
-        (Path(__file__).parent / "knowledge" / "cuda_arch.yaml").read_text(encoding="utf-8")
+        (Path(__file__).parents[1] / "knowledge" / "cuda_arch.yaml").read_text(encoding="utf-8")
     )
     return sorted((float(k), float(v)) for k, v in raw["max_compute_capability"].items())
 
@@ -1000,7 +1000,7 @@ class Conflict(BaseModel):
 @lru_cache(maxsize=1)
 def _conflicts() -> list[Conflict]:
     raw = yamlio.safe_load(
-        (Path(__file__).parent / "knowledge" / "conflicts.yaml").read_text(encoding="utf-8")
+        (Path(__file__).parents[1] / "knowledge" / "conflicts.yaml").read_text(encoding="utf-8")
     )
     return [Conflict.model_validate(c) for c in raw or []]
 
