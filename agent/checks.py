@@ -26,7 +26,8 @@ CONFIG_NAME = re.compile(
     r"(?i)(sitecustomize\.py|\.env$|/\.env|\.sh$|\.ya?ml$|\.json$|\.toml$|\.pbtxt$|\.conf$|\.cfg$|\.ini$)"
 )
 KNOWN_GOOD_SUFFIXES = (".known-good", ".known_good", ".good", ".orig", ".bak")
-ABS_PATH = re.compile(r"(/[\w.@+-]+(?:/[\w.@+-]+)+)")
+#: an absolute path in prose or a listing; a sentence's closing period is not part of it
+ABS_PATH = re.compile(r"(/[\w.@+-]+(?:/[\w.@+-]+)+)(?<!\.)")
 
 
 class CheckOption(BaseModel):

@@ -58,6 +58,10 @@ def first_value(kind: str, text: str) -> str | None:
     return None
 
 
+#: the home directory a path lies in: /home/NAME or /root
+_HOME_DIR = re.compile(r"^(/home/[^/]+|/root)(?:/|$)")
+
+
 def sourced_files(text: str, base_dir: str) -> list[str]:
     """Files a launch script or unit reads its settings from (`source`, `.`, `--env-file`,
     `EnvironmentFile=`, `env_file:`), as absolute paths: a setting there is the launch's own."""
@@ -67,6 +71,13 @@ def sourced_files(text: str, base_dir: str) -> list[str]:
             path = m.group(1)
             if "$" in path or path in ("/dev/null",):
                 continue
+            if path == "~" or path.startswith("~"):
+                # the home of the script's owner, where the script lives under it; another
+                # user's `~name` or a script outside any home leaves the file unknown
+                home = _HOME_DIR.match(base_dir)
+                if home is None or not path.startswith("~/"):
+                    continue
+                path = home.group(1) + path[1:]
             if not path.startswith("/"):
                 path = posixpath.normpath(posixpath.join(base_dir, path))
             out.append(path)

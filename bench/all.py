@@ -151,8 +151,22 @@ def commit() -> str:
     return f"{sha}{' (uncommitted changes)' if dirty else ''}"
 
 
+def cpu_reference() -> str:
+    """How fast this machine runs plain Python right now: the best of three 2M-step loops, in ms.
+    A shared machine's speed drifts by a factor of two over hours (its neighbours, its host's
+    steal); a row's figure is read against this number, taken just before it ran."""
+    best = float("inf")
+    for _ in range(3):
+        t0, s = time.perf_counter(), 0
+        for i in range(2_000_000):
+            s += i
+        best = min(best, time.perf_counter() - t0)
+    return f"{best * 1000:.0f} ms"
+
+
 def run(b: Bench) -> dict[str, str]:
-    started, at_load = time.perf_counter(), load()
+    at_load = f"{load()}; ref {cpu_reference()}"
+    started = time.perf_counter()
     print(f"== {b.name}: {b.command} (load {at_load})", flush=True)
     try:
         p = subprocess.run(
@@ -203,8 +217,11 @@ def write(results: dict[str, dict[str, str]], started: str, finished: str, at_lo
         f"- date (UTC): {started} to {finished}",
         f"- load average (1, 5, 15 min) at the start: {at_load}; the machine is shared,"
         " so timings vary with what else runs (each row gives the load when it started)",
+        "- `ref`: the machine's speed just before the row ran, the best of three 2M-step Python"
+        " loops (`bench/all.py` `cpu_reference`); the same code measured at twice the ref takes"
+        " about twice as long, so compare rows at like refs",
         "",
-        "| benchmark | what | command | figure | s | load at start | commit, date (UTC) |",
+        "| benchmark | what | command | figure | s | load at start; ref | commit, date (UTC) |",
         "| --- | --- | --- | --- | --- | --- | --- |",
     ]
     for b in BENCHES:
@@ -246,7 +263,7 @@ def main() -> int:
             print(f"{b.name:18s} {'SKIP ' + b.skip if b.skip else b.command}")
         return 0
     chosen = [known[n] for n in args.names] if args.names else [b for b in BENCHES if not b.skip]
-    at_load = load()
+    at_load = f"{load()}; ref {cpu_reference()}"
     started = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M")
     results = {b.name: run(b) for b in chosen}
     write(results, started, dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M"), at_load)

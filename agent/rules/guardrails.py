@@ -224,27 +224,28 @@ def _nccl(action: Action, by_id: dict[str, Observation], facts: Facts, hits: Hit
             out[0] + "; or, for a hang, show the stall: the launch alive with its log silent over "
             "a watched read, and its stacks waiting in a collective, or its GPUs pinned, or their "
             "memory still over a watched read with nothing read off storage"
-            + (f" (not read yet: {', '.join(missing)})" if missing else "")
+            + (f" (reads missing: {', '.join(missing)})" if missing else "")
         ]
     return out
 
 
 def _stall_reads_missing(observations: list[Observation], facts: Facts) -> list[str]:
-    """The reads a stall's proof needs that this investigation has not made."""
-    made = {
-        (o["tool"], bool(o["args"].get("watch_s")))
-        for o in observations
-        if o["ok"] or o["tool"] == "py_stacks"
-    }
+    """The reads a stall's proof needs that this investigation has not made. A read tried and
+    failed (no counters, no py-spy on the host) is not asked for again: it is named as one the
+    host cannot give, so the brain is not sent back for a read that cannot come."""
+    tried = {(o["tool"], bool(o["args"].get("watch_s"))) for o in observations}
+    got = {(o["tool"], bool(o["args"].get("watch_s"))) for o in observations if o["ok"]}
     out = []
     if not facts.log_growth:
         out.append("log_tail with watch_s (does the log advance?)")
-    if ("py_stacks", False) not in made:
-        out.append("py_stacks (where the ranks wait)")
-    if ("gpu_status", True) not in made:
-        out.append("gpu_status with watch_s (does GPU memory move?)")
-    if ("process_io", True) not in made:
-        out.append("process_io with watch_s (is it reading off storage?)")
+    for key, what in (
+        (("py_stacks", False), "py_stacks (where the ranks wait)"),
+        (("gpu_status", True), "gpu_status with watch_s (does GPU memory move?)"),
+        (("process_io", True), "process_io with watch_s (is it reading off storage?)"),
+    ):
+        if key in got:
+            continue
+        out.append(what if key not in tried else f"{key[0]} failed here: not readable on this host")
     return out
 
 

@@ -247,3 +247,61 @@ def test_the_stacks_read_of_a_silent_launch_is_of_its_busiest_process(tmp_path: 
     obs = run_many(host, [("processes", {}), ("log_tail", {"path": "/var/log/v.log"})], 1, 0)
     obs += run_many(host, [("log_tail", {"path": "/var/log/v.log", "watch_s": 6})], 3, 1)
     assert _silent_server_pid(derive(obs)) == 5245
+
+
+@pytest.mark.parametrize(
+    ("text", "base", "found"),
+    [
+        ("source ~/venv/bin/activate\n", "/home/zv/serve", ["/home/zv/venv/bin/activate"]),
+        (". ~/.conda/etc/profile.d/conda.sh\n", "/root", ["/root/.conda/etc/profile.d/conda.sh"]),
+        ("source ~/venv/bin/activate\n", "/opt/serve", []),  # no home to expand it from
+        ("source ~bob/env.sh\n", "/home/zv", []),  # another user's home: not guessed
+        ("source env.sh\n", "/home/zv/serve", ["/home/zv/serve/env.sh"]),
+    ],
+)
+def test_a_scripts_home_relative_source_is_read_from_its_owners_home(
+    text: str, base: str, found: list[str]
+) -> None:
+    """`source ~/venv/bin/activate` in /home/zv/serve/run.sh is /home/zv/venv/bin/activate, not
+    /home/zv/serve/~/venv/... (a model session saw the agent ask for such paths in round 32). The
+    controls: with no home above the script, or another user's `~name`, nothing is guessed; a
+    relative path is still the script's directory's."""
+    from agent.launch import sourced_files
+
+    assert sourced_files(text, base) == found
+
+
+@pytest.mark.parametrize(
+    ("symptom", "paths"),
+    [
+        ("Log is /home/kaiwu/logs/mixtral-fp8.log.", ["/home/kaiwu/logs/mixtral-fp8.log"]),
+        ("see /var/log/vllm/server.log.1 and /srv/run.sh", ["/var/log/vllm/server.log.1", "/srv/run.sh"]),
+    ],
+)  # fmt: skip
+def test_a_sentences_closing_period_is_not_part_of_the_path_it_names(
+    symptom: str, paths: list[str]
+) -> None:
+    """An operator's "Log is /home/u/logs/x.log." names x.log: the agent read "x.log." (blind
+    round 32). The control: a rotation's ".1" is part of its name."""
+    from agent.checks import ABS_PATH
+
+    assert ABS_PATH.findall(symptom) == paths
+
+
+def test_a_stall_read_the_host_cannot_give_is_named_not_asked_for_again() -> None:
+    """A brain refused for an unproven hang is told which reads would prove the stall; one it
+    tried that failed here (process_io with no counters) is named as not readable, not as "not
+    read yet", so it is not sent back for it (blind round 32: a model asked twice and gave up).
+    The control: a read never tried is still asked for."""
+    from agent.facts import Facts
+    from agent.rules.guardrails import _stall_reads_missing
+
+    def obs(tool: str, ok: bool, watch: bool) -> Any:
+        args = {"watch_s": 6} if watch else {}
+        return {"id": tool, "tool": tool, "args": args, "ok": ok, "lines": [], "data": {}}
+
+    reads = [obs("process_io", False, True), obs("gpu_status", True, True)]
+    missing = _stall_reads_missing(reads, Facts(log_growth={"/l": False}))
+    assert "process_io failed here: not readable on this host" in missing, missing
+    assert any(m.startswith("py_stacks (") for m in missing), missing
+    assert not any(m.startswith("gpu_status") for m in missing), missing
