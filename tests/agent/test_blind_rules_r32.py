@@ -305,3 +305,39 @@ def test_a_stall_read_the_host_cannot_give_is_named_not_asked_for_again() -> Non
     assert "process_io failed here: not readable on this host" in missing, missing
     assert any(m.startswith("py_stacks (") for m in missing), missing
     assert not any(m.startswith("gpu_status") for m in missing), missing
+
+
+@pytest.mark.parametrize("driver_line", [False, True])
+def test_a_library_failure_brings_its_lookalikes_and_a_proven_one_explains_them_away(
+    tmp_path: Any, driver_line: bool
+) -> None:
+    """A library that will not load is read three ways (a package built for another torch, a
+    driver too old, kernels without this GPU's build): a proven import error brings the driver
+    and the architecture onto the board and, with nothing pointing at them, rules them out
+    (`rivals.yaml` `confusable`; round 32's writers listed cuda_driver_mismatch as checked and
+    refuted on such cards). The control: a driver line of the launch's own keeps the driver open."""
+    log = (
+        "$ python3 -m vllm.entrypoints.openai.api_server --model /models/m --port 8000\n"
+        + (
+            "WARNING CUDA initialization: The NVIDIA driver on your system is too old "
+            "(found version 11040).\n"
+            if driver_line
+            else ""
+        )
+        + "Traceback (most recent call last):\n"
+        '  File "/usr/lib/python3/dist-packages/vllm/_custom_ops.py", line 14, in <module>\n'
+        "ImportError: /usr/lib/python3/dist-packages/vllm/_C.abi3.so: undefined symbol: "
+        "_ZN3c106detail14torchCheckFailEPKcS2_jRKSs\n"
+    )
+    card = _card(
+        {"/var/log/vllm/server.log": log},
+        PS_IDLE,
+        "0, NVIDIA H100 80GB HBM3, 0 MiB, 81008 MiB, 81559 MiB, 0 %\n",
+    )
+    card.invocation.log = "/var/log/vllm/server.log"
+    r = _run(card, tmp_path)
+    if driver_line:
+        assert "cuda_driver_mismatch" not in r.ruled_out, r.ruled_out
+    else:
+        assert r.root_cause == "dependency_error", r.summary
+        assert {"cuda_driver_mismatch", "unsupported_gpu_arch"} <= set(r.ruled_out), r.ruled_out
