@@ -14,7 +14,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from agent.facts import Facts, derive
+from agent.evidence import LOG_READS
+from agent.facts import Facts, derive, launch_reads
 from agent.server_port import server_port
 from agent.state import Hypothesis, Observation
 from tools import yamlio
@@ -27,7 +28,8 @@ CONFIG_NAME = re.compile(
 )
 KNOWN_GOOD_SUFFIXES = (".known-good", ".known_good", ".good", ".orig", ".bak")
 #: an absolute path in prose or a listing; a sentence's closing period is not part of it
-ABS_PATH = re.compile(r"(/[\w.@+-]+(?:/[\w.@+-]+)+)(?<!\.)")
+#: (never the tail of a home-relative `~/x/y` or of a relative `logs/x`)
+ABS_PATH = re.compile(r"(?<![\w.~/-])(/[\w.@+-]+(?:/[\w.@+-]+)+)(?<!\.)")
 
 
 class CheckOption(BaseModel):
@@ -243,10 +245,14 @@ _HUB_MODEL = re.compile(
 )
 
 
-def hub_model(observations: list[Observation]) -> str | None:
-    """The hub model id (org/name, not a local path) the server was launched with."""
+def hub_model(observations: list[Observation], facts: Facts | None = None) -> str | None:
+    """The hub model id (org/name, not a local path) the server was launched with. Given the
+    facts, another launch's process rows are not read: a neighbour's `vllm serve Qwen/...` on a
+    busy box names its model, not this launch's."""
+    if facts is not None:
+        observations = launch_reads(observations, facts)
     for o in observations:
-        if o["ok"] and o["tool"] in ("processes", "log_tail", "log_search", "config_read"):
+        if o["ok"] and o["tool"] in ("processes", *LOG_READS, "config_read"):
             for ln in o["lines"]:
                 m = _HUB_MODEL.search(ln)
                 if m and not m.group(1).startswith(("/", ".", "~")):
@@ -368,7 +374,7 @@ def options(
             if args and facts.ps_outside:
                 args["machine_pid"] = True
         elif need == "hub_model":
-            model = hub_model(observations) if facts.server_alive else None
+            model = hub_model(observations, facts) if facts.server_alive else None
             args = {"model": model, "caches": hub_caches(observations)} if model else None
         elif need == "silent_gpus":
             args = (

@@ -276,13 +276,15 @@ def test_a_scripts_home_relative_source_is_read_from_its_owners_home(
     [
         ("Log is /home/kaiwu/logs/mixtral-fp8.log.", ["/home/kaiwu/logs/mixtral-fp8.log"]),
         ("see /var/log/vllm/server.log.1 and /srv/run.sh", ["/var/log/vllm/server.log.1", "/srv/run.sh"]),
+        ("logs are in ~/llama-models/logs/ and logs/x/y", []),
     ],
 )  # fmt: skip
 def test_a_sentences_closing_period_is_not_part_of_the_path_it_names(
     symptom: str, paths: list[str]
 ) -> None:
     """An operator's "Log is /home/u/logs/x.log." names x.log: the agent read "x.log." (blind
-    round 32). The control: a rotation's ".1" is part of its name."""
+    round 32), and "~/llama-models/logs/" is no absolute /llama-models/logs. The control: a
+    rotation's ".1" is part of its name."""
     from agent.checks import ABS_PATH
 
     assert ABS_PATH.findall(symptom) == paths
@@ -341,3 +343,32 @@ def test_a_library_failure_brings_its_lookalikes_and_a_proven_one_explains_them_
     else:
         assert r.root_cause == "dependency_error", r.summary
         assert {"cuda_driver_mismatch", "unsupported_gpu_arch"} <= set(r.ruled_out), r.ruled_out
+
+
+def test_the_download_check_asks_for_the_launchs_model_not_a_neighbours(tmp_path: Any) -> None:
+    """On a busy box the first `--model org/name` in ps may be another user's server: the check
+    of a download in progress names the launch's own model (a model session saw it offered for
+    a neighbour's Qwen). The control: without the facts, the first one found is taken."""
+    from agent.checks import hub_model
+    from agent.facts import derive
+    from agent.observe import run_many
+
+    ps = PS_HEADER + (
+        "ssun      640118  4.1  2.2 35118200 23409120 ?   Sl   Aug27 118:02 python -m "
+        "vllm.entrypoints.openai.api_server --model Qwen/Qwen3-32B --port 8100\n"
+        "kaiwu     700001 35.0  2.2 35118200 23409120 ?   Sl   09:02   8:02 python -m "
+        "vllm.entrypoints.openai.api_server --model RedHatAI/Mixtral-8x7B-FP8 --port 8003\n"
+    )
+    log = (
+        "INFO vLLM API server version 0.10.0\n"
+        "INFO non-default args: {'model': 'RedHatAI/Mixtral-8x7B-FP8', 'port': 8003}\n"
+    )
+    card = _card({"/home/kaiwu/logs/mixtral.log": log}, ps, GPU_HELD)
+    host = ReplayHost(card)
+    calls = [
+        ("processes", {"logs": ["/home/kaiwu/logs/mixtral.log"]}),
+        ("log_tail", {"path": "/home/kaiwu/logs/mixtral.log"}),
+    ]
+    obs = run_many(host, calls, 1, 0)
+    assert hub_model(obs, derive(obs)) == "RedHatAI/Mixtral-8x7B-FP8"
+    assert hub_model(obs) == "Qwen/Qwen3-32B"
