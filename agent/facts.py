@@ -444,7 +444,7 @@ def _log_engine(log_reads: LogReads) -> str | None:
 
 def _log_named_mains(log_reads: LogReads) -> set[int]:
     """The pids the logs under investigation name as their writer, in their own pid column."""
-    return set().union(set(), *(main_log_pids(reads[-1][2]) for reads in log_reads.values()))
+    return set().union(*(main_log_pids(reads[-1][2]) for reads in log_reads.values()))
 
 
 def _other_engines(f: Facts, log_reads: LogReads) -> bool:

@@ -6,7 +6,6 @@ Both brains read the same findings; neither may invent evidence outside them.
 
 from __future__ import annotations
 
-import re
 import threading
 from collections import OrderedDict
 from functools import lru_cache
@@ -20,6 +19,7 @@ from agent.rules.common import (
     EXCEPTION_LINE,
     OOM_LABELS,
     OOM_NAMES_A_PID,
+    OTHER_PROC_MEM,
     PHASE_PREFIX,
     STRONG_CAP,
     WEIGHT,
@@ -279,14 +279,11 @@ def _compute(observations: list[Observation]) -> tuple[list[Finding], Facts]:
     return keep_supported(findings, THRESHOLDS.board.supported_at), facts
 
 
-_NAMED_HOLDER = re.compile(r"\bProcess (\d+) has [\d.]+ [KMGT]i?B memory in use")
-
-
 def _named_holders_live_tenants(facts: Facts, line: str) -> bool:
     """Every process torch's OOM names as a holder that is alive now is a co-tenant (another
     user's running job, another launch serving), none a second copy of the launch or a
     leftover; a named pid that is gone holds nothing now. False when none named is alive."""
-    named = [int(p) for p in _NAMED_HOLDER.findall(line)]
+    named = [int(m.group(1)) for m in OTHER_PROC_MEM.finditer(line)]
     alive = [p for p in named if p in facts._ps_recs and not facts._ps_recs[p].get("zombie")]
     return bool(alive) and all(
         p in facts.co_tenant_pids and p not in facts.leftover_pids for p in alive

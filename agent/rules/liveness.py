@@ -4,11 +4,15 @@ with a fatal line of its own.
 
 from __future__ import annotations
 
-import re
-
 from agent import kills
 from agent.at_work import working_on_logged_file
-from agent.evidence import LOG_TOOLS, last_launch, latest_text_observations, text_lines
+from agent.evidence import (
+    LOG_TOOLS,
+    last_launch,
+    latest_text_observations,
+    launch_line,
+    text_lines,
+)
 from agent.facts import Facts
 from agent.rules import proof
 from agent.rules.common import (
@@ -18,7 +22,6 @@ from agent.rules.common import (
 from agent.rules.hang import slow_bar
 from agent.state import Observation
 from agent.thresholds import THRESHOLDS
-from tools import engines
 
 
 def liveness_rules(facts: Facts, observations: list[Observation], hits, add) -> None:  # type: ignore[no-untyped-def]
@@ -348,14 +351,11 @@ def _warming_after(ready, observations: list[Observation]) -> bool:  # type: ign
     return phase in lines and lines.index(phase) > m.line_no
 
 
-_LAUNCH = re.compile("|".join(f"(?:{p})" for p in engines.launch_patterns()))
-
-
 def launch_after(o: Observation, line_no: int) -> bool:
     """An engine's launch begun after line `line_no` of a log read: a ready line before it is
     an earlier start's, or the front end's before its engine (Triton's endpoints up, then a
     model load starting the vLLM engine beneath them), so it says nothing of readiness now."""
-    return any(_LAUNCH.search(ln) for ln in o["lines"][line_no + 1 :])
+    return any(launch_line(ln) for ln in o["lines"][line_no + 1 :])
 
 
 def build_running(facts: Facts, observations: list[Observation]) -> tuple[int, str] | None:
