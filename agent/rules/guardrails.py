@@ -636,6 +636,7 @@ def _healthy(action: Action, by_id: dict[str, Observation], facts: Facts, hits: 
         for o, m in hits
         if m.strength == "ready"
         and not proof.frontend_only(m.line)
+        and not rules_liveness.launch_after(o, m.line_no)  # the front end's, before its engine
         and any(_sig_on(c, [(o, m)]) for c in _cited(action))
     ]
     if not ready:

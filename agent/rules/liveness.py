@@ -355,7 +355,7 @@ def launch_after(o: Observation, line_no: int) -> bool:
     """An engine's launch begun after line `line_no` of a log read: a ready line before it is
     an earlier start's, or the front end's before its engine (Triton's endpoints up, then a
     model load starting the vLLM engine beneath them), so it says nothing of readiness now."""
-    return any(launch_line(ln) for ln in o["lines"][line_no + 1 :])
+    return any(launch_line(ln) for ln in text_lines(o)[line_no + 1 :])  # as the scan numbered
 
 
 def build_running(facts: Facts, observations: list[Observation]) -> tuple[int, str] | None:

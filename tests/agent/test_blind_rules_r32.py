@@ -372,3 +372,42 @@ def test_the_download_check_asks_for_the_launchs_model_not_a_neighbours(tmp_path
     obs = run_many(host, calls, 1, 0)
     assert hub_model(obs, derive(obs)) == "RedHatAI/Mixtral-8x7B-FP8"
     assert hub_model(obs) == "Qwen/Qwen3-32B"
+
+
+@pytest.mark.parametrize("loading", [True, False])
+def test_the_gate_holds_healthy_to_the_engines_ready_line_not_the_front_ends(
+    loading: bool,
+) -> None:
+    """The same proof for both brains: a brain concluding healthy on Triton's endpoints-up line,
+    printed before a model load started the vLLM engine beneath it, is refused. The control: the
+    same line after the engine came up proves the launch ready."""
+    from agent.facts import derive
+    from agent.observe import run_many
+    from agent.rules.guardrails import check_conclusion
+
+    log = TRITON_UP + TRITON_LOADS_VLLM if loading else TRITON_LOADS_VLLM + TRITON_UP
+    card = IncidentCard.model_validate(
+        {
+            "id": "ctr", "title": "t", "source": "test", "engine": "other", "symptom": "ready?",
+            "invocation": {"container": "triton-llm"},
+            "host": {
+                "ps": TRITON_PS, "nvidia_smi": GPU_HELD, "dmesg": "",
+                "containers": {"triton-llm": {"inspect": INSPECT_RUNNING, "logs": log}},
+            },
+        }
+    )  # fmt: skip
+    host = ContainerHost(ReplayHost(card), "triton-llm")
+    calls = [("processes", {}), ("container_inspect", {}), ("container_logs", {})]
+    obs: list[Any] = run_many(host, calls, 1, 0)
+    logs = next(o for o in obs if o["tool"] == "container_logs")
+    ready = "Started HTTPService at 0.0.0.0:8000"
+    line = next(ln for ln in logs["lines"] if ready in ln)
+    action: Any = {
+        "kind": "conclude",
+        "label": "healthy",
+        "confidence": 0.8,
+        "evidence": [{"observation": logs["id"], "line": line}],
+        "summary": "up",
+    }
+    problems = check_conclusion(action, obs, derive(obs))
+    assert any("ready line" in p for p in problems) is loading, problems
