@@ -553,13 +553,64 @@ class ReplayHost:
                 continue  # a GPU query's rows (index, name, 8.6) are no compute-apps rows
             if score == 0 and (_words(args) or _words(kargs)):
                 continue  # `docker ps` is not `docker logs X`
-            # `free -g` still answers `free -m`: the held share the rules read is the same, though
-            # the numbers are GiB (a model reading the row as MiB is told by the header it keeps)
             if best is None or score > best[0]:
                 best = (score, key)
         if best is None:
             return None
-        return self._cursor.read(f"cmd:{best[1]}", commands[best[1]], t)
+        text = self._cursor.read(f"cmd:{best[1]}", commands[best[1]], t)
+        if prog == "free":
+            # the card's `free -g` answers our `free -m` in our unit, as the live host would:
+            # 1007 GiB served as "1007" under a MiB reading told a model the box had 1 GiB
+            return rescale_free(text, _free_unit(_tokens(best[1])[1:]), _free_unit(args))
+        return text
+
+
+#: `free`'s unit flags and the bytes each counts in (no flag: KiB; -h prints its own suffixes)
+_FREE_UNITS = {
+    "-b": 1,
+    "--bytes": 1,
+    "-k": 1 << 10,
+    "--kibi": 1 << 10,
+    "-m": 1 << 20,
+    "--mebi": 1 << 20,
+    "-g": 1 << 30,
+    "--gibi": 1 << 30,
+    "-t": 1 << 40,
+    "--tebi": 1 << 40,
+    "--kilo": 10**3,
+    "--mega": 10**6,
+    "--giga": 10**9,
+    "--tera": 10**12,
+}
+
+
+def _free_unit(args: list[str]) -> int | None:
+    """Bytes per printed number of `free ARGS`; None for -h (its numbers carry their unit)."""
+    unit: int | None = 1 << 10
+    for a in args:
+        if a in ("-h", "--human"):
+            return None
+        flags = [a] if a.startswith("--") else [f"-{c}" for c in a[1:]] if a.startswith("-") else []
+        for f in flags:
+            if f in _FREE_UNITS:
+                unit = _FREE_UNITS[f]
+    return unit
+
+
+def rescale_free(text: str, have: int | None, want: int | None) -> str:
+    """`free`'s Mem:/Swap: numbers from the unit they were printed in to the one asked for.
+
+    Why: a card records the command its author typed (`free -g`); the tools run `free -m`. Served
+    as is, GiB read as MiB. The scaled numbers are what the live host would print, to within its
+    rounding (the card kept no finer figure)."""
+    if have is None or want is None or have == want:
+        return text
+    out = []
+    for line in text.splitlines(keepends=True):
+        if line.split()[:1] in (["Mem:"], ["Swap:"], ["Low:"], ["High:"], ["Total:"]):
+            line = re.sub(r"(?<=\s)\d+(?=\s|$)", lambda m: str(int(m.group()) * have // want), line)
+        out.append(line)
+    return "".join(out)
 
 
 #: programs whose first word is a sub-command that asks its own question: a recorded

@@ -312,3 +312,33 @@ def test_a_gpu_query_never_answers_a_compute_apps_query(replay_host_factory) -> 
     apps = "nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv,noheader"
     assert host.run(apps).error  # not recorded, never the GPU query's rows
     assert host.run(cc).stdout == "0, NVIDIA A10, 8.6\n"
+
+
+def test_a_cards_free_g_answers_free_m_in_mib_as_the_live_host_would() -> None:
+    from cards.model import IncidentCard
+    from cards.replay import ReplayHost
+    from tools.host_facts import parse_free
+
+    free_g = (
+        "               total        used        free      shared  buff/cache   available\n"
+        "Mem:            1007         118         331           7         557         881\n"
+        "Swap:              7           0           7\n"
+    )
+    host_of = lambda cmd: ReplayHost(  # noqa: E731
+        IncidentCard.model_validate(
+            {
+                "id": "f",
+                "title": "t",
+                "source": "test",
+                "engine": "other",
+                "symptom": "s",
+                "host": {"commands": {cmd: free_g}},
+            }
+        )
+    )
+    served = host_of("free -g").run("free -m").stdout
+    mem = parse_free(served)
+    assert mem is not None and mem.total_mib == 1007 * 1024  # about 1 TiB, not 1007 MiB
+    assert "total" in served.splitlines()[0]  # the header is kept
+    # control: the same text recorded under the command we ask is served as it is
+    assert host_of("free -m").run("free -m").stdout == free_g
