@@ -31,12 +31,29 @@ from tools import yamlio
 KNOWLEDGE = Path(__file__).with_name("knowledge") / "launch.yaml"
 
 
+class Companion(BaseModel):
+    """A runtime's own log read beside the launch's (launch.yaml `companion_logs`)."""
+
+    process: str
+    path: str
+
+
+def companion_logs(commands: list[str], found: list[str]) -> list[str]:
+    """The found logs that a runtime the box runs writes for the launch (Ray's raylet.out)."""
+    out: list[str] = []
+    for c in knowledge().companion_logs:
+        if any(re.search(c.process, cmd) for cmd in commands):
+            out += [p for p in found if re.search(c.path, p)]
+    return list(dict.fromkeys(out))
+
+
 class Knowledge(BaseModel):
     model: list[str]
     tensor_parallel: list[str]
     sourced: list[str]
     bystander_lines: list[str]
     ended_words: list[str]
+    companion_logs: list[Companion] = []
 
 
 @lru_cache(maxsize=1)

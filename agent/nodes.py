@@ -30,6 +30,7 @@ from agent.findings import compute
 from agent.hits import earlier_runs_set_aside
 from agent.launch import (
     NOT_THE_ENGINES_LOG,
+    companion_logs,
     log_engines,
     log_port,
     not_this_log,
@@ -111,8 +112,22 @@ def sweep(state: State, runtime: Runtime[RunContext]) -> dict[str, Any]:
         # a --log that is an earlier rotation (server.log.1) leaves the newest launch in the
         # live file beside it (server.log): read that one too, or the last start is never seen
         newer = [b for g in ctx.extra_logs for b in paths if b != g and rotation_of(b, g)]
+        # the runtime under the launch writes its own log (Ray's raylet.out): it is the launch's
+        commands = [
+            str(p.get("command") or "")
+            for o in obs1
+            if o["tool"] == "processes" and o["ok"]
+            for p in o["data"].get("processes") or []
+        ]
         logs = list(
-            dict.fromkeys([*ctx.extra_logs, *newer, *(p for p in symptom_paths if p in logs)])
+            dict.fromkeys(
+                [
+                    *ctx.extra_logs,
+                    *newer,
+                    *(p for p in symptom_paths if p in logs),
+                    *companion_logs(commands, logs),
+                ]
+            )
         )
     if ctx.extra_configs:
         named = set(ctx.extra_configs)

@@ -486,6 +486,10 @@ def _matcher(pattern: str | None) -> re.Pattern[str] | None:
 
 
 #: Host RAM held by all processes together (sum of ps %MEM) at which the kernel's OOM killer is
+#: A container's process table up to this many rows is shown whole (its processes are the
+#: workload's; a bigger one is a whole machine's init tree, filtered like a host's).
+CONTAINER_ALL_ROWS = 40
+
 #: near: the processes holding at least MEM_HOG_PCT each are shown and named.
 MEM_PRESSURE_PCT = 85.0
 MEM_HOG_PCT = 5.0
@@ -634,12 +638,17 @@ def run(host: Host, args: Args) -> Result:
     mem_total = round(sum(mems), 1) if mems else None
     pressure = mem_total is not None and mem_total >= MEM_PRESSURE_PCT
     shown: list[Proc] = []
+    # inside a container every process is the workload's and the table is short: each row is
+    # shown, so a server under a name no registry knows (LocalAI's backend.py, a multiprocessing
+    # spawn child the log names as `(EngineCore pid=N)`) is seen alive, never "gone"
+    whole = outside is None and box is not None and len(procs) <= CONTAINER_ALL_ROWS
     for p in procs:
         if p.pid in gpu_mib:
             p.on_gpu, p.gpu_mib = True, gpu_mib[p.pid]
         hit = match is not None and (match.search(p.command) or args.pattern == str(p.pid))
         if (
-            hit
+            whole
+            or hit
             or p.server
             or p.building
             or p.busy_unknown
