@@ -274,9 +274,22 @@ def _kernel_bystanders(observations: list[Observation]) -> dict[str, str]:
     foreign_stamps: set[logtime.Stamp] = set()
     last_write = _last_write(observations)
     born = _first_birth(observations)
+    mine = _own_container_id(observations)
+    other_victims: set[tuple[int, str]] = set()
     for _, ln in kernel:
         st = kernel_stamp(ln)
         v = victim(ln)
+        theirs = _kill_container_id(ln)
+        if mine and theirs and not (mine.startswith(theirs) or theirs.startswith(mine)):
+            out[ln] = (
+                f"the kill was in another container's cgroup ({theirs[:12]}), not in the "
+                f"investigated container ({mine[:12]})"
+            )
+            if st is not None:
+                foreign_stamps.add(st)
+            if v is not None:
+                other_victims.add(v)
+            continue
         if (
             st is not None
             and born is not None
@@ -309,9 +322,36 @@ def _kernel_bystanders(observations: list[Observation]) -> dict[str, str]:
                 foreign_stamps.add(st)
     for _, ln in kernel:
         st = kernel_stamp(ln)
-        if ln not in out and st is not None and st in foreign_stamps and victim(ln) is None:
+        if ln in out:
+            continue
+        if st is not None and st in foreign_stamps and victim(ln) is None:
             out[ln] = "part of the same kill event as a bystander's kill line"
+        elif victim(ln) in other_victims:
+            out[ln] = "the same victim as a kill in another container's cgroup"
     return out
+
+
+#: a container's cgroup as the kernel names it in an OOM record: Podman's libpod-ID, Docker's
+#: docker-ID, containerd's cri-containerd-ID, CRI-O's crio-ID (systemd or cgroupfs layouts)
+_CGROUP_ID = re.compile(r"\b(?:libpod|docker|cri-containerd|crio)-([0-9a-f]{12,64})\b")
+
+
+def _kill_container_id(line: str) -> str | None:
+    """The container a kernel kill line's task cgroup names (task_memcg= first, then any)."""
+    task = line.split("task_memcg=", 1)[1] if "task_memcg=" in line else line
+    m = _CGROUP_ID.search(task)
+    return m.group(1) if m else None
+
+
+def _own_container_id(observations: list[Observation]) -> str | None:
+    """The id of the container under investigation, as its inspect record gives it."""
+    for o in observations:
+        if o["tool"] == "container_inspect" and o["ok"]:
+            c = (o["data"] or {}).get("container") or {}
+            cid = str(c.get("id") or "").lower()
+            if re.fullmatch(r"[0-9a-f]{12,64}", cid):
+                return cid
+    return None
 
 
 def _own_error_end(observations: list[Observation]) -> str | None:

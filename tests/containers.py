@@ -57,6 +57,18 @@ elif mode == "oom":
     while True:
         hog.append(bytearray(16 << 20))
         time.sleep(0.01)
+elif mode == "wrapped":
+    # a gateway's backend wrapping the engine (LocalAI's backend.py, a Triton stub): the engine
+    # runs as a `python -c` child no registry knows, and its log lines name it by pid
+    child = (
+        "import os, time\n"
+        "for k in range(1, 4):\n"
+        "    print('(EngineCore pid=%d) Loading safetensors checkpoint shards: %d%% Completed | "
+        "%d/4 [00:%02d<00:02, 1.0s/it]' % (os.getpid(), 25 * k, k, k), flush=True)\n"
+        "time.sleep(3600)  # then quiet: compiling, or stuck; alive either way\n"
+    )
+    import subprocess
+    subprocess.run([sys.executable, "-c", child])
 elif mode == "crash":
     log("ValueError: User-specified max_model_len (999999) is greater than the derived "
         "max_model_len (max_position_embeddings=4096 or model_max_length=None in model's "

@@ -136,3 +136,35 @@ def test_rays_memory_monitor_kill_explains_a_loader_that_stopped(tmp_path: Any) 
     )  # fmt: skip
     assert rep.root_cause == "host_oom_killed", rep.summary
     assert any("killed due to memory pressure" in e.line for e in rep.evidence)
+
+
+OURS = "60e34b0e7b82e091835469a3bab6bf76326e9cc665a02126c84f691ec9a7e3b5"
+THEIRS = "7d2a91c04e5b3c1f0a9e8d7c6b5a4f3e2d1c0b9a8f7e6d5c4b3a291807f6e5d4"
+
+
+def _kill(cid: str) -> list[str]:
+    return [
+        "[Thu Dec  3 14:57:52 2026] python3.11 invoked oom-killer: gfp_mask=0xcc0(GFP_KERNEL), "
+        "order=0, oom_score_adj=0",
+        "[Thu Dec  3 14:57:52 2026] oom-kill:constraint=CONSTRAINT_MEMCG,nodemask=(null),"
+        f"cpuset=libpod-{cid},mems_allowed=0,oom_memcg=/libpod_parent/libpod-{cid},"
+        f"task_memcg=/libpod_parent/libpod-{cid},task=python3.11,pid=10053,uid=0",
+        "[Thu Dec  3 14:57:52 2026] Memory cgroup out of memory: Killed process 10053 (python3.11) "
+        "total-vm:282984kB, anon-rss:261292kB, file-rss:6464kB, shmem-rss:0kB, UID:0",
+    ]
+
+
+def _obs(kill: list[str]) -> list[dict[str, Any]]:
+    return [
+        {"id": "o1", "tool": "container_inspect", "ok": True, "args": {}, "lines": [],
+         "data": {"container": {"id": OURS, "name": "serving"}}},
+        {"id": "o2", "tool": "dmesg", "ok": True, "args": {}, "lines": kill, "data": {}},
+    ]  # fmt: skip
+
+
+def test_a_kernel_kill_in_another_containers_cgroup_is_a_bystander() -> None:
+    from agent.kills import bystander_kills
+
+    assert set(bystander_kills(_obs(_kill(THEIRS)))) == set(_kill(THEIRS))
+    # control: the same kill in the investigated container's own cgroup stays a candidate
+    assert not bystander_kills(_obs(_kill(OURS)))

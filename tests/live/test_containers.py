@@ -240,3 +240,22 @@ def test_a_stopped_containers_log_tee_d_on_the_machine_is_read_there(tmp_path: P
     with containers.container(mode="crash", wait_for="exited") as name:
         tail = ContainerHost(LocalHost(), name).read_tail(str(log))
         assert tail.error is None and b"socketStartConnect" in tail.data, tail
+
+
+def test_an_engine_under_a_name_no_registry_knows_is_alive_in_its_container(
+    tmp_path: Path,
+) -> None:
+    """A wrapper runs the engine as a `python -c` child whose log lines name its pid
+    (`(EngineCore pid=N)`) and which goes quiet after three shards: through real podman, the container's table is
+    read whole and the engine is alive, never "gone" (the rulebook had said the server was gone
+    and guessed a cause from that absence)."""
+    with containers.container(mode="wrapped", wait_for="running") as name:
+        time.sleep(3.0)  # past the first shard lines
+        res = TOOLS["processes"].call(ContainerHost(LocalHost(), name), {})
+        assert any(
+            p.command.startswith(containers.python_in_image() + " -c") for p in res.processes
+        )
+        live = staged(tmp_path, name)
+        r = live.report
+        assert r["root_cause"] not in ("killed_externally", "host_oom_killed", "shm_too_small"), r
+        assert "is gone" not in r["summary"], r["summary"]
