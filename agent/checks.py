@@ -279,6 +279,10 @@ def hub_caches(observations: list[Observation]) -> list[str]:
 _DOWNLOAD_DIR = re.compile(r"(?:--download-dir[ =]|download_dir=')(/[^\s',)]+)")
 
 
+#: a GPU at this utilisation or more is at work: the launch's storage reads are not what to ask
+IDLE_GPU_PCT = 50
+
+
 def _memory_would_tell(facts: Facts, observations: list[Observation]) -> bool:
     """A silent log over busy GPUs, where nothing better already tells working from stuck: not
     when a pinned GPU's peer sits idle (a collective waiting for it), nor when the stacks were
@@ -299,7 +303,11 @@ def _memory_would_tell(facts: Facts, observations: list[Observation]) -> bool:
             o["tool"] == "py_stacks" and (not o["ok"] or o["data"].get("method") != "py-spy")
             for o in observations
         )
-        io_tried = any(o["tool"] == "process_io" for o in observations)
+        # (the storage read is not offered while a GPU of the box is at work: then it is no
+        # read left to wait for, and the memory watch is the one that can still tell)
+        io_tried = any(o["tool"] == "process_io" for o in observations) or any(
+            (g.util_pct or 0) >= IDLE_GPU_PCT for g in facts.gpus
+        )
         return (
             bool(facts.server_alive)
             and stacks_failed
@@ -363,7 +371,9 @@ def options(
             args = {"kind": "journalctl", "name": unit} if unit else None
         elif need in ("server_pid", "idle_server_pid"):
             pid = _silent_server_pid(facts)
-            if need == "idle_server_pid" and any((g.util_pct or 0) >= 50 for g in facts.gpus):
+            if need == "idle_server_pid" and any(
+                (g.util_pct or 0) >= IDLE_GPU_PCT for g in facts.gpus
+            ):
                 pid = None  # GPUs at work: a spin or a compute, not a read from storage
             args = {"pid": pid, **(c.get("args") or {})} if pid else None
             if args and facts.ps_outside:
@@ -384,9 +394,11 @@ def options(
             ctr = facts.container
             # its record unread (a pod's runtime, a trimmed paste): the server seen alive inside
             # it, beside a log read from it, says it runs
+            # (a record that names no state, a CRI runtime's `inspect` of another shape, is as
+            # good as unread: it says nothing of whether the container runs)
             running = (
                 ctr.running
-                if ctr is not None
+                if ctr is not None and (ctr.status or ctr.running)
                 else bool(facts.server_alive)
                 and any(o["tool"] == "container_logs" and o["ok"] for o in observations)
             )

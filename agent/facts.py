@@ -160,6 +160,9 @@ class Facts(BaseModel):
     shm_mib: float | None = None
     shm_use_pct: float | None = None
     shm_line: str = ""
+    #: the row of the fullest filesystem df listed (mount, pct, line): the one that refutes a
+    #: full disk when even it has room
+    fullest_mount: tuple[str, float, str] | None = None
     #: the container's inspect line saying it shares the host's IPC namespace (its /dev/shm is
     #: the host's, not docker's 64 MiB default)
     ipc_host_line: str = ""
@@ -1114,6 +1117,13 @@ def _disk(f: Facts, o: Observation, _logs: LogReads) -> None:
             f.shm_line = line
         elif m.use_pct is not None and m.use_pct >= disk.FULL_PCT:  # the disk tool's one number
             f.full_mounts.append((m.mount, float(m.use_pct), line))
+        if (
+            m.mount != "/dev/shm"
+            and m.use_pct is not None
+            and line
+            and (f.fullest_mount is None or m.use_pct > f.fullest_mount[1])
+        ):
+            f.fullest_mount = (m.mount, float(m.use_pct), line)
 
 
 #: an absolute path in a log line or a command line (quoted or bare, up to a separator)

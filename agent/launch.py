@@ -79,6 +79,15 @@ def first_value(kind: str, text: str) -> str | None:
 _HOME_DIR = re.compile(r"^(/home/[^/]+|/root)(?:/|$)")
 
 
+def _expand_home(path: str, base_dir: str) -> str | None:
+    """`~/x` as the home of the script's owner, where the script lives under it; another
+    user's `~name/x`, or a script outside any home, leaves the path unknown (None)."""
+    home = _HOME_DIR.match(base_dir)
+    if home is None or not path.startswith("~/"):
+        return None
+    return home.group(1) + path[1:]
+
+
 def sourced_files(text: str, base_dir: str) -> list[str]:
     """Files a launch script or unit reads its settings from (`source`, `.`, `--env-file`,
     `EnvironmentFile=`, `env_file:`), as absolute paths: a setting there is the launch's own."""
@@ -88,13 +97,10 @@ def sourced_files(text: str, base_dir: str) -> list[str]:
             path = m.group(1)
             if "$" in path or path in ("/dev/null",):
                 continue
-            if path == "~" or path.startswith("~"):
-                # the home of the script's owner, where the script lives under it; another
-                # user's `~name` or a script outside any home leaves the file unknown
-                home = _HOME_DIR.match(base_dir)
-                if home is None or not path.startswith("~/"):
+            if path.startswith("~"):
+                path = _expand_home(path, base_dir)
+                if path is None:
                     continue
-                path = home.group(1) + path[1:]
             if not path.startswith("/"):
                 path = posixpath.normpath(posixpath.join(base_dir, path))
             out.append(path)
@@ -616,6 +622,13 @@ def script_log_targets(text: str, script: str) -> list[tuple[str, list[str]]]:
         if "$" in target or target.startswith("/dev/"):
             continue
         name = posixpath.basename(target)
+        if target.startswith("~"):
+            # `> ~/ft/logs/x.log` is under the script owner's home, never under the script's
+            # own directory (`/home/u/ft/~/ft/logs`)
+            expanded = _expand_home(target, base)
+            if expanded is None:
+                continue
+            target = expanded
         if target.startswith("/"):
             dirs = [posixpath.dirname(target)]
         else:

@@ -61,6 +61,7 @@ class Result(ToolResult):
     grew: bool | None = Field(None, description="new lines arrived during the window")
     waited_s: float = 0.0
     window_s: float = Field(0.0, description="how long the watch was allowed to wait")
+    asked_s: float | None = Field(None, description="the watch_s asked for")
     last_progress: Progress | None = Field(
         None, description="the newest progress bar in the last lines, with its pace and ETA"
     )
@@ -70,8 +71,10 @@ class Result(ToolResult):
             return super().lines()
         out = [f"# {self.cli} log of container {self.container} ($ {self.command})"]
         if self.watched:
+            from tools.log_window import cap_note
+
             out.append(
-                f"# watched it for {self.waited_s:.1f} s: "
+                f"# watched it for {self.waited_s:.1f} s{cap_note(self.asked_s, self.window_s)}: "
                 + ("new lines arrived" if self.grew else "no new line")
             )
         if self.restart_count:
@@ -150,6 +153,7 @@ def run(host: Host, args: Args) -> Result:
     res.watched, res.grew = True, _key(res) != base
     res.waited_s = round(host.clock() - t0, 3)
     res.window_s = round(window, 3)
+    res.asked_s = float(args.watch_s)
     res.last_progress = last_progress([e.text for e in res.entries[-5:]])
     return res
 

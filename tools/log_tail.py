@@ -23,6 +23,7 @@ from tools.host import Host
 from tools.log_window import (
     DEFAULT_BASE_S,
     Progress,
+    cap_note,
     last_progress,
     max_window_s,
     poll_interval,
@@ -69,6 +70,7 @@ class Result(ToolResult):
     grew: bool | None = Field(None, description="the size changed during the window")
     grew_bytes: int = Field(0, description="size change during the window")
     waited_s: float = Field(0.0, description="seconds waited on the host's clock")
+    asked_s: float | None = Field(None, description="the watch_s asked for")
     window_s: float = Field(0.0, description="the window it was willing to wait")
     silence_s: float | None = Field(
         None, description="the longest gap between the log's own stamped lines (its pace)"
@@ -107,6 +109,9 @@ class Result(ToolResult):
                 "(read cap reached; use log_search for older lines)"
             )
         if self.watched:
+            capped = cap_note(self.asked_s, self.window_s)
+            if capped:
+                notes.append(f"# watch window{capped}")
             if self.grew:
                 notes.append(
                     f"# watched it for {self.waited_s:.1f} s: it grew by {self.grew_bytes} bytes"
@@ -235,6 +240,7 @@ def watch(host: Host, args: Args) -> Result:
             return nxt
         res = nxt
     res.watched = True
+    res.asked_s = float(args.watch_s) if args.watch_s is not None else None
     res.grew = res.size != baseline
     res.grew_bytes = res.size - baseline
     res.waited_s = round(host.clock() - t0, 3)

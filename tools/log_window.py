@@ -163,6 +163,15 @@ def max_window_s() -> float:
     return min(max(v, 0.0), 3600.0)
 
 
+def cap_note(asked_s: float | None, window_s: float) -> str:
+    """What a watch's header says when it waited less than it was asked: the cap, by name, so
+    a reader never takes a 30 s watch for the 120 s one it asked for."""
+    limit = max_window_s()
+    if asked_s is None or asked_s <= limit + 0.5 or window_s > limit + 0.5:
+        return ""
+    return f" (asked {asked_s:.0f} s; {ENV_MAX} caps a watch at {limit:.0f} s)"
+
+
 def step_window_s(s_per_item: float) -> float:
     """How long a watch of a bar must last for silence to mean something: one and a half of its
     steps (steps vary about their mean) and a second. A shorter window, capped by the liveness

@@ -269,15 +269,19 @@ def host_rules(facts: Facts, hits, add, observations: list[Observation] | None =
             f"{mount} is {pct:.0f}% full",
         )
     if facts.disk_available and not facts.full_mounts and "disk_full" not in labels_hit:
+        # the row that shows it: the fullest filesystem df listed (a header proves nothing)
+        fullest = facts.fullest_mount
         add(
             "disk_full",
             "fact",
             F.weakens_clearly,
             facts.disk_obs,
-            facts.shm_line or "Filesystem",
+            fullest[2] if fullest else facts.shm_line or "Filesystem",
             "no filesystem the launch writes to is near full (full: "
             + ", ".join(m for m, _, _ in facts.others_full_mounts[:3])
             + ", where no path of the launch lies)"
             if facts.others_full_mounts
+            else f"no filesystem is near full: the fullest, {fullest[0]}, is {fullest[1]:.0f}% used"
+            if fullest
             else "no filesystem is near full",
         )

@@ -168,3 +168,110 @@ def test_a_kernel_kill_in_another_containers_cgroup_is_a_bystander() -> None:
     assert set(bystander_kills(_obs(_kill(THEIRS)))) == set(_kill(THEIRS))
     # control: the same kill in the investigated container's own cgroup stays a candidate
     assert not bystander_kills(_obs(_kill(OURS)))
+
+
+def test_a_watch_capped_below_what_was_asked_says_so(monkeypatch: Any) -> None:
+    from tools.log_window import cap_note
+
+    monkeypatch.setenv("PIVOT_LIVENESS_MAX_S", "30")
+    assert "caps a watch at 30 s" in cap_note(120, 30)
+    assert "asked 120 s" in cap_note(120, 30)
+    # control: a watch given what it asked (or more, for a slow bar) says nothing more
+    assert cap_note(20, 20) == "" and cap_note(None, 30) == "" and cap_note(120, 180) == ""
+
+
+#: a CRI runtime's `inspect` (crictl): no docker-style State, so it says nothing of running
+CRI_INSPECT = '{"status": {"id": "9f1c", "metadata": {"name": "vllm"}}, "info": {"pid": 4242}}'
+TP2_PS = PS_HEADER + (
+    "root           1  0.3  0.6 11824400 1601324 ?    Ssl  12:54   0:07 python3 -m "
+    "vllm.entrypoints.openai.api_server --model /models/m --tensor-parallel-size 2\n"
+    "root         512  0.0  0.5 13990212 1390016 ?    Sl   12:54   0:04 VLLM::EngineCore\n"
+    "root         820  0.0  0.9 30218704 2411880 ?    Sl   12:55   0:09 VLLM::Worker_TP0\n"
+    "root         958  0.0  0.9 30220112 2409332 ?    Sl   12:55   0:09 VLLM::Worker_TP1\n"
+)
+NCCL_THEN_WAITING = (
+    "(EngineCore pid=512) INFO 08-09 20:54:55 [core.py:98] Initializing a V1 LLM engine "
+    "(v0.25.0) with config: model='/models/m', tensor_parallel_size=2\n"
+    "(Worker pid=820) INFO 08-09 20:55:03 [parallel_state.py:1607] world_size=2 rank=0 "
+    "local_rank=0 distributed_init_method=tcp://127.0.0.1:51789 backend=nccl\n"
+    "pod-1:820:1027 [0] NCCL INFO comm 0x5d41e2c0 rank 0 nRanks 2 nNodes 1 localRanks 2\n"
+    "pod-1:820:1027 [0] NCCL INFO Channel 01/02 : 0 1\n"
+    "(APIServer pid=1) DEBUG 08-09 20:55:10 [v1/engine/utils.py:1262] Waiting for 1 local, "
+    "0 remote core engine proc(s) to start.\n"
+    "(APIServer pid=1) DEBUG 08-09 21:25:20 [v1/engine/utils.py:1262] Waiting for 1 local, "
+    "0 remote core engine proc(s) to start.\n"
+)
+LOADING_THEN_WAITING = NCCL_THEN_WAITING.replace(
+    "pod-1:820:1027 [0] NCCL INFO Channel 01/02 : 0 1\n",
+    "pod-1:820:1027 [0] NCCL INFO Channel 01/02 : 0 1\n(Worker pid=820) Loading safetensors "
+    "checkpoint shards:  40% Completed | 4/10 [06:10<09:15, 92.5s/it]\n",
+)
+#: the launch's two GPUs idle at NCCL's buffers; a co-tenant's GPU at work beside them
+SMI = (
+    "0, NVIDIA L20, 561 MiB, 45507 MiB, 46068 MiB, 0 %\n"
+    "1, NVIDIA L20, 561 MiB, 45507 MiB, 46068 MiB, 0 %\n"
+    "2, NVIDIA L20, 31240 MiB, 14828 MiB, 46068 MiB, 57 %\n"
+)
+
+
+def _stalled_pod(log: str) -> IncidentCard:
+    timed = [{"at": 0, "text": log}, {"at": 600, "text": log}]
+    return IncidentCard.model_validate(
+        {
+            "id": "pod", "title": "t", "source": "test", "engine": "vllm",
+            "symptom": "our TP=2 vLLM pod never becomes ready", "invocation": {"container": "vllm"},
+            "host": {
+                "nvidia_smi": [{"at": 0, "text": SMI}, {"at": 600, "text": SMI}],
+                "containers": {
+                    "vllm": {"inspect": CRI_INSPECT, "logs": timed,
+                             "ps": [{"at": 0, "text": TP2_PS}, {"at": 600, "text": TP2_PS}]},
+                },
+            },
+        }
+    )  # fmt: skip
+
+
+def test_vllms_engine_startup_wait_notice_is_a_wait_not_the_phase() -> None:
+    from agent.rules import proof
+
+    assert proof.wait_message(
+        "(APIServer pid=1) DEBUG 08-09 21:25:20 [v1/engine/utils.py:1262] Waiting for 1 local, "
+        "0 remote core engine proc(s) to start."
+    )
+    assert not proof.wait_message("pod-1:820:1027 [0] NCCL INFO Channel 01/02 : 0 1")  # control
+
+
+def test_a_pod_silent_after_nccl_init_behind_wait_notices_is_an_inferred_stall(
+    tmp_path: Any,
+) -> None:
+    """A CRI record that names no state, a co-tenant's GPU at 57 %, the engine's front end
+    printing its wait notice: the container's log is still watched, the GPUs too, and the
+    stall after NCCL's set-up is inferred (capped), never a kill from a probe."""
+    card = _stalled_pod(NCCL_THEN_WAITING)
+    rep = investigate(
+        ContainerHost(ReplayHost(card), "vllm"),
+        card.symptom,
+        settings=Settings(home=tmp_path / "h"),
+    )
+    assert rep.root_cause == "nccl_failure", rep.summary
+    assert rep.confidence <= 0.6
+
+
+def test_a_pod_silent_after_a_shard_line_is_not_called_an_nccl_stall(tmp_path: Any) -> None:
+    card = _stalled_pod(LOADING_THEN_WAITING)  # control: the last phase is a slow load
+    rep = investigate(
+        ContainerHost(ReplayHost(card), "vllm"),
+        card.symptom,
+        settings=Settings(home=tmp_path / "h"),
+    )
+    assert rep.root_cause != "nccl_failure", rep.summary
+
+
+def test_a_scripts_log_under_tilde_is_in_its_owners_home() -> None:
+    from agent.launch import script_log_targets
+
+    got = script_log_targets("python serve.py > ~/ft/logs/serve.log 2>&1\n", "/home/kng/ft/run.sh")
+    assert got == [("serve.log", ["/home/kng/ft/logs"])]
+    # control: a relative target is still resolved against the script's directory and above
+    rel = script_log_targets("python serve.py > logs/serve.log 2>&1\n", "/home/kng/ft/run.sh")
+    assert rel[0][1][0] == "/home/kng/ft/logs"
