@@ -162,6 +162,7 @@ class Result(ToolResult):
     read_outside: str | None = Field(
         None, description="why the table is the machine's, not the container's (no ps inside)"
     )
+    whole: bool = Field(False, description="every row shown (a container's own table)")
 
     def lines(self) -> list[str]:
         out = [self.header] if self.header and self.processes else []
@@ -201,7 +202,13 @@ class Result(ToolResult):
                 "users (run as root or as the server's user to tie the log to its process)"
             )
         live = [p for p in self.processes if p.server and not p.zombie]
-        if not live and self.ok:
+        if not live and self.ok and self.whole and self.processes:
+            out.append(
+                "# no inference-server process is running that the engine registry knows (the "
+                "container's whole table is shown: a process its log names by pid may be the "
+                "server under another name)"
+            )
+        elif not live and self.ok:
             out.append("# no inference-server process is running")
         elif live and self.ok and all(p.ours is False for p in live):
             others = ", ".join(str(p.pid) for p in live[:6])
@@ -675,6 +682,7 @@ def run(host: Host, args: Args) -> Result:
         rotated=rotated,
         fd_unreadable=denied,
         read_outside=outside,
+        whole=whole,
     )
 
 

@@ -63,6 +63,7 @@ def test_a_containers_processes_are_shown_whole_so_a_log_named_engine_is_alive()
     card = _card(WRAPPED_PS, WRAPPED_LOG)
     inside = processes.run(ContainerHost(ReplayHost(card), "serving"), processes.Args())
     assert {p.pid for p in inside.processes} == {1, 18, 2911, 3085}
+    assert any("the container's whole table is shown" in ln for ln in inside.lines())
     # control: the same table read on a machine is filtered to what the registry knows
     host_card = IncidentCard.model_validate(
         {"id": "h", "title": "t", "source": "test", "engine": "other", "symptom": "s",
