@@ -438,9 +438,11 @@ def read_once(host: Host) -> Result:
                 status, error = _failure_status(q)
             else:
                 status, error = _failure_status(t if not t.missing_command else q)
-                if status == "unknown_error" and not q.missing_command:
+                if status in ("unknown_error", "not_read") and not q.missing_command:
+                    # the query that ran and failed says why (NVML's driver/library mismatch);
+                    # a table read that was never made says nothing about the GPUs
                     status_q, error_q = _failure_status(q)
-                    if status_q != "unknown_error":
+                    if status_q not in ("unknown_error", "not_read") or status == "not_read":
                         status, error = status_q, error_q
             lines = [ln for ln in (q.stdout + "\n" + t.stdout).splitlines() if ln.strip()][:5]
             return Result(

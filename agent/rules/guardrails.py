@@ -261,6 +261,26 @@ def _crash_rule(
             "(a traceback's last line, an ERROR/FATAL line, an NCCL/CUDA error, a signal); "
             "a grep hit or a phase marker is not a crash"
         ]
+    # the errors that say what happened (exceptions, NCCL/CUDA errors, signatures), not the
+    # ERROR-prefixed frames and wrapper lines around them ("EngineCore failed to start.")
+    survivors = [
+        o["lines"][i]
+        for o, i, k in lines
+        if k not in ("error_level", "exit_signal") and not proof.is_wrapper(o["lines"][i])
+    ]
+    if (
+        label != "killed_externally"
+        and survivors
+        and all(proof.peer_lost(ln) for ln in survivors)
+    ):
+        # "Connection closed by peer" is what the survivor saw: the peer ended first, and what
+        # ended it (its own error, a kill, its node's OOM killer) is the cause, not the link
+        return [
+            f"[{label}] cites only a survivor's error: its peer went away "
+            f"({survivors[0].strip()[-120:]}); that is the consequence. What ended the peer is "
+            "the cause: read the peer's own log, its container's state and its node's kernel log "
+            "(another host: say so and conclude insufficient_evidence with this line as the clue)"
+        ]
     reasons = [crash_shown(o, i, k, facts, hits) for o, i, k in lines]
     if all(r is not None for r in reasons):
         return [f"[{label}] is not a crash: {reasons[0]}"]
@@ -484,10 +504,26 @@ def positive_external_sign(
     return None
 
 
+def _cited_writer_gone(action: Action, facts: Facts) -> bool:
+    """A cited line names its writer's pid (vLLM's `(EngineCore pid=412)`) and the process table,
+    read in the log's own pid namespace, has no such process: that writer is gone."""
+    if not facts.ps_available or facts.ps_outside:
+        return False
+    named = proof.log_pids(_cited(action))
+    return bool(named) and any(pid not in facts._ps_recs for pid in named)
+
+
 def _killed(action: Action, by_id: dict[str, Observation], facts: Facts, hits: Hits) -> list[str]:
     out = []
-    # the server gone, one of its ranks gone, or its core (scheduler, engine core) gone
-    gone = facts.server_alive is not True or facts.ranks_gone or facts.core_gone_line
+    # the server gone, one of its ranks gone, or its core (scheduler, engine core) gone, or the
+    # process the cited lines name as their writer gone (an earlier attempt's engine core, while
+    # a retry runs under another pid)
+    gone = (
+        facts.server_alive is not True
+        or facts.ranks_gone
+        or facts.core_gone_line
+        or _cited_writer_gone(action, facts)
+    )
     if not gone and positive_external_sign(list(by_id.values()), hits) is None:
         out.append(
             "[killed_externally] needs the server process (or one of its ranks, or its core) gone, "

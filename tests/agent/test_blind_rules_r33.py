@@ -276,3 +276,101 @@ def test_a_scripts_log_under_tilde_is_in_its_owners_home() -> None:
     # control: a relative target is still resolved against the script's directory and above
     rel = script_log_targets("python serve.py > logs/serve.log 2>&1\n", "/home/kng/ft/run.sh")
     assert rel[0][1][0] == "/home/kng/ft/logs"
+
+
+def test_nvidia_smis_own_failure_is_reported_not_an_unrecorded_fallback() -> None:
+    from tools import gpu_status
+
+    def host(extra: dict[str, Any]) -> ReplayHost:
+        return ReplayHost(
+            IncidentCard.model_validate(
+                {"id": "g", "title": "t", "source": "test", "engine": "other", "symptom": "s",
+                 "host": {"ps": PS_HEADER, **extra}}
+            )
+        )  # fmt: skip
+
+    mismatch = "Failed to initialize NVML: Driver/library version mismatch\n"
+    res = gpu_status.run(host({"nvidia_smi": mismatch}), gpu_status.Args())
+    assert res.status == "no_driver" and "Driver/library version mismatch" in (res.error or "")
+    # control: nothing recorded at all is not read, never a driver fault
+    assert gpu_status.run(host({}), gpu_status.Args()).status == "not_read"
+
+
+def test_a_sidecars_term_signal_line_is_a_stop_from_outside() -> None:
+    from agent.rules import proof
+
+    assert proof.external_end(
+        '{"logger":"queueproxy","message":"Received TERM signal, attempting to gracefully '
+        'shutdown servers."}'
+    )
+    assert not proof.external_end("Received a request signal from the client")  # control
+
+
+PEER_GONE = [
+    "(Worker_TP0 pid=212) INFO 05-19 14:21:40 [parallel_state.py:1411] world_size=2 rank=0 "
+    "local_rank=0 distributed_init_method=tcp://10.0.0.1:29501 backend=nccl",
+    "(Worker_TP0 pid=212) ERROR 05-19 14:24:58 [multiproc_executor.py:990] Traceback (most "
+    "recent call last):",
+    "(Worker_TP0 pid=212) ERROR 05-19 14:24:58 [multiproc_executor.py:990]     "
+    "torch.distributed.barrier(group=self.cpu_group)",
+    "(Worker_TP0 pid=212) ERROR 05-19 14:24:58 [multiproc_executor.py:990] RuntimeError: "
+    "[/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer "
+    "[10.0.0.2]:29562",
+    "(EngineCore pid=145) ERROR 05-19 14:24:59 [core.py:1098] EngineCore failed to start.",
+]
+
+
+def _gate(label: str, cited: list[int], lines: list[str]) -> list[str]:
+    from agent.rules.guardrails import check_conclusion
+    from agent.state import Action, Observation
+    from tests.agent.test_proof import _facts
+
+    obs = [Observation(id="o1", tool="log_tail", args={"path": "/srv/head.log"}, ok=True,
+                       lines=lines, data={}, round=0)]  # fmt: skip
+    action = Action(
+        kind="conclude", label=label, confidence=0.8,
+        evidence=[{"observation": "o1", "line": lines[i]} for i in cited],
+    )  # fmt: skip
+    return check_conclusion(action, obs, _facts(alive=False))
+
+
+def test_a_survivors_connection_closed_by_peer_is_no_proof_of_the_link() -> None:
+    problems = _gate("nccl_failure", [3, 4, 2], PEER_GONE)
+    assert problems and "survivor" in problems[0], problems
+    # control: the rank's own NCCL error (not a peer gone) still proves it
+    own = [*PEER_GONE[:3], PEER_GONE[3].replace(
+        "RuntimeError: [/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection "
+        "closed by peer [10.0.0.2]:29562",
+        "torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, "
+        "unhandled system error, NCCL version 2.28.9",
+    ), PEER_GONE[4]]  # fmt: skip
+    assert not [p for p in _gate("nccl_failure", [3, 4], own) if "survivor" in p]
+
+
+def test_an_earlier_attempts_engine_gone_is_gone_though_a_retry_runs() -> None:
+    from agent.facts import Facts
+    from agent.rules.guardrails import check_conclusion
+    from agent.state import Action, Observation
+
+    lines = [
+        "(EngineCore pid=412) INFO 07-08 10:57:09 flashinfer.jit: Loading JIT ops: fused_moe_120",
+        "RuntimeError: Engine core initialization failed. See root cause above. Failed core "
+        "proc(s): {}",
+        '11:01AM ERR Server error error="could not load model" latency=10m0.4s status=500',
+        "(EngineCore pid=3085) INFO 07-08 11:05:58 [gpu_model_runner.py:4012] Model loading "
+        "took 43.17 GiB memory and 97.402188 seconds",
+    ]
+    obs = [Observation(id="o1", tool="container_logs", args={}, ok=True, lines=lines, data={},
+                       round=0)]  # fmt: skip
+    f = Facts(ps_available=True, server_pids=[3085], server_main_pids=[3085])
+    f._ps_recs = {3085: {"pid": 3085, "command": "python -c spawn_main"}}
+
+    def gate(cited: list[int]) -> list[str]:
+        action = Action(
+            kind="conclude", label="killed_externally", confidence=0.7,
+            evidence=[{"observation": "o1", "line": lines[i]} for i in cited],
+        )  # fmt: skip
+        return [p for p in check_conclusion(action, obs, f) if "needs the server process" in p]
+
+    assert not gate([0, 2])  # the first attempt's engine core (412) is gone
+    assert gate([3])  # control: the retry's live engine (3085) is no process gone
