@@ -268,11 +268,7 @@ def _crash_rule(
         for o, i, k in lines
         if k not in ("error_level", "exit_signal") and not proof.is_wrapper(o["lines"][i])
     ]
-    if (
-        label != "killed_externally"
-        and survivors
-        and all(proof.peer_lost(ln) for ln in survivors)
-    ):
+    if label != "killed_externally" and survivors and all(proof.peer_lost(ln) for ln in survivors):
         # "Connection closed by peer" is what the survivor saw: the peer ended first, and what
         # ended it (its own error, a kill, its node's OOM killer) is the cause, not the link
         return [
