@@ -115,6 +115,15 @@ class Result(ToolResult):
         if self.error or c is None:
             return super().lines()
         out = list(c.shown)
+        if not c.status and not c.running:
+            # a CRI runtime's record (crictl) or a pod's is not docker's shape: none of the
+            # fields below could be read from it, and blanks must not read as a stopped container
+            out.append(
+                f"# this record is not in {self.cli or 'docker'}'s inspect shape (a CRI runtime's "
+                "or a pod's?): the container's state, exit code and limits are unknown from it; "
+                "read them with the runtime that runs it (kubectl get pod -o json, crictl inspect)"
+            )
+            return out
         out.append(
             f"# container {c.name} ({self.cli}): {c.status}, exit code {c.exit_code}, "
             f"OOMKilled {str(c.oom_killed).lower()}, restarted {c.restart_count} times"

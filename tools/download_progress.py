@@ -111,8 +111,12 @@ def _quote(path: str) -> str:
     return "~/" + shlex.quote(path[2:]) if path.startswith("~/") else shlex.quote(path)
 
 
-def _read(host: Host, directory: str) -> list[Blob] | None:
+def _read(host: Host, directory: str, unread: list[str] | None = None) -> list[Blob] | None:
+    """The blobs listed in `directory`, or None. A listing never made (a lost connection, a
+    replayed card that did not record it) is noted in `unread`: unknown, not "no cache"."""
     res = host.run(f"ls -l {_quote(directory)}", timeout=10, max_bytes=200_000)
+    if not res.ok and res.rc is None and res.error and unread is not None:
+        unread.append(res.error)
     return parse_ls(res.stdout) if res.ok else None
 
 
@@ -127,12 +131,23 @@ def run(host: Host, args: Args) -> Result:
         )
     caches = list(dict.fromkeys([*args.caches, *DEFAULT_CACHES]))
     directory, first = None, None
+    unread: list[str] = []
     for cache in caches:
         d = blobs_dir(cache, args.model)
-        first = _read(host, d)
+        first = _read(host, d, unread)
         if first is not None:
             directory = d
             break
+    if (directory is None or first is None) and unread:
+        return Result(
+            host=host.name,
+            ok=False,
+            model=args.model,
+            error=f"the hub cache for {args.model} could not be listed on {host.name}: "
+            f"{unread[0][:200]}",
+            fix="list the cache on the host itself (ls -l <cache>/models--org--name/blobs); "
+            "until then whether it downloads is unknown",
+        )
     if directory is None or first is None:
         return Result(
             host=host.name,

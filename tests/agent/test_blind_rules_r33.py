@@ -374,3 +374,37 @@ def test_an_earlier_attempts_engine_gone_is_gone_though_a_retry_runs() -> None:
 
     assert not gate([0, 2])  # the first attempt's engine core (412) is gone
     assert gate([3])  # control: the retry's live engine (3085) is no process gone
+
+
+def test_a_hub_cache_never_listed_is_unknown_not_absent(tmp_path: Any) -> None:
+    from tools import download_progress
+    from tools.local_host import LocalHost
+
+    card = IncidentCard.model_validate(
+        {"id": "d", "title": "t", "source": "test", "engine": "vllm", "symptom": "s",
+         "host": {"ps": PS_HEADER}}
+    )  # fmt: skip
+    args = download_progress.Args(model="org/model", caches=["/data/hf/hub"])
+    res = download_progress.run(ReplayHost(card), args)
+    assert not res.ok and "could not be listed" in (res.error or ""), res.error
+    # control: a cache directory that really is not there is "no hub cache"
+    live = download_progress.run(
+        LocalHost(), download_progress.Args(model="org/model", caches=[str(tmp_path / "none")])
+    )
+    assert not live.ok and "no hub cache" in (live.error or ""), live.error
+
+
+def test_a_record_not_in_dockers_shape_says_its_state_is_unknown() -> None:
+    from tools import container_inspect
+
+    cri = container_inspect.Result(
+        host="h", cli="docker", container=container_inspect.ContainerState()
+    )
+    assert any("not in docker's inspect shape" in ln for ln in cri.lines())
+    # control: a docker record with a state prints it
+    ran = container_inspect.Result(
+        host="h",
+        cli="docker",
+        container=container_inspect.ContainerState(name="v", status="running", running=True),
+    )
+    assert any("# container v (docker): running" in ln for ln in ran.lines())
