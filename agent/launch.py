@@ -35,14 +35,18 @@ class Companion(BaseModel):
     """A runtime's own log read beside the launch's (launch.yaml `companion_logs`)."""
 
     process: str
+    launch: str
     path: str
 
 
 def companion_logs(commands: list[str], found: list[str]) -> list[str]:
-    """The found logs that a runtime the box runs writes for the launch (Ray's raylet.out)."""
+    """The found logs that a runtime the box runs writes for the launch (Ray's raylet.out): the
+    runtime's daemon runs, and a process says the launch runs on it."""
     out: list[str] = []
     for c in knowledge().companion_logs:
-        if any(re.search(c.process, cmd) for cmd in commands):
+        if any(re.search(c.process, cmd) for cmd in commands) and any(
+            re.search(c.launch, cmd) for cmd in commands
+        ):
             out += [p for p in found if re.search(c.path, p)]
     return list(dict.fromkeys(out))
 

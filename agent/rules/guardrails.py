@@ -500,13 +500,23 @@ def positive_external_sign(
     return None
 
 
-def _cited_writer_gone(action: Action, facts: Facts) -> bool:
-    """A cited line names its writer's pid (vLLM's `(EngineCore pid=412)`) and the process table,
-    read in the log's own pid namespace, has no such process: that writer is gone."""
+def _cited_writer_gone(action: Action, by_id: dict[str, Observation], facts: Facts) -> bool:
+    """A cited line names its writer's pid (vLLM's `(EngineCore pid=412)`) and the process table
+    has no such process, while it has another pid the same log names (so both are numbered in
+    one pid namespace, a retry's engine beside the first attempt's): that writer is gone."""
     if not facts.ps_available or facts.ps_outside:
         return False
     named = proof.log_pids(_cited(action))
-    return bool(named) and any(pid not in facts._ps_recs for pid in named)
+    if not named or all(pid in facts._ps_recs for pid in named):
+        return False
+    logs = {str(e.get("observation", "")) for e in action.get("evidence") or []}
+    everyone = {
+        pid
+        for oid in logs
+        if (o := by_id.get(oid)) is not None
+        for pid in proof.log_pids(text_lines(o))
+    }
+    return any(pid in facts._ps_recs for pid in everyone)
 
 
 def _killed(action: Action, by_id: dict[str, Observation], facts: Facts, hits: Hits) -> list[str]:
@@ -518,7 +528,7 @@ def _killed(action: Action, by_id: dict[str, Observation], facts: Facts, hits: H
         facts.server_alive is not True
         or facts.ranks_gone
         or facts.core_gone_line
-        or _cited_writer_gone(action, facts)
+        or _cited_writer_gone(action, by_id, facts)
     )
     if not gone and positive_external_sign(list(by_id.values()), hits) is None:
         out.append(

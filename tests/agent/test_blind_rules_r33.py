@@ -120,6 +120,9 @@ RAYLET = "/tmp/ray/session_latest/logs/raylet.out"
 def test_a_ray_launchs_raylet_log_is_read_with_its_own() -> None:
     found = [RAYLET, "/tmp/other/job.log"]
     assert companion_logs([RAY_PS], found) == [RAYLET]
+    # control: another user's Ray cluster beside an mp launch says nothing of it
+    mp = RAY_PS.replace("--distributed-executor-backend ray", "--distributed-executor-backend mp")
+    assert companion_logs([mp], found) == []
     # control: no raylet on the box, no Ray log taken for the launch's
     assert companion_logs([PS_HEADER + "root 1 0 0 1 1 ? S 1 0:00 python -m vllm\n"], found) == []
 
@@ -374,6 +377,11 @@ def test_an_earlier_attempts_engine_gone_is_gone_though_a_retry_runs() -> None:
 
     assert not gate([0, 2])  # the first attempt's engine core (412) is gone
     assert gate([3])  # control: the retry's live engine (3085) is no process gone
+    # control: a log none of whose pids the table has (another pid namespace: a host's table
+    # beside a container's log) proves nothing gone
+    obs[0] = Observation(id="o1", tool="container_logs", args={}, ok=True, lines=lines[:3],
+                         data={}, round=0)  # fmt: skip
+    assert gate([0, 2])
 
 
 def test_a_hub_cache_never_listed_is_unknown_not_absent(tmp_path: Any) -> None:
@@ -408,3 +416,17 @@ def test_a_record_not_in_dockers_shape_says_its_state_is_unknown() -> None:
         container=container_inspect.ContainerState(name="v", status="running", running=True),
     )
     assert any("# container v (docker): running" in ln for ln in ran.lines())
+
+
+FREE_LESS = [
+    "(EngineCore_DP0 pid=167) INFO 09-09 10:11:27 [core.py:69] Initializing a V1 LLM engine",
+    "(EngineCore_DP0 pid=167) ERROR 09-09 10:11:48 [core.py:586] ValueError: Free memory on "
+    "device (67.24/79.25 GiB) on startup is less than desired GPU memory utilization (0.9, "
+    "71.33 GiB). Decrease GPU memory utilization or reduce GPU memory used by other processes.",
+]
+
+
+def test_a_fraction_set_for_a_shared_gpu_may_be_cited_on_vllms_free_memory_line() -> None:
+    assert not [p for p in _gate("bad_launch_argument", [1], FREE_LESS) if "known signs" in p]
+    # control: the same line proves no broken dependency
+    assert [p for p in _gate("dependency_error", [1], FREE_LESS) if "known signs" in p]
