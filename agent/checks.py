@@ -283,6 +283,10 @@ _DOWNLOAD_DIR = re.compile(r"(?:--download-dir[ =]|download_dir=')(/[^\s',)]+)")
 IDLE_GPU_PCT = 50
 
 
+def _gpu_at_work(facts: Facts) -> bool:
+    return any((g.util_pct or 0) >= IDLE_GPU_PCT for g in facts.gpus)
+
+
 def _memory_would_tell(facts: Facts, observations: list[Observation]) -> bool:
     """A silent log over busy GPUs, where nothing better already tells working from stuck: not
     when a pinned GPU's peer sits idle (a collective waiting for it), nor when the stacks were
@@ -305,9 +309,7 @@ def _memory_would_tell(facts: Facts, observations: list[Observation]) -> bool:
         )
         # (the storage read is not offered while a GPU of the box is at work: then it is no
         # read left to wait for, and the memory watch is the one that can still tell)
-        io_tried = any(o["tool"] == "process_io" for o in observations) or any(
-            (g.util_pct or 0) >= IDLE_GPU_PCT for g in facts.gpus
-        )
+        io_tried = any(o["tool"] == "process_io" for o in observations) or _gpu_at_work(facts)
         return (
             bool(facts.server_alive)
             and stacks_failed
@@ -371,9 +373,7 @@ def options(
             args = {"kind": "journalctl", "name": unit} if unit else None
         elif need in ("server_pid", "idle_server_pid"):
             pid = _silent_server_pid(facts)
-            if need == "idle_server_pid" and any(
-                (g.util_pct or 0) >= IDLE_GPU_PCT for g in facts.gpus
-            ):
+            if need == "idle_server_pid" and _gpu_at_work(facts):
                 pid = None  # GPUs at work: a spin or a compute, not a read from storage
             args = {"pid": pid, **(c.get("args") or {})} if pid else None
             if args and facts.ps_outside:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from agent.evidence import LOG_READS, LOG_TOOLS, text_lines
+from agent.evidence import LOG_READS, LOG_TOOLS, latest_text_observations, text_lines
 from agent.facts import Facts
 from agent.rules import proof
 from agent.state import Observation
@@ -77,17 +77,15 @@ def collective_phase_line(observations: list[Observation]) -> str | None:
 
 
 def _last_real_line(observations: list[Observation], test) -> str | None:  # type: ignore[no-untyped-def]
-    newest: dict[str, Observation] = {}
-    for o in observations:
-        # a file's tail, or a container's or unit's own log (the log of a launch in a pod),
-        # never a search of one nor an earlier instance's lines
-        args = o["args"]
-        if o["tool"] in LOG_TOOLS and o["ok"] and not args.get("pattern"):
-            if args.get("previous"):
-                continue
-            key = args.get("path") or args.get("name") or o["tool"]
-            newest[f"{o['tool']}:{key}"] = o
-    for o in newest.values():
+    # the newest read of a file's tail, or of a container's or unit's own log (the log of a
+    # launch in a pod), never a search of one nor an earlier instance's lines
+    current = [o for o in observations if not o["args"].get("previous")]
+    newest = [
+        o
+        for o in latest_text_observations(current)
+        if o["tool"] in LOG_TOOLS and not o["args"].get("pattern")
+    ]
+    for o in newest:
         for ln in reversed(o["lines"]):
             if (
                 not ln.strip()

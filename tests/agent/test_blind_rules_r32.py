@@ -41,11 +41,10 @@ INSPECT_RUNNING = (
 )
 
 
-def _in_container(log: str, tmp_path: Any) -> Any:
-    card = IncidentCard.model_validate(
+def _triton_card(log: str, symptom: str) -> IncidentCard:
+    return IncidentCard.model_validate(
         {
-            "id": "ctr", "title": "t", "source": "test", "engine": "other",
-            "symptom": "the model never becomes ready in our Triton container: is it hung?",
+            "id": "ctr", "title": "t", "source": "test", "engine": "other", "symptom": symptom,
             "invocation": {"container": "triton-llm"},
             "host": {
                 "ps": TRITON_PS, "nvidia_smi": GPU_HELD, "dmesg": "",
@@ -53,6 +52,10 @@ def _in_container(log: str, tmp_path: Any) -> Any:
             },
         }
     )  # fmt: skip
+
+
+def _in_container(log: str, tmp_path: Any) -> Any:
+    card = _triton_card(log, "the model never becomes ready in our Triton container: is it hung?")
     host = ContainerHost(ReplayHost(card), "triton-llm")
     return investigate(host, card.symptom, settings=Settings(home=tmp_path / "h"))
 
@@ -386,17 +389,7 @@ def test_the_gate_holds_healthy_to_the_engines_ready_line_not_the_front_ends(
     from agent.rules.guardrails import check_conclusion
 
     log = TRITON_UP + TRITON_LOADS_VLLM if loading else TRITON_LOADS_VLLM + TRITON_UP
-    card = IncidentCard.model_validate(
-        {
-            "id": "ctr", "title": "t", "source": "test", "engine": "other", "symptom": "ready?",
-            "invocation": {"container": "triton-llm"},
-            "host": {
-                "ps": TRITON_PS, "nvidia_smi": GPU_HELD, "dmesg": "",
-                "containers": {"triton-llm": {"inspect": INSPECT_RUNNING, "logs": log}},
-            },
-        }
-    )  # fmt: skip
-    host = ContainerHost(ReplayHost(card), "triton-llm")
+    host = ContainerHost(ReplayHost(_triton_card(log, "ready?")), "triton-llm")
     calls = [("processes", {}), ("container_inspect", {}), ("container_logs", {})]
     obs: list[Any] = run_many(host, calls, 1, 0)
     logs = next(o for o in obs if o["tool"] == "container_logs")
