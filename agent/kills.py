@@ -18,6 +18,7 @@ import re
 from datetime import datetime
 
 from agent.evidence import LOG_TOOLS, last_launch, text_lines
+from agent.launch import knowledge
 from agent.rules.proof import log_pids
 from agent.state import Observation
 from tools import engines, logtime
@@ -381,6 +382,9 @@ def _foreign(
     v = victim(line)
     if v is not None and _member(v, text, named):
         return None
+    if v is not None and not _could_be_launch(v[1]):
+        # a neighbour's memhog killed while the launch ran is still the neighbour's
+        return f"its victim ({v[1]}) is not a process an inference launch runs"
     st = kernel_stamp(line)
     if st is not None and span is not None:
         year = st[0] or datetime.now().year
@@ -399,17 +403,18 @@ def _foreign(
             "nothing ties this kill to the launch (no pid of its, no time), and the launch's log "
             f"ends on an error of its own: {own_end[:80]!r}"
         )
-    if v is not None and not _could_be_launch(v[1]):
-        return f"its victim ({v[1]}) is not a process an inference launch runs"
     return None
 
 
 def _could_be_launch(comm: str) -> bool:
     """A kernel comm name (15 characters at most: "VLLM::EngineCor", "sglang::schedul") that
-    an inference launch may run under: Python, a launcher, an engine or a worker title."""
+    an inference launch may run under: Python, a launcher, an engine or a worker title, or a
+    child the launch runs (a JIT build's compiler: knowledge/launch.yaml `launch_comms`)."""
     return bool(
         engines.workload_pattern().search(f" {comm} ")
         or engines.name_pattern().search(comm)
         or "::" in comm
         or comm.lower().startswith(("ray", "pt_", "torch"))
+        or engines.builder_pattern().search(comm)
+        or any(re.search(p, comm) for p in knowledge().launch_comms)
     )

@@ -37,17 +37,27 @@ class Companion(BaseModel):
     process: str
     launch: str
     path: str
+    #: where the runtime keeps its current log by default, read when no found file matches
+    #: (on a busy box the newest-first listing may not reach it)
+    default: str | None = None
+
+
+def shared_dirs() -> frozenset[str]:
+    """Top-level directories many users share (/tmp/): never "beside" a log (launch.yaml)."""
+    return frozenset(knowledge().shared_dirs)
 
 
 def companion_logs(commands: list[str], found: list[str]) -> list[str]:
-    """The found logs that a runtime the box runs writes for the launch (Ray's raylet.out): the
-    runtime's daemon runs, and a process says the launch runs on it."""
+    """The logs that a runtime the box runs writes for the launch (Ray's raylet.out): the
+    runtime's daemon runs, and a process says the launch runs on it. Found files matching the
+    runtime's path, else its default place."""
     out: list[str] = []
     for c in knowledge().companion_logs:
         if any(re.search(c.process, cmd) for cmd in commands) and any(
             re.search(c.launch, cmd) for cmd in commands
         ):
-            out += [p for p in found if re.search(c.path, p)]
+            hits = [p for p in found if re.search(c.path, p)]
+            out += hits or ([c.default] if c.default else [])
     return list(dict.fromkeys(out))
 
 
@@ -58,6 +68,8 @@ class Knowledge(BaseModel):
     bystander_lines: list[str]
     ended_words: list[str]
     companion_logs: list[Companion] = []
+    launch_comms: list[str] = []
+    shared_dirs: list[str] = []
 
 
 @lru_cache(maxsize=1)

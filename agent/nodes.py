@@ -38,6 +38,7 @@ from agent.launch import (
     said_engine,
     said_port,
     script_log_targets,
+    shared_dirs,
     sourced_files,
     without_bystanders,
     wrong_log_said,
@@ -140,7 +141,8 @@ def sweep(state: State, runtime: Runtime[RunContext]) -> dict[str, Any]:
         configs = [
             p
             for p in configs
-            if p in symptom_paths or any(p.startswith(d) for d in near if d != "/")
+            if p in symptom_paths
+            or any(p.startswith(d) for d in near if d != "/" and d not in shared_dirs())
         ]
     everything = [*paths, *ctx.extra_configs, *ctx.extra_logs]
     configs.sort(

@@ -127,8 +127,16 @@ class Common(BaseModel):
     workload_programs: str
     timestamps: list[str]
     builders: list[str]
+    runtime_daemons: list[str] = []
 
-    @field_validator("server_words", "launch_words", "launch_markers", "timestamps", "builders")
+    @field_validator(
+        "server_words",
+        "launch_words",
+        "launch_markers",
+        "timestamps",
+        "builders",
+        "runtime_daemons",
+    )
     @classmethod
     def _compiles(cls, v: list[str]) -> list[str]:
         for p in v:
@@ -416,6 +424,12 @@ def launch_patterns() -> tuple[str, ...]:
 def builder_pattern() -> Pattern:
     """A process that builds kernels for a launch (compilers, torch.compile's workers)."""
     return re.compile("|".join(f"(?:{p})" for p in registry().common.builders))
+
+
+@cache
+def runtime_daemon_pattern() -> Pattern:
+    """A runtime's daemon a launch may run on (Ray's raylet): listed, never the server."""
+    return re.compile("|".join(f"(?:{p})" for p in registry().common.runtime_daemons) or "(?!)")
 
 
 @cache

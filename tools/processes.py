@@ -103,6 +103,10 @@ class Proc(BaseModel):
         "shell, compiler, editor or pivot: it may be the workload (a user's script, a test "
         "binary), so the server cannot be called gone while it runs",
     )
+    runtime: bool = Field(
+        False,
+        description="a daemon of a runtime the launch may run on (Ray's raylet): not the server",
+    )
     building: bool = Field(
         False,
         description="a compiler/JIT builder (nvcc, ptxas, ninja, cc1plus) the server runs: "
@@ -181,6 +185,9 @@ class Result(ToolResult):
                 if p.server
                 else "",
                 "another launch" if p.server and p.ours is False else "",
+                "a runtime's daemon (the launch may run on it), not the server"
+                if p.runtime
+                else "",
                 "ZOMBIE" if p.zombie else "",
                 "D-state (uninterruptible, often I/O or driver)" if p.d_state else "",
                 ("holds GPU memory" + (f" ({p.gpu_mib} MiB)" if p.gpu_mib is not None else ""))
@@ -653,11 +660,13 @@ def run(host: Host, args: Args) -> Result:
         if p.pid in gpu_mib:
             p.on_gpu, p.gpu_mib = True, gpu_mib[p.pid]
         hit = match is not None and (match.search(p.command) or args.pattern == str(p.pid))
+        p.runtime = not p.server and bool(engines.runtime_daemon_pattern().search(p.command))
         if (
             whole
             or hit
             or p.server
             or p.building
+            or p.runtime
             or p.busy_unknown
             or _busy(p)  # at work beside the server: unpacking, converting what it waits for
             or p.zombie

@@ -21,7 +21,13 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from agent.evidence import LOG_TOOLS, last_launch, latest_text_observations, text_lines
+from agent.evidence import (
+    LOG_TOOLS,
+    earlier_run_logs,
+    last_launch,
+    latest_text_observations,
+    text_lines,
+)
 from agent.facts import Facts
 from agent.rules import proof
 from agent.state import Finding, Observation
@@ -44,6 +50,13 @@ class Stage(BaseModel):
     patterns: list[str]
     examples: list[str] = []
     not_examples: list[str] = []
+    #: lines that say the stage began; `finishes` also end it (beside `patterns`); `later` are
+    #: the labels of the stages after it, out of reach while the launch has not finished it
+    begins: list[str] = []
+    finishes: list[str] = []
+    later: list[str] = []
+    begin_examples: list[str] = []
+    begin_not_examples: list[str] = []
 
 
 class EndedBefore(BaseModel):
@@ -68,18 +81,48 @@ def ended_before() -> tuple[EndedBefore, re.Pattern[str]]:
     return e, re.compile("|".join(f"(?:{p})" for p in e.patterns), re.M)
 
 
+def _rx(patterns: list[str]) -> re.Pattern[str]:
+    return re.compile("|".join(f"(?:{p})" for p in patterns) or r"(?!)")
+
+
 @lru_cache(maxsize=1)
 def stages() -> list[tuple[Stage, re.Pattern[str]]]:
-    return [(s, re.compile("|".join(f"(?:{p})" for p in s.patterns))) for s in _raw().stages]
+    return [(s, _rx(s.patterns)) for s in _raw().stages]
+
+
+@lru_cache(maxsize=1)
+def begun_stages() -> list[tuple[Stage, re.Pattern[str], re.Pattern[str]]]:
+    """Stages with begin lines: (stage, begins, its end: the stage's own lines or `finishes`)."""
+    return [(s, _rx(s.begins), _rx([*s.patterns, *s.finishes])) for s in _raw().stages if s.begins]
 
 
 def _own_logs(observations: list[Observation]) -> list[tuple[Observation, list[str]]]:
+    """The launch's logs from their last start; a log whose run ended before another log read
+    began (yesterday's retry beside today's run, by their own timestamps) is an earlier run."""
+    latest = latest_text_observations(observations)
+    earlier = earlier_run_logs(latest)
     out = []
-    for o in latest_text_observations(observations):
-        if o["tool"] in LOG_TOOLS:
+    for o in latest:
+        if o["tool"] in LOG_TOOLS and str(o["args"].get("path", "")) not in earlier:
             lines = text_lines(o)
             out.append((o, lines[last_launch(lines) :]))
     return out
+
+
+def stopped_in(
+    begins: re.Pattern[str], ends: re.Pattern[str], logs: list[tuple[Observation, list[str]]]
+) -> tuple[Observation, str] | None:
+    """The last line of a stage the launch began, when none of its logs shows the stage ended.
+    A begin line read means the read holds everything after it, so the missing end is not a
+    part of the log left unread."""
+    last = None
+    for o, lines in logs:
+        for ln in lines:
+            if ends.search(ln):
+                return None
+            if begins.search(ln):
+                last = (o, ln)
+    return last
 
 
 def own_end(lines: list[str]) -> str | None:
@@ -109,6 +152,20 @@ def passed_rules(facts: Facts, observations: list[Observation], add) -> None:  #
 
     for stage, rx in stages():
         refute_on_first(rx, stage.refutes, f"the launch got past {stage.name}")
+    for stage, begins, ends in begun_stages():
+        stop = stopped_in(begins, ends, logs)
+        if stop is not None:
+            for label in stage.later:
+                add(
+                    label,
+                    "stage",
+                    F.refutes,
+                    stop[0]["id"],
+                    stop[1],
+                    f"the launch never finished the stage of '{stage.name}' (this is its last "
+                    f"line of that stage): {label} belongs to a later stage",
+                )
+    _on_the_gpu(facts, add)
     if facts.server_alive:
         return  # a live launch has not ended; liveness speaks to the kill labels
     before, rx = ended_before()
@@ -130,6 +187,23 @@ def passed_rules(facts: Facts, observations: list[Observation], add) -> None:  #
                     "the launch ended on an error of its own; a kill from outside prints none",
                 )
             return
+
+
+def _on_the_gpu(facts: Facts, add) -> None:  # type: ignore[no-untyped-def]
+    """A process of the launch holds memory on a GPU (nvidia-smi's own row): it made a CUDA
+    context, so the runtime started with this driver; a mismatch fails at the first CUDA call."""
+    held = [p for p in facts.server_pids if (facts.gpu_pids.get(p) or 0) > 0]
+    if not held or not facts.gpu_pid_obs or not facts.gpu_pid_lines.get(held[0]):
+        return
+    add(
+        "cuda_driver_mismatch",
+        "stage",
+        F.refutes,
+        facts.gpu_pid_obs,
+        facts.gpu_pid_lines[held[0]],
+        f"the launch's process {held[0]} holds {facts.gpu_pids[held[0]]:.0f} MiB on a GPU: "
+        "the CUDA runtime started with this driver",
+    )
 
 
 def keep_supported(findings: list[Finding], supported_at: float) -> list[Finding]:

@@ -120,6 +120,10 @@ RAYLET = "/tmp/ray/session_latest/logs/raylet.out"
 def test_a_ray_launchs_raylet_log_is_read_with_its_own() -> None:
     found = [RAYLET, "/tmp/other/job.log"]
     assert companion_logs([RAY_PS], found) == [RAYLET]
+    # a busy box's newest-first listing that did not reach it: Ray's default place
+    assert companion_logs([RAY_PS], ["/tmp/other/job.log"]) == [
+        "/tmp/ray/session_latest/logs/raylet.out"
+    ]
     # control: another user's Ray cluster beside an mp launch says nothing of it
     mp = RAY_PS.replace("--distributed-executor-backend ray", "--distributed-executor-backend mp")
     assert companion_logs([mp], found) == []

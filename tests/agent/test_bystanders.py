@@ -30,8 +30,20 @@ OUR_KILL = (
         (OLD_KILL, False),  # 50 minutes before the launch's first line: another job's
         (OUR_KILL, True),  # during the launch, of a python process: counts
         (
+            # during the launch, but no launch runs a browser: the victim was another job (the
+            # launch that stopped was not ended by this kill; a neighbour's memhog on a busy box)
             "[Sun Nov 30 10:02:10 2026] Out of memory: Killed process 777 (chrome) total-vm:1kB\n",
-            True,  # during the launch: time alone keeps it (a browser may have been the victim)
+            False,
+        ),
+        (
+            # during the launch, a JIT's compiler: a child the launch runs (FlashInfer's build)
+            "[Sun Nov 30 10:02:10 2026] Out of memory: Killed process 778 (cicc) total-vm:1kB\n",
+            True,
+        ),
+        (
+            "[Sun Nov 30 10:02:10 2026] Memory cgroup out of memory: Killed process 7256 (memhog) "
+            "total-vm:79520kB, anon-rss:68096kB\n",
+            False,
         ),
     ],
 )

@@ -528,3 +528,48 @@ def test_without_a_log_the_named_engines_log_is_found_beyond_the_newest(
 
     assert S.JIT_FATAL in [e.line for e in r.evidence]
     assert "vllm-neighbour" not in " ".join(e.line for e in r.evidence)
+
+
+def test_a_log_in_a_folder_of_tmp_reads_only_the_configs_of_that_folder(tmp_path: Path) -> None:
+    """`--log /tmp/run7/server.log`: the configs beside it are /tmp/run7's, never every YAML
+    under /tmp (another user's or another test's files); a config one level up from a project
+    log (/srv/app/logs/ -> /srv/app/) still is."""
+    from agent.launch import shared_dirs
+    from cards.model import IncidentCard
+
+    assert "/tmp/" in shared_dirs() and "/srv/app/" not in shared_dirs()
+    log = "INFO 05-08 00:41:30 [api_server.py:1043] vLLM API server version 0.9.0\n"
+    card = IncidentCard.model_validate(
+        {
+            "id": "made-up",
+            "title": "t",
+            "source": "test",
+            "engine": "vllm",
+            "symptom": "It died, why?",
+            "host": {
+                "ps": "USER PID %CPU %MEM VSZ RSS TTY STAT START TIME COMMAND\n",
+                "files": {
+                    "/tmp/run7/server.log": log,
+                    "/tmp/run7/serve.yaml": "tensor-parallel-size: 2\n",
+                    "/tmp/other-test/staged.yaml": "port: 9\n",
+                    "/srv/app/logs/server.log": log,
+                    "/srv/app/serve.yaml": "tensor-parallel-size: 2\n",
+                },
+            },
+        }
+    )
+    for named, wanted, foreign in (
+        ("/tmp/run7/server.log", "/tmp/run7/serve.yaml", "/tmp/other-test/staged.yaml"),
+        ("/srv/app/logs/server.log", "/srv/app/serve.yaml", "/tmp/other-test/staged.yaml"),
+    ):
+        events: list[dict] = []  # type: ignore[type-arg]
+        investigate(
+            ReplayHost(card),
+            card.symptom,
+            settings=Settings(home=tmp_path / named.replace("/", "_")),
+            on_event=events.append,
+            logs=[named],
+        )
+        read = " ".join(str(e) for e in events if "config_read" in str(e))
+        assert wanted in read, (named, read[:2000])
+        assert foreign not in read, (named, read[:2000])

@@ -137,3 +137,145 @@ def test_a_log_that_advances_rules_out_a_stuck_collective(tmp_path: Any) -> None
     r = _run(_card({"/var/log/vllm/server.log": snaps}, PS_SERVER, GPU_HELD), tmp_path)
     assert r.root_cause == "still_starting", r.summary
     assert "nccl_failure" in r.ruled_out, r.ruled_out
+
+
+@pytest.mark.parametrize(("stage", "begins", "ends"), rules_passed.begun_stages())
+def test_each_begun_stage_matches_its_begin_examples(stage: Any, begins: Any, ends: Any) -> None:
+    for line in stage.begin_examples:
+        assert begins.search(line) and not ends.search(line), (stage.name, line)
+    for line in stage.begin_not_examples:
+        assert not begins.search(line), (stage.name, line)
+
+
+KILL_DMESG = (
+    "[Thu Aug 27 14:28:03 2026] Out of memory: Killed process 5120 (python3) total-vm:91234560kB, "
+    "anon-rss:60123456kB, file-rss:0kB, shmem-rss:0kB, UID:0 pgtables:123456kB oom_score_adj:0\n"
+)
+LOADING_START = VLLM_START + (
+    "INFO 05-08 00:41:35 [gpu_model_runner.py:3560] Starting to load model /models/glm...\n"
+)
+
+
+def test_a_launch_killed_while_loading_weights_never_reached_the_kv_cache(tmp_path: Any) -> None:
+    from tests.agent.test_rules import LOADING
+
+    log = LOADING_START + LOADING.format(p=57, n=17, s=44) + "\n"
+    r = _run(
+        _card({"/var/log/vllm/server.log": log}, PS_IDLE, GPU_CLEAN, dmesg=KILL_DMESG), tmp_path
+    )
+    for label in ("kv_cache_no_room", "cuda_oom_runtime"):
+        assert label in r.ruled_out, (label, r.ruled_out)
+    cited = [e.line for h in r.hypotheses if h.label == "kv_cache_no_room" for e in h.against]
+    assert any("57% Completed" in c for c in cited), cited
+
+
+def test_control_a_finished_load_does_not_say_the_kv_cache_was_never_reached(tmp_path: Any) -> None:
+    from tests.agent.test_rules import LOADING
+
+    done = "Loading safetensors checkpoint shards: 100% Completed | 30/30 [01:03<00:00,  2.1s/it]\n"
+    log = LOADING_START + LOADING.format(p=57, n=17, s=44) + "\n" + done
+    r = _run(
+        _card({"/var/log/vllm/server.log": log}, PS_IDLE, GPU_CLEAN, dmesg=KILL_DMESG), tmp_path
+    )
+    notes = [e.note for h in r.hypotheses if h.label == "kv_cache_no_room" for e in h.against]
+    assert not any("later stage" in n for n in notes), notes
+
+
+def test_control_a_kv_failure_after_the_load_keeps_its_label(tmp_path: Any) -> None:
+    kv = (
+        "INFO 05-08 00:41:50 [gpu_worker.py:227] Available KV cache memory: -2.26 GiB\n"
+        "ERROR 05-08 00:41:51 [core.py:866] ValueError: No available memory for the cache blocks. "
+        "Try increasing `gpu_memory_utilization` when initializing the engine.\n"
+    )
+    log = LOADING_START + WEIGHTS + kv
+    r = _run(_card({"/var/log/vllm/server.log": log}, PS_IDLE, GPU_CLEAN), tmp_path)
+    assert r.root_cause == "kv_cache_no_room", r.summary
+
+
+def test_the_named_logs_run_decides_the_stop_not_yesterdays_log_beside_it(tmp_path: Any) -> None:
+    """Only the launch's current run counts: yesterday's log, which loaded and then failed on
+    the KV cache, neither blocks nor supports anything about today's run killed while loading."""
+    from tests.agent.test_rules import LOADING
+
+    old = (
+        "INFO 08-26 19:02:31 [default_loader.py:314] Loading weights took 768.52 seconds\n"
+        "INFO 08-26 19:03:10 [gpu_worker.py:359] Available KV cache memory: -2.26 GiB\n"
+        "ERROR 08-26 19:03:11 [core.py:866] ValueError: No available memory for the cache blocks.\n"
+    )
+    today = (
+        "INFO 08-27 14:20:09 [api_server.py:1043] vLLM API server version 0.9.0\n"
+        "INFO 08-27 14:20:56 [gpu_model_runner.py:3560] Starting to load model /models/glm...\n"
+        + LOADING.format(p=57, n=17, s=44)
+        + "\n"
+    )
+    files = {"/var/log/vllm/server.log": today, "/var/log/vllm/server-08-26.log": old}
+    from agent.runner import investigate
+    from agent.settings import Settings
+    from cards.replay import ReplayHost
+
+    card = _card(files, PS_IDLE, GPU_CLEAN, dmesg=KILL_DMESG)
+    r = investigate(
+        ReplayHost(card),
+        card.symptom,
+        settings=Settings(home=tmp_path / "h"),
+        logs=["/var/log/vllm/server.log"],
+    )
+    assert r.root_cause != "kv_cache_no_room", r.summary
+    cited = [e.line for h in r.hypotheses if h.label == "kv_cache_no_room" for e in h.against]
+    assert any("57% Completed" in c for c in cited), r.hypotheses
+
+
+GPU_TABLE = (
+    "+----------------------------------------------------------------------+\n"
+    "| Processes:                                                           |\n"
+    "|  GPU   GI   CI        PID   Type   Process name            GPU Memory |\n"
+    "|=======================================================================|\n"
+    "|    0   N/A  N/A      {pid}      C   python3                 70200MiB |\n"
+    "+----------------------------------------------------------------------+\n"
+)
+GPU_HELD_ROW = "0, NVIDIA H100 80GB HBM3, 70211 MiB, 10797 MiB, 81559 MiB, 0 %\n"
+
+
+@pytest.mark.parametrize(("pid", "refuted"), [("5120", True), ("8841", False)])
+def test_the_launchs_process_on_the_gpu_rules_out_a_driver_mismatch(
+    tmp_path: Any, pid: str, refuted: bool
+) -> None:
+    """The launch's own pid holding GPU memory made a CUDA context; another user's (8841, the
+    control) says nothing about this launch's driver and runtime."""
+    ps = PS_SERVER + (
+        "bob       8841 30.0  2.0 912345 412345 ?      Sl   09:02   2:11 python main.py --port 8188\n"
+    )
+    card = _card(
+        {
+            "/var/log/vllm/server.log": VLLM_START
+            + "INFO 05-08 00:41:35 [loader.py:120] Loading weights\n"
+        },
+        ps,
+        GPU_HELD_ROW,
+        nvidia_smi_full=GPU_TABLE.format(pid=pid),
+    )
+    card.symptom = "Is vLLM not detecting the GPU? it never answers"
+    r = _run(card, tmp_path)
+    h = next((h for h in r.hypotheses if h.label == "cuda_driver_mismatch"), None)
+    assert h is not None, r.hypotheses
+    cited = any(pid in e.line and "MiB" in e.line for e in h.against)
+    assert cited is refuted, h
+
+
+def test_cuda_stage_lines_rule_out_a_driver_mismatch_and_a_mismatch_line_keeps_it(
+    tmp_path: Any,
+) -> None:
+    took = "INFO 05-08 00:41:43 [gpu_model_runner.py:1347] Model loading took 14.9596 GiB and 8.7 seconds\n"
+    r = _run(
+        _card({"/var/log/vllm/server.log": VLLM_START + took + BAD_ARG}, PS_IDLE, GPU_CLEAN),
+        tmp_path,
+    )
+    assert "cuda_driver_mismatch" in r.ruled_out or "cuda_driver_mismatch" not in {
+        h.label for h in r.hypotheses
+    }
+    ptx = "RuntimeError: CUDA error: the provided PTX was compiled with an unsupported toolchain.\n"
+    r2 = _run(
+        _card({"/var/log/vllm/server.log": VLLM_START + took + ptx}, PS_IDLE, GPU_CLEAN),
+        tmp_path / "2",
+    )
+    assert r2.root_cause == "cuda_driver_mismatch", r2.summary

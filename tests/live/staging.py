@@ -309,8 +309,10 @@ class Stage:
         args: list[str] | None = None,
         *,
         name: str = "server",
+        module: str = "sglang.launch_server",
     ) -> subprocess.Popen[bytes]:
-        """`python3 -m sglang.launch_server ARGS` as the SSH user, stdout+stderr to `log`."""
+        """`python3 -m MODULE ARGS` as the SSH user, stdout+stderr to `log`: SGLang's
+        launch_server, or vLLM's `vllm.entrypoints.openai.api_server` (the same fake)."""
         argv = args or ["--model-path", "/models/Llama-3.1-8B-Instruct", "--port", "30000"]
         if self.duplicate_each_launch and name == "server" and "duplicate" not in self.procs:
             self.start_duplicate(argv)
@@ -318,7 +320,7 @@ class Stage:
         log.parent.mkdir(parents=True, exist_ok=True)
         with log.open("ab") as fh:
             proc = subprocess.Popen(
-                [PY, "-m", "sglang.launch_server", *argv],
+                [PY, "-m", module, *argv],
                 cwd=self.root,
                 env=self.env(FAKE_SERVER_SCRIPT=json.dumps(script)),
                 stdout=fh,
@@ -583,15 +585,21 @@ def oom_kill_a_bystander() -> str:
 
 
 def new_stage(sshd: Sshd) -> Stage:
-    """A fresh tree readable by the SSH user: the fake sglang package and a writable logs dir."""
+    """A fresh tree readable by the SSH user: the fake sglang and vllm packages and a writable
+    logs dir."""
     root = Path(tempfile.mkdtemp(prefix="pivot-verdict-"))
     root.chmod(0o755)
-    pkg = root / "sglang"
-    pkg.mkdir()
-    (pkg / "__init__.py").write_text("")
-    (pkg / "launch_server.py").write_text(LAUNCHER)
-    for p in [pkg, *pkg.iterdir()]:
-        p.chmod(0o755 if p.is_dir() else 0o644)
+    for module in ("sglang.launch_server", "vllm.entrypoints.openai.api_server"):
+        *pkgs, leaf = module.split(".")
+        d = root
+        for part in pkgs:
+            d = d / part
+            d.mkdir(mode=0o755, exist_ok=True)
+            d.chmod(0o755)
+            (d / "__init__.py").write_text("")
+            (d / "__init__.py").chmod(0o644)
+        (d / f"{leaf}.py").write_text(LAUNCHER)
+        (d / f"{leaf}.py").chmod(0o644)
     (root / "logs").mkdir(mode=0o755)
     (root / "logs").chmod(0o755)
     stage = Stage(sshd=sshd, root=root)

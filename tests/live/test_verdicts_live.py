@@ -28,6 +28,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -273,6 +274,8 @@ def test_sigkill_mid_load_is_killed_externally_beside_unrelated_jobs(scene: Scen
     last = re.split(r"\r\n|\n|\r", log.read_text())[-1]
     assert_cites(v, log, last.rstrip())
     assert "is alive" not in v.report["summary"]
+    # killed mid-load: the stages after the weights were never reached
+    assert {"kv_cache_no_room", "cuda_oom_runtime"} <= set(v.report["ruled_out"]), v.report
     scene.assert_bystanders_untouched(v)
 
 
@@ -624,3 +627,78 @@ def test_without_a_log_the_dead_launchs_own_log_is_found_and_read(scene: Scene) 
     assert_concluded(v, "unsupported_gpu_arch", "dependency_error")
     assert_cites(v, log, S.JIT_FATAL)
     scene.assert_bystanders_untouched(v)
+
+
+# -- a launch on Ray: the runtime's own log is the launch's -------------------------------------------
+RAY_KILL = (
+    "[{t},204 E 142 142] (raylet) node_manager.cc:3093: 1 Workers (tasks / actors) killed due to "
+    "memory pressure (OOM), 0 Workers crashed due to other reasons at node (ID: 3f1b9e0c, IP: "
+    "127.0.0.1) over the last time period. To see more information about the Workers killed on "
+    "this node, use `ray logs raylet.out -ip 127.0.0.1`"
+)
+
+
+def test_a_ray_launchs_loader_stopped_by_rays_memory_monitor(scene: Scene) -> None:
+    """vLLM on Ray (`--distributed-executor-backend ray`, a raylet running): the loader stops
+    mid-shard and the front end waits on. Only Ray's own log (raylet.out, under the box's Ray
+    session) says its memory monitor killed the worker: it is read as the launch's, the kill
+    concluded, and the stages after the weights ruled out (never reached)."""
+    log = scene.stage.logs / "head.log"
+    session = Path(tempfile.mkdtemp(prefix="session_pivot_", dir=_ray_dir()))
+    try:
+        (session / "logs").mkdir()
+        raylet = session / "logs" / "raylet.out"
+        now = time.strftime("%Y-%m-%d %H:%M:%S")
+        raylet.write_text(
+            f"[{now},001 I 142 142] (raylet) main.cc:180: Setting cluster ID to: 3f1b9e0c\n"
+            + RAY_KILL.format(t=now)
+            + "\n"
+        )
+        for p in (session.parent, session, session / "logs", raylet):
+            p.chmod(0o755 if p.is_dir() else 0o644)
+        latest = session.parent / "session_latest"  # as Ray links its current session
+        if not latest.exists():
+            latest.symlink_to(session)
+        md = time.strftime("%m-%d %H:%M:%S")
+        start = (
+            f"INFO {md} [api_server.py:1043] vLLM API server version 0.9.2\n"
+            f"INFO {md} [core.py:98] Initializing a V1 LLM engine (v0.9.2) with config: "
+            "model='/models/glm', tensor_parallel_size=2\n"
+            f"(RayWorkerWrapper pid=2215) INFO {md} [gpu_model_runner.py:1595] Starting to load "
+            "model /models/glm...\n"
+        )
+        # eight of 120 shards, then nothing: the worker is gone, the front end waits on
+        bar = "".join(
+            "(RayWorkerWrapper pid=2215) Loading safetensors checkpoint shards: "
+            f"{i * 100 // 120:3d}% Completed | {i}/120 [00:{i * 6:02d}<12:00,  6.30s/it]\n"
+            for i in range(1, 9)
+        )
+        args = ["--model", "/models/glm", "--port", "8000", "--tensor-parallel-size", "2",
+                "--distributed-executor-backend", "ray"]  # fmt: skip
+        script = [["titled", "raylet"], ["out", start], ["out", bar]]
+        proc = scene.stage.start_server(
+            script, log, args, module="vllm.entrypoints.openai.api_server"
+        )
+        S.wait_for(lambda: b"| 8/120" in log.read_bytes(), 10, "eight shards")
+
+        v = scene.investigate(
+            [log], "vllm on ray stopped loading and never became ready, why?", window_s=2.0
+        )
+
+        assert proc.poll() is None
+        assert_concluded(v, "host_oom_killed")
+        assert any("killed due to memory pressure" in e["line"] for e in v.report["evidence"])
+        assert "kv_cache_no_room" in v.report["ruled_out"], v.report
+        scene.assert_bystanders_untouched(v)
+    finally:
+        link = session.parent / "session_latest"
+        if link.is_symlink() and os.readlink(link) == str(session):
+            link.unlink()
+        shutil.rmtree(session, ignore_errors=True)
+
+
+def _ray_dir() -> Path:
+    """Ray's sessions live under /tmp/ray; made here when the box has none."""
+    d = Path("/tmp/ray")
+    d.mkdir(exist_ok=True)
+    return d
