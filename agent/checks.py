@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from agent.evidence import LOG_READS
+from agent.evidence import LOG_READS, launch_line
 from agent.facts import Facts, derive, launch_reads
 from agent.server_port import server_port
 from agent.state import Hypothesis, Observation
@@ -187,6 +187,11 @@ def primary_log(
             if r >= rank:
                 best, rank = (path, o), r
     return best
+
+
+def _engine_lines(o: Observation | None) -> bool:
+    """A log read that holds an engine's own start (its launch banner): the server's log."""
+    return o is not None and any(launch_line(ln) for ln in o["lines"] if not ln.startswith("# "))
 
 
 def _gpu_busy(observations: list[Observation]) -> bool:
@@ -402,7 +407,13 @@ def options(
                 else bool(facts.server_alive)
                 and any(o["tool"] == "container_logs" and o["ok"] for o in observations)
             )
-            args = dict(c.get("args") or {}) if running and not log_path else None
+            # the file named is the server's log, or a wrapper's (a restart script's "did not
+            # become healthy"): only the engine's own lines make it the one to watch
+            args = (
+                dict(c.get("args") or {})
+                if running and (not log_path or not _engine_lines(log_obs))
+                else None
+            )
         elif need == "gpu_busy":
             args = {} if _gpu_busy(observations) else None
         elif need == "rotated_log":

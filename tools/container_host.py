@@ -29,6 +29,10 @@ from tools.host import (
 CLIS = ("docker", "podman")
 #: Programs that read the machine, not the container: they run on the outer host.
 OUTSIDE = frozenset({"nvidia-smi", "dmesg", "journalctl", "docker", "podman", "kubectl"})
+#: Of those, the ones a GPU container carries itself (the NVIDIA runtime mounts nvidia-smi in):
+#: where the machine has none (a cluster's bastion, a node whose tools are not on PATH), the
+#: container's own shows its GPUs (their memory and load; its process list is its own).
+INSIDE_TOO = frozenset({"nvidia-smi"})
 SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,200}$")
 #: Above this a file is not written through the command line (ARG_MAX and the shell's limits).
 MAX_WRITE_BYTES = 64_000
@@ -104,8 +108,17 @@ class ContainerHost:
     def run(
         self, command: str, timeout: float = DEFAULT_TIMEOUT_S, max_bytes: int = DEFAULT_MAX_BYTES
     ) -> CommandResult:
-        if first_program(command) in OUTSIDE:
-            return self.outer.run(command, timeout, max_bytes)
+        prog = first_program(command)
+        if prog in OUTSIDE:
+            res = self.outer.run(command, timeout, max_bytes)
+            if prog in INSIDE_TOO and not res.ok and (res.missing_command or res.rc is None):
+                inside = self._inside(command, timeout, max_bytes)
+                if inside.ok:
+                    return inside
+            return res
+        return self._inside(command, timeout, max_bytes)
+
+    def _inside(self, command: str, timeout: float, max_bytes: int) -> CommandResult:
         down = self.unavailable()
         if down is not None:
             return down.model_copy(update={"command": command})

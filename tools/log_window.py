@@ -44,7 +44,7 @@ SLOW_PHASE = re.compile(
     r"(?i)captur\w* (?:cuda|the cuda|batches|graphs?)|cuda graph|compil(?:e|ing)|"
     r"torch\.compile|autotun|warm(?:ing)? ?up|profil(?:e|ing) (?:run|the)|"
     r"load(?:ing)? (?:weights?|checkpoint|safetensors|model)|building (?:the )?engine|"
-    r"downloading|memory profiling"
+    r"downloading|memory profiling|Dynamo bytecode transform"
 )
 # ...unless the line says the phase is over
 PHASE_OVER = re.compile(r"(?i)\b(?:took|done|finished|completed?|ended?|elapsed)\b")

@@ -474,10 +474,53 @@ def proxy_risk(observations: list[Observation]) -> tuple[str, str, str, str] | N
     return setting[0], setting[1], bind[2], no_proxy
 
 
+#: a launch's own HTTP request answered by a proxy, not by the server: python-requests' repr of a
+#: proxy's status (SGLang's warm-up asserts on it), a proxy's own page or header
+_PROXY_ANSWER = re.compile(
+    r"<Response \[(?:403|407|502|503|504)\]>|\bServer: squid\b|X-Squid-Error|ERR_ACCESS_DENIED|"
+    r"Proxy Authentication Required"
+)
+
+
+def _refused_by_proxy(observations: list[Observation]) -> tuple[str, str] | None:
+    """(obs, line) of the launch's own log where its request to itself got a proxy's answer."""
+    for o in observations:
+        if o["ok"] and o["tool"] in LOG_READS:
+            for ln in text_lines(o):
+                if _PROXY_ANSWER.search(ln):
+                    return o["id"], ln
+    return None
+
+
 def proxy_rules(facts, observations: list[Observation], hits, add) -> None:  # type: ignore[no-untyped-def]
     hit = proxied_own_request(observations)
     if hit is None:
-        risk = proxy_risk(observations) if facts.server_alive else None
+        risk = proxy_risk(observations)
+        refused = _refused_by_proxy(observations) if risk is not None else None
+        if risk is not None and refused is not None:
+            # the launch's own request (a warm-up to itself) got a proxy's answer, and the
+            # launch environment sends its bind address through that proxy: the cause
+            oid, line, host, no_proxy = risk
+            add(
+                "bad_launch_argument",
+                "cause",
+                _C.names_the_cause,
+                refused[0],
+                refused[1],
+                f"the launch's request to itself ({host}) was answered by an HTTP proxy's "
+                "status, not by the server",
+            )
+            add(
+                "bad_launch_argument",
+                "cause",
+                _C.setting_line,
+                oid,
+                line,
+                f"the proxy is set for the launch and no_proxy ({no_proxy or 'unset'}) does not "
+                f"cover {host}, the address the server binds",
+            )
+            return
+        risk = risk if facts.server_alive else None
         if risk is not None and not any(m.strength == "fatal" for _, m in hits):
             oid, line, host, no_proxy = risk
             # a lead only (no failure yet): named when nothing else explains the symptom

@@ -259,3 +259,41 @@ def test_an_engine_under_a_name_no_registry_knows_is_alive_in_its_container(
         r = live.report
         assert r["root_cause"] not in ("killed_externally", "host_oom_killed", "shm_too_small"), r
         assert "is gone" not in r["summary"], r["summary"]
+
+
+def test_a_gpu_containers_own_nvidia_smi_answers_when_the_machine_has_none(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The machine has no nvidia-smi on its PATH (a cluster's bastion, a node whose driver tools
+    are not on PATH); the container carries one, as the NVIDIA runtime mounts it in: the GPU read
+    runs inside instead of failing. Control: a container without one still fails, said so."""
+    import shutil
+
+    root = Path(__file__).resolve().parents[2]
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text(
+        f'#!/usr/bin/sh\nexec {containers.python_in_image()} -S /fake/nvidia-smi "$@"\n',
+        encoding="utf-8",
+    )
+    smi.chmod(0o755)
+    podman = containers.need_podman()
+    path = ":".join(
+        dict.fromkeys([os.path.dirname(podman), "/usr/sbin", "/usr/bin", "/sbin", "/bin"])
+    )
+    monkeypatch.setenv("PATH", path)
+    outer_has_one = shutil.which("nvidia-smi", path=path) is not None
+    query = "nvidia-smi --query-gpu=index,name,memory.used,memory.total --format=csv,noheader"
+    mounts = (
+        "-v", f"{smi}:/usr/local/bin/nvidia-smi:ro",
+        "-v", f"{root / 'tests' / 'fake_bin' / 'nvidia-smi'}:/fake/nvidia-smi:ro",
+        "-v", f"{root / 'tests' / 'fixtures' / 'h200'}:/fixtures:ro",
+        "-e", "PIVOT_FAKE_GPU_FIXTURES=/fixtures",
+    )  # fmt: skip
+    with containers.container(*mounts, mode="serve", wait_for="running") as name:
+        res = ContainerHost(LocalHost(), name).run(query)
+        assert res.ok and "H200" in res.stdout, (res.error, res.stderr, res.stdout[:300])
+        gpu = TOOLS["gpu_status"].call(ContainerHost(LocalHost(), name), {})
+        assert gpu.ok and gpu.gpus, gpu.lines()
+    with containers.container(mode="serve", wait_for="running") as bare:
+        res = ContainerHost(LocalHost(), bare).run(query)
+        assert res.ok is outer_has_one, (res.error, res.stdout[:200])
