@@ -16,6 +16,7 @@ from pydantic import BaseModel
 
 from agent.evidence import LOG_READS, launch_line
 from agent.facts import Facts, derive, launch_reads
+from agent.rules.proof import crashed_pod
 from agent.server_port import server_port
 from agent.state import Hypothesis, Observation
 from tools import yamlio
@@ -124,14 +125,21 @@ def rotated_log(observations: list[Observation], all_paths: list[str]) -> str | 
             for actual in (o["data"].get("rotated") or {}).values():
                 if actual not in read:
                     return str(actual)
+    from agent.rules.proof import fatal_lines, frontend_access
+
+    # a read that holds its launch's start (the banner) has the whole run: its rotation holds
+    # earlier runs only (a writer still writing the renamed file is the processes read above)
+    started = {
+        str(o["args"].get("path"))
+        for o in observations
+        if o["tool"] == "log_tail" and o["ok"] and any(launch_line(ln) for ln in o["lines"])
+    }
     for path in read:
         for other in all_paths:
-            if other not in read and rotation_of(path, other):
+            if other not in read and path not in started and rotation_of(path, other):
                 return other
     # nothing listed beside it: a log that holds no launch at all (only probes, a wrapper's
     # line) is most often the fresh file after a rename; its first rotation is worth one read
-    from agent.evidence import launch_line
-    from agent.rules.proof import fatal_lines, frontend_access
 
     tried = {str(o["args"].get("path")) for o in observations if o["tool"] == "log_tail"}
     for o in observations:
@@ -187,6 +195,22 @@ def primary_log(
             if r >= rank:
                 best, rank = (path, o), r
     return best
+
+
+def _crashed_pod(observations: list[Observation]) -> str | None:
+    """A pod a log read names as crashed whose own log no read has fetched yet."""
+    read = {
+        str(o["args"].get("name") or "").rsplit("/", 1)[-1]
+        for o in observations
+        if o["tool"] == "service_logs"
+    }
+    for o in observations:
+        if o["ok"] and o["tool"] in LOG_READS:
+            for ln in o["lines"]:
+                pod = crashed_pod(ln)
+                if pod and pod not in read:
+                    return pod
+    return None
 
 
 def _engine_lines(o: Observation | None) -> bool:
@@ -414,6 +438,9 @@ def options(
                 if running and (not log_path or not _engine_lines(log_obs))
                 else None
             )
+        elif need == "crashed_pod":
+            pod = _crashed_pod(observations)
+            args = {**(c.get("args") or {}), "name": pod} if pod else None
         elif need == "gpu_busy":
             args = {} if _gpu_busy(observations) else None
         elif need == "rotated_log":

@@ -268,7 +268,7 @@ def _compute(observations: list[Observation]) -> tuple[list[Finding], Facts]:
             strong_sum[label] = strong_sum.get(label, 0.0) + w
         add(label, m.strength, w, o["id"], m.line, f"signature {m.signature}")
 
-    search_rules(observations, hits, add)
+    search_rules(facts, observations, hits, add)
     stale_rules(facts, observations, hits, add)
     liveness_rules(facts, observations, hits, add)
     host_rules(facts, hits, add, observations)

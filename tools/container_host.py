@@ -28,7 +28,7 @@ from tools.host import (
 
 CLIS = ("docker", "podman")
 #: Programs that read the machine, not the container: they run on the outer host.
-OUTSIDE = frozenset({"nvidia-smi", "dmesg", "journalctl", "docker", "podman", "kubectl"})
+OUTSIDE = frozenset({"nvidia-smi", "dmesg", "journalctl", "docker", "podman", "kubectl", "oc"})
 #: Of those, the ones a GPU container carries itself (the NVIDIA runtime mounts nvidia-smi in):
 #: where the machine has none (a cluster's bastion, a node whose tools are not on PATH), the
 #: container's own shows its GPUs (their memory and load; its process list is its own).

@@ -20,7 +20,10 @@ from tools.host import Host
 from tools.launch_env import STEERING, is_secret
 from tools.textclean import clean_lines
 
-Kind = Literal["docker", "kubectl", "journalctl"]
+Kind = Literal["docker", "kubectl", "oc", "journalctl"]
+#: the Kubernetes readers: OpenShift's `oc` takes kubectl's verbs and flags, and a cluster's
+#: bastion may have only one of them
+KUBE: tuple[Kind, ...] = ("kubectl", "oc")
 #: What an inference server's container, pod or unit tends to be called.
 SERVER_NAME = engines.server_name_pattern()  # engine names + llm|serve|inference
 #: journald's own remarks between a unit's lines ("-- No entries --", "-- Logs begin at ...",
@@ -78,10 +81,10 @@ class Result(ToolResult):
             return super().lines()
         out = [f"# {self.kind} log of {self.name} ($ {self.command})", *bound_lines(self.tail)]
         for ctr, tail in self.failing.items():
-            out += [f"# log of its failing container {ctr} (kubectl logs -c {ctr})"]
+            out += [f"# log of its failing container {ctr} ({self.kind} logs -c {ctr})"]
             out += bound_lines(tail)
         if self.describe:
-            out += [f"# kubectl describe pod {self.name} (state and events)", *self.describe]
+            out += [f"# {self.kind} describe pod {self.name} (state and events)", *self.describe]
         return out
 
 
@@ -146,12 +149,23 @@ def _discover(host: Host, kind: Kind) -> str | None:
         "docker": "docker ps -a --format '{{.Names}} {{.Image}} {{.Status}}'",
         # every namespace: a server rarely runs in `default`
         "kubectl": "kubectl get pods -A --no-headers",
+        "oc": "oc get pods -A --no-headers",
         "journalctl": "systemctl list-units --type=service --all --no-legend --no-pager",
     }[kind]
     res = host.run(cmd, timeout=15)
     if not res.ok or not res.stdout.strip():
         return None
-    return pick_pod(res.stdout) if kind == "kubectl" else pick(res.stdout)
+    return pick_pod(res.stdout) if kind in KUBE else pick(res.stdout)
+
+
+def _in_namespace(host: Host, kind: Kind, name: str) -> str:
+    """A bare pod name as `namespace/name` when the cluster lists it in one namespace (a pod a
+    harness's log names is rarely in the reader's current namespace)."""
+    if kind not in KUBE or "/" in name:
+        return name
+    res = host.run(f"{kind} get pods -A --no-headers", timeout=15)
+    found = [ns for ns, pod, _ in pods(res.stdout if res.ok else "") if pod == name and ns]
+    return f"{found[0]}/{name}" if len(set(found)) == 1 else name
 
 
 def _pod(name: str) -> tuple[str, str]:
@@ -164,10 +178,10 @@ def _read_cmd(kind: Kind, name: str, args: Args) -> str:
     q = shlex.quote(name)
     if kind == "docker":
         return f"docker logs --tail {args.lines} {q} 2>&1"
-    if kind == "kubectl":
+    if kind in KUBE:
         prev = " --previous" if args.previous else ""
         ns, pod = _pod(name)
-        return f"kubectl {ns}logs --tail={args.lines}{prev} {pod}"
+        return f"{kind} {ns}logs --tail={args.lines}{prev} {pod}"
     return f"journalctl -u {q} -n {args.lines} --no-pager"
 
 
@@ -178,7 +192,9 @@ _FAILED_CTR = re.compile(r"restarting failed container ['\"]?([a-z0-9][a-z0-9-]{
 FAILING_READ = 2
 
 
-def _failing_logs(host: Host, name: str, describe: list[str], args: Args) -> dict[str, list[str]]:
+def _failing_logs(
+    host: Host, kind: Kind, name: str, describe: list[str], args: Args
+) -> dict[str, list[str]]:
     """The logs of the pod's containers its events name as failing: the cause of a pod whose
     server container never started is in the container that keeps failing before it."""
     ns, pod = _pod(name)
@@ -187,7 +203,7 @@ def _failing_logs(host: Host, name: str, describe: list[str], args: Args) -> dic
         if len(out) >= FAILING_READ:
             break
         res = host.run(
-            f"kubectl {ns}logs --tail={args.lines} {pod} -c {shlex.quote(ctr)}", timeout=20
+            f"{kind} {ns}logs --tail={args.lines} {pod} -c {shlex.quote(ctr)}", timeout=20
         )
         tail = (
             [ln for ln in clean_lines(res.stdout).lines[-args.lines :] if ln.strip()]
@@ -199,12 +215,12 @@ def _failing_logs(host: Host, name: str, describe: list[str], args: Args) -> dic
     return out
 
 
-def _describe(host: Host, name: str) -> list[str]:
+def _describe(host: Host, kind: Kind, name: str) -> list[str]:
     """The kept lines of `kubectl describe pod` (state, reason, message, exit code, events) and
     the launch-steering entries of its containers' Environment (a preset's or a chart's setting
     is the launch's own; secrets never)."""
     ns, pod = _pod(name)
-    res = host.run(f"kubectl {ns}describe pod {pod}", timeout=20)
+    res = host.run(f"{kind} {ns}describe pod {pod}", timeout=20)
     if not res.ok:
         return []
     return [
@@ -231,10 +247,12 @@ def run(host: Host, args: Args) -> Result:
             error=f"{args.name!r} is not a container/pod/unit name",
             fix="pass the name as docker ps / kubectl get pods / systemctl show it",
         )
-    kinds: list[Kind] = ["docker", "kubectl", "journalctl"] if args.kind == "auto" else [args.kind]
+    kinds: list[Kind] = (
+        ["docker", "kubectl", "oc", "journalctl"] if args.kind == "auto" else [args.kind]
+    )
     tried: list[str] = []
     for kind in kinds:
-        name = args.name or _discover(host, kind)
+        name = _in_namespace(host, kind, args.name) if args.name else _discover(host, kind)
         if not name:
             tried.append(f"{kind}: nothing found")
             continue
@@ -246,8 +264,8 @@ def run(host: Host, args: Args) -> Result:
             tail = [ln for ln in tail if not JOURNAL_META.match(ln)]
         # a pod's record says how its container last ended (and, for one that never ran, is
         # all there is) and what its spec set in the environment
-        describe = _describe(host, name) if kind == "kubectl" else []
-        failing = _failing_logs(host, name, describe, args) if describe else {}
+        describe = _describe(host, kind, name) if kind in KUBE else []
+        failing = _failing_logs(host, kind, name, describe, args) if describe else {}
         if tail or describe:
             return Result(
                 host=host.name,
@@ -271,9 +289,9 @@ def run(host: Host, args: Args) -> Result:
 SPEC = ToolSpec(
     name="service_logs",
     description=(
-        "Read the inference server's log when it is not a file: `docker logs`, `kubectl logs` "
-        "(optionally the previous, crashed container) or `journalctl -u`, finding the "
-        "container/pod/unit by name when none is given."
+        "The server's log when it is not a file: `docker logs`, `kubectl logs` (or `oc logs`; "
+        "optionally the previous, crashed container) or `journalctl -u`; the container/pod/unit "
+        "is found when none is named."
     ),
     args=Args,
     result=Result,

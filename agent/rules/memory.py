@@ -92,9 +92,18 @@ def _unexplained_mib(facts: Facts) -> float:
     return used - facts.graphics_mib
 
 
-def search_rules(observations: list[Observation], hits, add) -> None:  # type: ignore[no-untyped-def]
-    """A whole-log search for CUDA OOM that finds nothing refutes a GPU OOM (absent a hit elsewhere)."""
+def search_rules(facts: Facts, observations: list[Observation], hits, add) -> None:  # type: ignore[no-untyped-def]
+    """A whole-log search for CUDA OOM that finds nothing refutes a GPU OOM (absent a hit
+    elsewhere), in a log the engine wrote. Where the engine's output was read from its container
+    or pod, a file with no launch of its own that the launch's processes do not write is a
+    wrapper's (a restart script's "did not become healthy", a deploy tool's steps): it never held
+    the engine's output, so its silence says nothing."""
     oom_hit = any(m.label in OOM_LABELS and m.strength == "fatal" for _, m in hits)
+    written = {p for p, pids in facts.log_writers.items() if set(pids) & set(facts.server_pids)}
+    elsewhere = any(
+        o["tool"] in ("container_logs", "service_logs") and o["ok"] and o["lines"]
+        for o in observations
+    )
     for o in observations:
         if o["tool"] != "log_search" or not o["ok"] or oom_hit:
             continue
@@ -102,6 +111,12 @@ def search_rules(observations: list[Observation], hits, add) -> None:  # type: i
             continue
         if o["data"].get("whole_since_launch") is False:
             continue  # part of the log since the launch was not read: absence refutes nothing
+        if (
+            elsewhere
+            and not o["data"].get("launch_found")
+            and str(o["args"].get("path")) not in written
+        ):
+            continue  # the engine's output is the container's: this file's silence is a wrapper's
         if int(o["data"].get("total_matches") or 0) == 0 and o["lines"]:
             for label in sorted(OOM_LABELS):
                 add(

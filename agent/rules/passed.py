@@ -26,10 +26,12 @@ from agent.evidence import (
     earlier_run_logs,
     last_launch,
     latest_text_observations,
+    launch_line,
     text_lines,
 )
 from agent.facts import Facts
 from agent.rules import proof
+from agent.signatures import scan
 from agent.state import Finding, Observation
 from agent.thresholds import THRESHOLDS
 from tools import yamlio
@@ -68,6 +70,7 @@ class EndedBefore(BaseModel):
 class _Stages(BaseModel):
     stages: list[Stage]
     ended_before_loading: EndedBefore
+    announced: list[str] = []
 
 
 @lru_cache(maxsize=1)
@@ -186,7 +189,33 @@ def passed_rules(facts: Facts, observations: list[Observation], add) -> None:  #
                     line,
                     "the launch ended on an error of its own; a kill from outside prints none",
                 )
+            if from_its_start(o, lines):
+                said = {m.label for m in scan(lines)}
+                for label in _raw().announced:
+                    if label not in said:
+                        add(
+                            label,
+                            "own_end",
+                            F.refutes,
+                            o["id"],
+                            line,
+                            f"ended on this; its log, read from the start, has no {label} line",
+                        )
             return
+
+
+def from_its_start(o: Observation, run: list[str]) -> bool:
+    """The read holds the launch's run from its first line: its launch banner is in it, or the
+    whole file was read (not cut to the window, fewer lines than asked)."""
+    if any(launch_line(ln) for ln in run):
+        return True
+    d = o.get("data") or {}
+    return (
+        o["tool"] == "log_tail"
+        and not d.get("truncated")
+        and not d.get("cut")
+        and len(d.get("tail") or []) < int(d.get("requested") or 0)
+    )
 
 
 def _on_the_gpu(facts: Facts, add) -> None:  # type: ignore[no-untyped-def]

@@ -55,6 +55,7 @@ class _Structure(BaseModel):
     frontend_access: list[str] = []
     served_request: list[str] = []
     resource_wait: list[str] = []
+    crashed_pod: list[str] = []
     error_shaped: list[str] = []
 
 
@@ -147,6 +148,23 @@ def _log_pid_rx() -> tuple[re.Pattern[str], ...]:
         (Path(__file__).parents[1] / "knowledge" / "structure.yaml").read_text(encoding="utf-8")
     )
     return tuple(re.compile(p) for p in _Structure.model_validate(raw).log_pid)
+
+
+@lru_cache(maxsize=1)
+def _crashed_pod_rx() -> tuple[re.Pattern[str], ...]:
+    raw = yamlio.safe_load(
+        (Path(__file__).parents[1] / "knowledge" / "structure.yaml").read_text(encoding="utf-8")
+    )
+    return tuple(re.compile(p) for p in _Structure.model_validate(raw).crashed_pod)
+
+
+def crashed_pod(line: str) -> str | None:
+    """The pod a line names as crashed (structure.yaml `crashed_pod`), if it names one."""
+    for rx in _crashed_pod_rx():
+        m = rx.search(line)
+        if m:
+            return m.group(1)
+    return None
 
 
 def log_pids(lines: list[str]) -> dict[int, str]:

@@ -99,3 +99,55 @@ def test_a_wrapper_scripts_log_named_beside_a_running_container_watches_the_cont
     )
     calls = " ".join(str(e) for e in events)
     assert ("container_logs {'watch_s'" in calls) is watched, calls[-3000:]
+
+
+def _tail(path: str, lines: list[str]) -> dict[str, Any]:
+    return {"id": "o1", "tool": "log_tail", "ok": True, "args": {"path": path}, "lines": lines,
+            "data": {}}  # fmt: skip
+
+
+def test_a_rotation_is_offered_only_when_the_read_lacks_its_launchs_start() -> None:
+    """server.log read with its banner holds the whole run: server.log.1 is an earlier run's
+    (a model session saw it offered at the top value). Control: a read without a start (the
+    run began before the rename) still asks for the rotation."""
+    from agent.checks import rotated_log
+
+    paths = ["/srv/app/server.log", "/srv/app/server.log.1"]
+    start = "INFO 05-08 00:41:30 [api_server.py:1043] vLLM API server version 0.9.0"
+    body = "INFO 05-08 00:42:00 [loggers.py:116] Engine 000: Avg prompt throughput: 1.0 tokens/s"
+    assert rotated_log([_tail(paths[0], [start, body])], paths) is None  # type: ignore[list-item]
+    assert rotated_log([_tail(paths[0], [body])], paths) == paths[1]  # type: ignore[list-item]
+
+
+def test_an_openshift_pod_named_as_crashed_by_a_harness_log_is_read_with_oc(
+    tmp_path: Path,
+) -> None:
+    """A deploy harness's log says "Crashed container in pod: X"; the bastion has `oc`, no
+    kubectl: the pod's previous container is read with oc, in its namespace, and its argparse
+    error is the cause. Control: without the harness's line, no pod is read."""
+    pod = "vllm-standalone-5c7d9f8b6d-kq2wz"
+    harness = (
+        "02:14:06 - Waiting for pods to be Ready (timeout=900s)\n"
+        f"02:14:19 - Crashed container in pod: {pod}\n"
+        "02:14:19 - ERROR: standup failed (standalone)\n"
+    )
+    commands = {
+        "oc get pods -A --no-headers": f"bench   {pod}   0/1   CrashLoopBackOff   6 (2m ago)   8m\n",
+        f"oc -n bench logs --tail=200 --previous {pod}": (
+            "usage: vllm [-h] [-v] {chat,complete,serve,bench,collect-env,run-batch} ...\n"
+            "vllm: error: unrecognized arguments: --disable-log-requests\n"
+        ),
+    }
+    for text, read in ((harness, True), (harness.replace("Crashed container in pod: ", ""), False)):
+        card = _card({"/work/bench/logs/standup.log": text}, PS_IDLE, "", commands=commands)
+        card.symptom = "the standalone pod crashes a few seconds after it starts, why?"
+        r = investigate(
+            ReplayHost(card), card.symptom, settings=Settings(home=tmp_path / str(read)),
+            logs=["/work/bench/logs/standup.log"],
+        )  # fmt: skip
+        cited = [e.line for e in r.evidence]
+        if read:
+            assert r.root_cause == "bad_launch_argument", r.summary
+            assert any("unrecognized arguments" in c for c in cited), cited
+        else:
+            assert not any("unrecognized arguments" in c for c in cited), cited

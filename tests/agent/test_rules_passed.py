@@ -42,7 +42,11 @@ def test_control_no_stage_line_rules_nothing_out(tmp_path: Any) -> None:
         _card({"/var/log/vllm/server.log": VLLM_START + BAD_ARG}, PS_IDLE, GPU_CLEAN), tmp_path
     )
     assert "model_load_error" not in r.ruled_out
-    assert "kv_cache_no_room" not in r.ruled_out
+    # (the launch ended on its own error, its log read from the start: kv_cache_no_room falls
+    # for that, never for a stage it was not shown to pass)
+    stage_rx = dict((s.name, rx) for s, rx in rules_passed.stages())["the KV cache was sized"]
+    cited = [e.line for h in r.hypotheses if h.label == "kv_cache_no_room" for e in h.against]
+    assert not any(stage_rx.search(c) for c in cited), cited
 
 
 def test_control_a_stage_line_of_an_earlier_launch_proves_nothing_now(tmp_path: Any) -> None:
@@ -276,3 +280,33 @@ def test_cuda_stage_lines_rule_out_a_driver_mismatch_and_a_mismatch_line_keeps_i
         tmp_path / "2",
     )
     assert r2.root_cause == "cuda_driver_mismatch", r2.summary
+
+
+def test_an_own_end_read_from_the_launchs_start_rules_out_the_failures_that_announce_themselves(
+    tmp_path: Any,
+) -> None:
+    """The launch ended on its own error and its log was read from the start: no CUDA OOM line,
+    no KV-cache sizing error in it, so neither happened (each prints its own line)."""
+    card = _card({"/var/log/vllm/server.log": VLLM_START + BAD_ARG}, PS_IDLE, GPU_CLEAN)
+    card.symptom = "It died at start-up: out of memory?"
+    r = _run(card, tmp_path)
+    assert r.root_cause == "bad_launch_argument", r.summary
+    for label in ("gpu_oom_weights", "cuda_oom_runtime", "kv_cache_no_room"):
+        assert label in r.ruled_out, (label, r.hypotheses)
+
+
+def test_control_a_log_read_in_part_refutes_nothing_by_a_missing_line(tmp_path: Any) -> None:
+    """400 lines with no banner: the read is the file's last 200, the run's start unread; a
+    CUDA OOM could be in the part never read."""
+    filler = "".join(f"INFO 05-08 00:41:{i % 60:02d} [engine.py:1] step {i}\n" for i in range(400))
+    card = _card({"/var/log/vllm/server.log": filler + BAD_ARG}, PS_IDLE, GPU_CLEAN)
+    card.symptom = "It died at start-up: out of memory?"
+    r = _run(card, tmp_path)
+    notes = [
+        e.line
+        for h in r.hypotheses
+        if h.label in ("gpu_oom_weights", "cuda_oom_runtime")
+        for e in h.against
+        if "max_num_batched_tokens" in e.line
+    ]
+    assert not notes, r.hypotheses
