@@ -1110,7 +1110,13 @@ def _disk(f: Facts, o: Observation, _logs: LogReads) -> None:
     shm = next((m for m in res.mounts if m.mount == "/dev/shm"), None)
     f.mounts_seen = [m.mount for m in res.mounts if m.mount]
     for m in [*res.mounts, *([res.shm] if res.shm and shm is None else [])]:
-        line = _find_line(o["lines"], m.mount) if m.mount else ""
+        # df's own row for the mount (a search for "/" finds any row with a slash in it)
+        raw = getattr(m, "raw", "") or ""
+        line = (
+            raw
+            if raw and raw in o["lines"]
+            else (_find_line(o["lines"], m.mount) if m.mount else "")
+        )
         if m.mount == "/dev/shm":
             f.shm_mib = _mib(m.size)
             f.shm_use_pct = float(m.use_pct) if m.use_pct is not None else None

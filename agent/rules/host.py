@@ -268,15 +268,21 @@ def host_rules(facts: Facts, hits, add, observations: list[Observation] | None =
             line,
             f"{mount} is {pct:.0f}% full",
         )
-    if facts.disk_available and not facts.full_mounts and "disk_full" not in labels_hit:
-        # the row that shows it: the fullest filesystem df listed (a header proves nothing)
-        fullest = facts.fullest_mount
+    fullest = facts.fullest_mount
+    # the row that shows it: the fullest filesystem df listed (a header proves nothing; /dev/shm
+    # is IPC memory, not where a launch writes its files: alone it says nothing of the disks)
+    if (
+        facts.disk_available
+        and not facts.full_mounts
+        and "disk_full" not in labels_hit
+        and (fullest is not None or facts.others_full_mounts)
+    ):
         add(
             "disk_full",
             "fact",
             F.weakens_clearly,
             facts.disk_obs,
-            fullest[2] if fullest else facts.shm_line or "Filesystem",
+            fullest[2] if fullest else facts.others_full_mounts[0][2],
             "no filesystem the launch writes to is near full (full: "
             + ", ".join(m for m, _, _ in facts.others_full_mounts[:3])
             + ", where no path of the launch lies)"

@@ -151,3 +151,26 @@ def test_an_openshift_pod_named_as_crashed_by_a_harness_log_is_read_with_oc(
             assert any("unrecognized arguments" in c for c in cited), cited
         else:
             assert not any("unrecognized arguments" in c for c in cited), cited
+
+
+@pytest.mark.parametrize(
+    ("df", "refuted"),
+    [
+        # only /dev/shm known: IPC memory, not where a launch writes; nothing said of the disks
+        ("Filesystem      Size  Used Avail Use% Mounted on\n"
+         "tmpfs            24G  1.2M   24G   1% /dev/shm\n", False),
+        ("Filesystem      Size  Used Avail Use% Mounted on\n"
+         "/dev/nvme0n1p2  3.7T  1.4T  2.2T  39% /\n"
+         "tmpfs            24G  1.2M   24G   1% /dev/shm\n", True),
+    ],
+)  # fmt: skip
+def test_disk_full_is_refuted_by_a_disks_row_never_by_dev_shm(
+    tmp_path: Path, df: str, refuted: bool
+) -> None:
+    card = _card({"/srv/app/server.log": SGLANG}, PS_IDLE, "", commands={"df -hP": df})
+    card.symptom = "It died: is the disk full?"
+    r = _run(card, tmp_path)
+    h = next(h for h in r.hypotheses if h.label == "disk_full")
+    cited = [e.line for e in h.against]
+    assert not any("/dev/shm" in c for c in cited), cited
+    assert any(c.endswith(" /") for c in cited) is refuted, cited
