@@ -197,6 +197,10 @@ def primary_log(
     return best
 
 
+def _args_key(args: dict[str, Any]) -> str:
+    return repr(sorted((k, repr(v)) for k, v in (args or {}).items()))
+
+
 def _crashed_pod(observations: list[Observation]) -> str | None:
     """A pod a log read names as crashed whose own log no read has fetched yet."""
     read = {
@@ -362,6 +366,7 @@ def options(
     log_path, log_obs = primary_log(observations, facts)
     all_paths = listed_paths(observations)
     out: list[CheckOption] = []
+    failed = {(o["tool"], _args_key(o["args"])) for o in observations if not o["ok"]}
     for c in catalogue():
         args: dict[str, Any] | None = {}
         need = c["needs"]
@@ -463,8 +468,8 @@ def options(
         opt = CheckOption(
             id=c["id"], tool=c["tool"], args=args, separates=c["separates"], says=c["says"]
         )
-        if opt.key in done:
-            continue
+        if opt.key in done or (opt.tool, _args_key(opt.args)) in failed:
+            continue  # planned before, or the very read that already failed (it fails again)
         opt.value = sum(live.get(lbl, 0.0) for lbl in opt.separates) / total
         out.append(opt)
     return sorted(out, key=lambda o: -o.value)

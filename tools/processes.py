@@ -55,7 +55,7 @@ _COLUMN = {
 
 class Args(BaseModel):
     pattern: str | None = Field(
-        None, description="regex (or plain text) a command line must match; or a pid"
+        None, description="also list processes whose command matches (regex/text), or a pid"
     )
     link_gpu: bool = Field(True, description="ask gpu_status which pids hold GPU memory")
     gpu_pids: list[int] = Field(

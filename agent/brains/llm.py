@@ -265,8 +265,15 @@ class LLMBrain:
         # Everything but the observations is fixed; the observations get what is left of one
         # decision's token budget (tools' schemas count: they are sent every turn).
         fixed = len(system) + len(render("decide.j2", **view, observations=[]))
-        fixed += len(json.dumps(tools))
         tokens = self.settings.llm_decision_tokens or DECISION_TOKENS
+        if (
+            tokens * CHARS_PER_TOKEN - fixed - len(json.dumps(tools)) - RESERVE_CHARS
+            < MIN_OBS_CHARS
+        ):
+            # a small model's window: the schemas go without their arguments' descriptions (the
+            # names, types and enums stay), so the observations keep their share of it
+            tools = [_terse(t) for t in tools]
+        fixed += len(json.dumps(tools))
         budget = max(MIN_OBS_CHARS, tokens * CHARS_PER_TOKEN - fixed - RESERVE_CHARS)
         messages = [
             {"role": "system", "content": system},
@@ -582,6 +589,27 @@ def _as_call(obj: Any) -> tuple[str, dict[str, Any]] | None:
 #: One decision (system prompt, tools' schemas, board, observations) stays within this budget
 #: when the settings give none (Settings.llm_decision_tokens).
 DECISION_TOKENS = 16_000
+
+
+def _terse(tool: dict[str, Any]) -> dict[str, Any]:
+    """A tool schema without its arguments' descriptions: what a small window can carry."""
+
+    def strip(node: Any) -> Any:
+        if isinstance(node, dict):
+            # a property may be named "description"; only the annotation strings go
+            return {
+                k: strip(v)
+                for k, v in node.items()
+                if not (k in ("description", "title") and isinstance(v, str))
+            }
+        if isinstance(node, list):
+            return [strip(v) for v in node]
+        return node
+
+    fn = tool.get("function", {})
+    return {**tool, "function": {**fn, "parameters": strip(fn.get("parameters", {}))}}
+
+
 CHARS_PER_TOKEN = 4  # ~4 characters per token for English and log text
 #: kept free for the refused call and the refusal a retry appends
 RESERVE_CHARS = 2000

@@ -174,3 +174,24 @@ def test_disk_full_is_refuted_by_a_disks_row_never_by_dev_shm(
     cited = [e.line for e in h.against]
     assert not any("/dev/shm" in c for c in cited), cited
     assert any(c.endswith(" /") for c in cited) is refuted, cited
+
+
+def test_a_read_that_failed_is_not_offered_again_with_the_same_arguments() -> None:
+    """A model session saw py_stacks and the GPU watch offered again after each had failed
+    ("not recorded"). Control: a read that succeeded may be offered again (the GPU re-read)."""
+    from agent import checks
+    from tools import gpu_status
+
+    res = gpu_status.Result(
+        host="h", gpus=[gpu_status.Gpu(index=0, memory_used_mib=70000, memory_total_mib=81559)]
+    )
+    gpu = {"id": "o1", "tool": "gpu_status", "args": {}, "lines": res.lines(),
+           "data": res.model_dump(mode="json")}  # fmt: skip
+    board: dict[str, Any] = {
+        "stale_gpu_process": {"label": "stale_gpu_process", "status": "open", "score": 1.0}
+    }
+    ok = checks.options([{**gpu, "ok": True}], board, [])  # type: ignore[list-item]
+    assert any(o.id == "gpu_recheck" for o in ok), [o.id for o in ok]
+    failed = {**gpu, "ok": False, "data": {}, "lines": ["# not recorded"]}
+    ok_then_failed = checks.options([{**gpu, "ok": True}, {**failed, "id": "o2"}], board, [])  # type: ignore[list-item]
+    assert not any(o.id == "gpu_recheck" for o in ok_then_failed), [o.id for o in ok_then_failed]

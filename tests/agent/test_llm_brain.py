@@ -252,7 +252,10 @@ def test_a_whole_decision_on_a_huge_log_stays_within_its_token_budget(
     sizes: list[int] = []
     seen: list[bool] = []
 
+    tools_sent: list[list[dict[str, Any]]] = []
+
     def script(body: dict[str, Any]) -> dict[str, Any]:
+        tools_sent.append(body.get("tools", []))
         sizes.append(
             sum(len(str(m.get("content") or "")) for m in body["messages"])
             + len(json.dumps(body.get("tools", [])))
@@ -272,6 +275,13 @@ def test_a_whole_decision_on_a_huge_log_stays_within_its_token_budget(
     assert action["kind"] == "insufficient"
     assert seen == [True] and sizes[0] / 4 <= decision_tokens
     assert sizes[0] / 4 > decision_tokens * 0.6  # the budget is used, not left idle
+    # a small window gets the schemas without their arguments' descriptions; a large one whole
+    described = any(
+        "description" in prop
+        for t in tools_sent[0]
+        for prop in t["function"]["parameters"].get("properties", {}).values()
+    )
+    assert described is (decision_tokens >= 16_000), decision_tokens
 
 
 # -- the operator's words are a hint -------------------------------------------------------------
