@@ -367,6 +367,7 @@ def options(
     all_paths = listed_paths(observations)
     out: list[CheckOption] = []
     failed = {(o["tool"], _args_key(o["args"])) for o in observations if not o["ok"]}
+    taken = {(o["tool"], _args_key(o["args"])) for o in observations}
     for c in catalogue():
         args: dict[str, Any] | None = {}
         need = c["needs"]
@@ -468,8 +469,11 @@ def options(
         opt = CheckOption(
             id=c["id"], tool=c["tool"], args=args, separates=c["separates"], says=c["says"]
         )
-        if opt.key in done or (opt.tool, _args_key(opt.args)) in failed:
-            continue  # planned before, or the very read that already failed (it fails again)
+        same = (opt.tool, _args_key(opt.args))
+        if opt.key in done or same in failed or (same in taken and not c.get("repeat")):
+            # planned before, or the very read already taken (by either brain; a failed one
+            # fails again); only a check that is a re-read on purpose repeats one that worked
+            continue
         opt.value = sum(live.get(lbl, 0.0) for lbl in opt.separates) / total
         out.append(opt)
     return sorted(out, key=lambda o: -o.value)

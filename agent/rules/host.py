@@ -269,8 +269,36 @@ def host_rules(facts: Facts, hits, add, observations: list[Observation] | None =
             f"{mount} is {pct:.0f}% full",
         )
     fullest = facts.fullest_mount
+    # /dev/shm is the filesystem that ran out: full, or small where a shared-memory failure
+    # names it (a signature of shm_too_small in the launch's own lines)
+    shm_full = bool(facts.shm_line) and (
+        (facts.shm_use_pct or 0) >= THRESHOLDS.shm.full_pct
+        or (
+            facts.shm_mib is not None
+            and facts.shm_mib < THRESHOLDS.shm.small_mib
+            and "shm_too_small" in labels_hit
+        )
+    )
     # the row that shows it: the fullest filesystem df listed (a header proves nothing; /dev/shm
-    # is IPC memory, not where a launch writes its files: alone it says nothing of the disks)
+    # is IPC memory, not where a launch writes its files: alone it says nothing of the disks,
+    # unless it is the one that is full: then "no space" is shm_too_small's, not a disk's)
+    if (
+        facts.disk_available
+        and not facts.full_mounts
+        and "disk_full" not in labels_hit
+        and fullest is None
+        and not facts.others_full_mounts
+        and shm_full
+    ):
+        add(
+            "disk_full",
+            "fact",
+            F.weakens_clearly,
+            facts.disk_obs,
+            facts.shm_line,
+            "the filesystem that ran out is /dev/shm, IPC shared memory (shm_too_small), not a "
+            "disk the launch writes to",
+        )
     if (
         facts.disk_available
         and not facts.full_mounts

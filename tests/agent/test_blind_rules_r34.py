@@ -153,27 +153,39 @@ def test_an_openshift_pod_named_as_crashed_by_a_harness_log_is_read_with_oc(
             assert not any("unrecognized arguments" in c for c in cited), cited
 
 
+SHM_ERR = (
+    "NCCL WARN Error while creating shared memory segment /dev/shm/nccl-4f2a (size 9637888)\n"
+    "RuntimeError: NCCL error: unhandled system error (run with NCCL_DEBUG=INFO for details)\n"
+)
+DF_HEAD = "Filesystem      Size  Used Avail Use% Mounted on\n"
+SHM_ROW = "tmpfs            24G  1.2M   24G   1% /dev/shm\n"
+SHM_FULL = "shm              64M   62M  2.0M  97% /dev/shm\n"
+ROOT_ROW = "/dev/nvme0n1p2  3.7T  1.4T  2.2T  39% /\n"
+
+
 @pytest.mark.parametrize(
-    ("df", "refuted"),
+    ("df", "log", "by"),
     [
-        # only /dev/shm known: IPC memory, not where a launch writes; nothing said of the disks
-        ("Filesystem      Size  Used Avail Use% Mounted on\n"
-         "tmpfs            24G  1.2M   24G   1% /dev/shm\n", False),
-        ("Filesystem      Size  Used Avail Use% Mounted on\n"
-         "/dev/nvme0n1p2  3.7T  1.4T  2.2T  39% /\n"
-         "tmpfs            24G  1.2M   24G   1% /dev/shm\n", True),
+        # only /dev/shm known, and not full: IPC memory, nothing said of the disks
+        (DF_HEAD + SHM_ROW, SGLANG, None),
+        # a disk's row says it
+        (DF_HEAD + ROOT_ROW + SHM_ROW, SGLANG, " /"),
+        # /dev/shm is the one that ran out: the shortfall is shm's, not a disk's
+        (DF_HEAD + SHM_FULL, SHM_ERR, "/dev/shm"),
     ],
-)  # fmt: skip
-def test_disk_full_is_refuted_by_a_disks_row_never_by_dev_shm(
-    tmp_path: Path, df: str, refuted: bool
+)
+def test_disk_full_is_refuted_by_a_disks_row_or_by_dev_shm_only_when_that_ran_out(
+    tmp_path: Path, df: str, log: str, by: str | None
 ) -> None:
-    card = _card({"/srv/app/server.log": SGLANG}, PS_IDLE, "", commands={"df -hP": df})
+    card = _card({"/srv/app/server.log": log}, PS_IDLE, "", commands={"df -hP": df})
     card.symptom = "It died: is the disk full?"
     r = _run(card, tmp_path)
     h = next(h for h in r.hypotheses if h.label == "disk_full")
     cited = [e.line for e in h.against]
-    assert not any("/dev/shm" in c for c in cited), cited
-    assert any(c.endswith(" /") for c in cited) is refuted, cited
+    if by is None:
+        assert not cited, cited
+    else:
+        assert cited and all(c.endswith(by) for c in cited), cited
 
 
 def test_a_read_that_failed_is_not_offered_again_with_the_same_arguments() -> None:
@@ -195,3 +207,20 @@ def test_a_read_that_failed_is_not_offered_again_with_the_same_arguments() -> No
     failed = {**gpu, "ok": False, "data": {}, "lines": ["# not recorded"]}
     ok_then_failed = checks.options([{**gpu, "ok": True}, {**failed, "id": "o2"}], board, [])  # type: ignore[list-item]
     assert not any(o.id == "gpu_recheck" for o in ok_then_failed), [o.id for o in ok_then_failed]
+
+
+def test_a_read_already_taken_is_offered_again_only_by_a_check_that_re_reads_on_purpose() -> None:
+    """A model session saw reads it had just taken (py_stacks of the same pid, the packages
+    probe) offered again at the top value; the GPU re-read is the one check whose point is the
+    same read again (test above)."""
+    from agent import checks
+
+    board: dict[str, Any] = {
+        "dependency_error": {"label": "dependency_error", "status": "open", "score": 1.0}
+    }
+    assert any(o.id == "versions" for o in checks.options([], board, []))
+    probe = {"id": "o1", "tool": "packages", "args": {}, "ok": True, "lines": ["# torch 2.6"],
+             "data": {}}  # fmt: skip
+    assert not any(o.id == "versions" for o in checks.options([probe], board, []))  # type: ignore[list-item]
+    recheck = next(c for c in checks.catalogue() if c["id"] == "gpu_recheck")
+    assert recheck.get("repeat") is True
