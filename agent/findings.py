@@ -225,7 +225,10 @@ def _compute(observations: list[Observation]) -> tuple[list[Finding], Facts]:
         elif m.strength == "fatal" and label in OOM_LABELS:
             label, phase = oom_phase(o, m, hits)
             if phase is not None:
-                add(label, "phase", 1.0, o["id"], phase.line, f"the OOM came {phase.signature}")
+                if phase.line != m.line:
+                    # (a phase named on the OOM line itself is the OOM's own finding below: a
+                    # second one on the same line would take its place at a lower weight)
+                    add(label, "phase", 1.0, o["id"], phase.line, f"the OOM came {phase.signature}")
                 for other in sorted(OOM_LABELS - {label}):
                     add(
                         other,

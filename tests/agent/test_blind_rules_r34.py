@@ -224,3 +224,20 @@ def test_a_read_already_taken_is_offered_again_only_by_a_check_that_re_reads_on_
     assert not any(o.id == "versions" for o in checks.options([probe], board, []))  # type: ignore[list-item]
     recheck = next(c for c in checks.catalogue() if c["id"] == "gpu_recheck")
     assert recheck.get("repeat") is True
+
+
+WARMUP = "[04/17/2026-22:44:12] [TRT-LLM] [I] [_torch  ] [RANK {r}] Run warmup with {n} tokens, include 0 generation tokens"
+CAUGHT_OOM = (
+    "[04/17/2026-22:44:14] [TRT-LLM] [W] [_torch  ] [RANK 0] Warmup with 32784 tokens failed with "
+    "CUDA OOM, skipping it: CUDA out of memory. Tried to allocate 9.38 GiB. GPU 0 has a total "
+    "capacity of 179.06 GiB of which 5.97 GiB is free."
+)
+
+
+def test_an_oom_line_that_names_its_phase_keeps_its_own_weight(tmp_path: Path) -> None:
+    """ "Warmup ... CUDA out of memory" is both the OOM and its phase: the phase finding must not
+    stand in for the OOM's own (deduplicated by line, it had taken the OOM's place at 1.0)."""
+    log = "\n".join([*(WARMUP.format(r=r, n=32784) for r in range(2)), CAUGHT_OOM]) + "\n"
+    r = _run(_card({"/srv/ctx.log": log}, PS_IDLE, ""), tmp_path)
+    h = next(h for h in r.hypotheses if h.label == "cuda_oom_runtime")
+    assert h.score >= 3.0, h
