@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import re
 from datetime import datetime
+from functools import lru_cache
+from pathlib import Path
 
 from agent.evidence import LOG_TOOLS, last_launch, text_lines
-from agent.launch import knowledge
 from agent.rules.proof import log_pids
 from agent.state import Observation
-from tools import engines, logtime
+from tools import engines, logtime, yamlio
 
 #: How long after the log's last stamp a kill still belongs to the launch (the log stops when
 #: the process stops printing; the kernel may kill it minutes into a quiet load).
@@ -406,6 +407,14 @@ def _foreign(
     return None
 
 
+@lru_cache(maxsize=1)
+def _launch_comms() -> tuple[str, ...]:
+    """knowledge/launch.yaml `launch_comms`, read here (agent.launch imports this module's
+    users: importing it back would close a circle)."""
+    raw = yamlio.safe_load((Path(__file__).parent / "knowledge" / "launch.yaml").read_text())
+    return tuple(raw.get("launch_comms") or ())
+
+
 def _could_be_launch(comm: str) -> bool:
     """A kernel comm name (15 characters at most: "VLLM::EngineCor", "sglang::schedul") that
     an inference launch may run under: Python, a launcher, an engine or a worker title, or a
@@ -416,5 +425,5 @@ def _could_be_launch(comm: str) -> bool:
         or "::" in comm
         or comm.lower().startswith(("ray", "pt_", "torch"))
         or engines.builder_pattern().search(comm)
-        or any(re.search(p, comm) for p in knowledge().launch_comms)
+        or any(re.search(p, comm) for p in _launch_comms())
     )
