@@ -144,13 +144,17 @@ def own_end(lines: list[str]) -> str | None:
 def passed_rules(facts: Facts, observations: list[Observation], add) -> None:  # type: ignore[no-untyped-def]
     logs = _own_logs(observations)
 
+    def refute(labels, kind: str, obs_id: str, line: str, note) -> None:  # type: ignore[no-untyped-def]
+        """Each label refuted by one line; `note` may be a function of the label."""
+        for label in labels:
+            add(label, kind, F.refutes, obs_id, line, note(label) if callable(note) else note)
+
     def refute_on_first(rx: re.Pattern[str], labels: list[str], note: str) -> None:
         """The first line of the launch's own logs that `rx` finds refutes `labels`."""
         for o, lines in logs:
             line = next((ln for ln in lines if rx.search(ln)), None)
             if line is not None:
-                for label in labels:
-                    add(label, "stage", F.refutes, o["id"], line, note)
+                refute(labels, "stage", o["id"], line, note)
                 return
 
     for stage, rx in stages():
@@ -158,16 +162,16 @@ def passed_rules(facts: Facts, observations: list[Observation], add) -> None:  #
     for stage, begins, ends in begun_stages():
         stop = stopped_in(begins, ends, logs)
         if stop is not None:
-            for label in stage.later:
-                add(
-                    label,
-                    "stage",
-                    F.refutes,
-                    stop[0]["id"],
-                    stop[1],
-                    f"the launch never finished the stage of '{stage.name}' (this is its last "
-                    f"line of that stage): {label} belongs to a later stage",
-                )
+            refute(
+                stage.later,
+                "stage",
+                stop[0]["id"],
+                stop[1],
+                lambda label, name=stage.name: (
+                    f"the launch never finished the stage of '{name}' (this is its last "
+                    f"line of that stage): {label} belongs to a later stage"
+                ),
+            )
     _on_the_gpu(facts, add)
     if facts.server_alive:
         return  # a live launch has not ended; liveness speaks to the kill labels
@@ -180,27 +184,24 @@ def passed_rules(facts: Facts, observations: list[Observation], add) -> None:  #
     for o, lines in logs:
         line = own_end(lines)
         if line is not None:
-            for label in KILL_LABELS:
-                add(
-                    label,
-                    "own_end",
-                    F.refutes,
-                    o["id"],
-                    line,
-                    "the launch ended on an error of its own; a kill from outside prints none",
-                )
+            refute(
+                KILL_LABELS,
+                "own_end",
+                o["id"],
+                line,
+                "the launch ended on an error of its own; a kill from outside prints none",
+            )
             if from_its_start(o, lines):
                 said = {m.label for m in scan(lines)}
-                for label in _raw().announced:
-                    if label not in said:
-                        add(
-                            label,
-                            "own_end",
-                            F.refutes,
-                            o["id"],
-                            line,
-                            f"ended on this; its log, read from the start, has no {label} line",
-                        )
+                refute(
+                    [label for label in _raw().announced if label not in said],
+                    "own_end",
+                    o["id"],
+                    line,
+                    lambda label: (
+                        f"ended on this; its log, read from the start, has no {label} line"
+                    ),
+                )
             return
 
 

@@ -66,11 +66,22 @@ def _any(patterns: list[str]) -> re.Pattern[str]:
 
 
 @lru_cache(maxsize=1)
-def _rx() -> dict[str, re.Pattern[str]]:
+def _structure() -> _Structure:
+    """structure.yaml, read and checked once for every table below."""
     raw = yamlio.safe_load(
         (Path(__file__).parents[1] / "knowledge" / "structure.yaml").read_text(encoding="utf-8")
     )
-    s = _Structure.model_validate(raw)
+    return _Structure.model_validate(raw)
+
+
+def _patterns(field: str) -> tuple[re.Pattern[str], ...]:
+    """One of structure.yaml's lists of patterns, each compiled on its own (their groups matter)."""
+    return tuple(re.compile(p) for p in getattr(_structure(), field))
+
+
+@lru_cache(maxsize=1)
+def _rx() -> dict[str, re.Pattern[str]]:
+    s = _structure()
     return {
         "exception": _any(s.exception),
         "exception_after_traceback": _any(s.exception_after_traceback),
@@ -144,18 +155,12 @@ def kind_in_context(lines: list[str], index: int) -> str | None:
 
 @lru_cache(maxsize=1)
 def _log_pid_rx() -> tuple[re.Pattern[str], ...]:
-    raw = yamlio.safe_load(
-        (Path(__file__).parents[1] / "knowledge" / "structure.yaml").read_text(encoding="utf-8")
-    )
-    return tuple(re.compile(p) for p in _Structure.model_validate(raw).log_pid)
+    return _patterns("log_pid")
 
 
 @lru_cache(maxsize=1)
 def _crashed_pod_rx() -> tuple[re.Pattern[str], ...]:
-    raw = yamlio.safe_load(
-        (Path(__file__).parents[1] / "knowledge" / "structure.yaml").read_text(encoding="utf-8")
-    )
-    return tuple(re.compile(p) for p in _Structure.model_validate(raw).crashed_pod)
+    return _patterns("crashed_pod")
 
 
 def crashed_pod(line: str) -> str | None:
@@ -181,10 +186,7 @@ def log_pids(lines: list[str]) -> dict[int, str]:
 
 @lru_cache(maxsize=1)
 def _main_pid_rx() -> tuple[re.Pattern[str], ...]:
-    raw = yamlio.safe_load(
-        (Path(__file__).parents[1] / "knowledge" / "structure.yaml").read_text(encoding="utf-8")
-    )
-    return tuple(re.compile(p) for p in _Structure.model_validate(raw).log_main_pid)
+    return _patterns("log_main_pid")
 
 
 def main_log_pids(lines: list[str]) -> set[int]:
@@ -228,10 +230,7 @@ def frontend_access(line: str) -> bool:
 
 @lru_cache(maxsize=1)
 def _resource_waits() -> tuple[re.Pattern[str], ...]:
-    raw = yamlio.safe_load(
-        (Path(__file__).parents[1] / "knowledge" / "structure.yaml").read_text(encoding="utf-8")
-    )
-    return tuple(re.compile(p) for p in _Structure.model_validate(raw).resource_wait)
+    return _patterns("resource_wait")
 
 
 def resource_wait_s(line: str) -> float | None:
@@ -268,12 +267,7 @@ def wait_message(line: str) -> bool:
 
 @lru_cache(maxsize=1)
 def _hints() -> tuple[tuple[str, re.Pattern[str]], ...]:
-    raw = yamlio.safe_load(
-        (Path(__file__).parents[1] / "knowledge" / "structure.yaml").read_text(encoding="utf-8")
-    )
-    return tuple(
-        (h.label, re.compile(h.pattern)) for h in _Structure.model_validate(raw).label_hints
-    )
+    return tuple((h.label, re.compile(h.pattern)) for h in _structure().label_hints)
 
 
 def label_hint(line: str) -> str | None:
@@ -286,12 +280,7 @@ def label_hint(line: str) -> str | None:
 
 @lru_cache(maxsize=1)
 def _frame_hints() -> tuple[tuple[str, re.Pattern[str]], ...]:
-    raw = yamlio.safe_load(
-        (Path(__file__).parents[1] / "knowledge" / "structure.yaml").read_text(encoding="utf-8")
-    )
-    return tuple(
-        (h.label, re.compile(h.pattern)) for h in _Structure.model_validate(raw).frame_hints
-    )
+    return tuple((h.label, re.compile(h.pattern)) for h in _structure().frame_hints)
 
 
 def frame_hint(lines: list[str], index: int) -> str | None:
