@@ -44,7 +44,7 @@ from agent.launch import (
     wrong_log_said,
 )
 from agent.launch import build as build_launch
-from agent.observe import first_wave, inside_wave, run_many
+from agent.observe import first_wave, inside_wave, run_many, since_earlier
 from agent.rules.guardrails import INFERRED_CONFIDENCE as INFERRED_AT
 from agent.rules.guardrails import check_conclusion, qualify
 from agent.state import Action, Observation, State
@@ -382,6 +382,7 @@ def act(state: State, runtime: Runtime[RunContext]) -> dict[str, Any]:
     rnd = state.get("rounds", 0) + 1
     host = detected.run_host(ctx.host, obs)  # inside the container the sweep found, if any
     new = run_many(host, [(x["tool"], x.get("args", {})) for x in todo], len(obs) + 1, rnd)
+    new = since_earlier(new, obs)
     for o in new:
         _emit("observation", _obs_event(o))
     keys = [f"{x.get('label') or x['tool']}:{sorted(x.get('args', {}).items())}" for x in todo]

@@ -27,7 +27,10 @@ def call(host: Host, tool: str, args: dict[str, Any]) -> tuple[bool, list[str], 
         )
     try:
         result: ToolResult = spec.call(host, args)
-        return result.ok, bound_lines(result.lines()), result.model_dump(mode="json")
+        lines = result.lines()
+        if result.ok and result.host != host.name:  # a stopped container's machine answered
+            lines = [f"# read on {result.host}, not inside {host.name} (it is not running)", *lines]
+        return result.ok, bound_lines(lines), result.model_dump(mode="json")
     except ValidationError as exc:
         msg = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
         return False, [f"# error: bad arguments for {tool}: {msg}"], {}
@@ -112,3 +115,36 @@ class Prefetch:
         self._thread.join()
         out, self._result = self._result, None
         return out
+
+
+def since_earlier(new: list[Observation], earlier: list[Observation]) -> list[Observation]:
+    """A log read again says how it changed since its previous read, not only within its own
+    watch: a watch that saw nothing for 30 s after the file grew by a megabyte since the last
+    read is a log at work between bursts, and a reader who sees only "did NOT grow" misses it."""
+    out: list[Observation] = []
+    for o in new:
+        path = (o.get("data") or {}).get("path") if o["tool"] == "log_tail" and o["ok"] else None
+        prev = next(
+            (
+                e
+                for e in reversed(earlier)
+                if e["tool"] == "log_tail" and e["ok"] and (e.get("data") or {}).get("path") == path
+            ),
+            None,
+        )
+        if path is None or prev is None:
+            out.append(o)
+            continue
+        was, now = int(prev["data"].get("size") or 0), int(o["data"].get("size") or 0)
+        said = (
+            f"grew by {now - was} bytes"
+            if now > was
+            else "the same size"
+            if now == was
+            else f"shrank by {was - now} bytes (rotated or truncated)"
+        )
+        note = f"# since the read of it in {prev['id']}: {said} ({was} -> {now} bytes)"
+        lines = list(o["lines"])
+        lines.insert(1 if lines and lines[0].startswith("# ") else 0, note)
+        out.append({**o, "lines": lines})
+    return out

@@ -77,7 +77,14 @@ class ToolSpec(Generic[A, R]):
 
     def call(self, host: Host, args: A | dict[str, Any] | None = None) -> R:
         parsed = args if isinstance(args, self.args) else self.args.model_validate(args or {})
-        return self.fn(host, parsed)
+        outside = getattr(host, "answered_outside", None)
+        before = len(outside) if outside is not None else 0
+        result = self.fn(host, parsed)
+        if outside is not None and len(outside) > before and result.ok:
+            # a stopped container's ports/disk/memory were read on its machine: the result is
+            # the machine's, and says so by its host
+            result = result.model_copy(update={"host": host.outer.name})  # type: ignore[attr-defined]
+        return result
 
     def json_schema(self) -> dict[str, Any]:
         return self.args.model_json_schema()

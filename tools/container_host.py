@@ -33,6 +33,10 @@ OUTSIDE = frozenset({"nvidia-smi", "dmesg", "journalctl", "docker", "podman", "k
 #: where the machine has none (a cluster's bastion, a node whose tools are not on PATH), the
 #: container's own shows its GPUs (their memory and load; its process list is its own).
 INSIDE_TOO = frozenset({"nvidia-smi"})
+#: Reads of what the container shares with the machine (its sockets under host networking or
+#: the ports it published, the disks, the memory): inside a stopped container they cannot run,
+#: and the machine's own answer is the one there is (said so by the result's host).
+MACHINE_WHEN_STOPPED = frozenset({"ss", "netstat", "df", "free"})
 SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,200}$")
 #: Above this a file is not written through the command line (ARG_MAX and the shell's limits).
 MAX_WRITE_BYTES = 64_000
@@ -65,6 +69,8 @@ class ContainerHost:
         self._cli = cli
         self._lock = threading.Lock()
         self._why_not: CommandResult | None = None
+        #: reads the machine answered because the container had stopped (MACHINE_WHEN_STOPPED)
+        self.answered_outside: list[str] = []
 
     # -- which CLI --------------------------------------------------------------------------
     def cli(self) -> str | None:
@@ -124,6 +130,9 @@ class ContainerHost:
             return down.model_copy(update={"command": command})
         res = self.outer.run(self.exec_command(command), timeout, max_bytes)
         stopped = _stopped(res)
+        if stopped and first_program(command) in MACHINE_WHEN_STOPPED:
+            self.answered_outside.append(command)
+            return self.outer.run(command, timeout, max_bytes)
         if stopped:
             return failure(
                 self.name,

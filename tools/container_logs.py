@@ -39,7 +39,8 @@ class Args(BaseModel):
         ge=0,
         le=600,
         description="liveness: read again over this window (longer for a progress bar) until "
-        "the log grows; the result says whether it grew and how long was waited",
+        "the log grows; capped at PIVOT_LIVENESS_MAX_S (30 s by default): to watch longer, read "
+        "again. The result says whether it grew and how long was waited",
     )
 
 

@@ -47,8 +47,9 @@ class Args(BaseModel):
         ge=0,
         le=3600,
         description="liveness: wait up to this many seconds for the log to grow, polling, and "
-        "stop as soon as it does; longer (up to PIVOT_LIVENESS_MAX_S, 30 s by default) when the "
-        "last line is a progress bar or a slow phase. None: one read",
+        "stop as soon as it does; longer when the last line is a progress bar or a slow phase. "
+        "Every watch is capped at PIVOT_LIVENESS_MAX_S (30 s by default; the result says when "
+        "it cut one): to watch longer, read again. None: one read",
     )
 
 

@@ -242,6 +242,19 @@ def test_a_stopped_containers_log_tee_d_on_the_machine_is_read_there(tmp_path: P
         assert tail.error is None and b"socketStartConnect" in tail.data, tail
 
 
+def test_a_stopped_containers_machine_reads_answer_from_the_machine() -> None:
+    """The container has exited: its ports, disk and memory reads cannot run inside it, and the
+    machine's own answer (the ports it published, its disks) is what there is, named by host.
+    Control: its process table is not the machine's; that read still says it is not running."""
+    with containers.container(mode="crash", wait_for="exited") as name:
+        box = ContainerHost(LocalHost(), name)
+        for tool in ("ports", "disk"):
+            res = TOOLS[tool].call(box, {})
+            assert res.error is None and res.host == LocalHost().name, (tool, res.lines())
+        ps = TOOLS["processes"].call(box, {})
+        assert ps.error and "not running" in ps.error, ps.lines()
+
+
 def test_an_engine_under_a_name_no_registry_knows_is_alive_in_its_container(
     tmp_path: Path,
 ) -> None:
