@@ -799,7 +799,7 @@ def refute_rivals(board: dict[str, Any], action: Action, obs: list[Observation])
     named observation that is not itself a sign of that rival. Accepted ones refute on the board
     (and so count as ruled out); the rest change nothing."""
     from agent.rules.common import PHASE_PREFIX
-    from agent.rules.proof import fatal_kind, quote_problem
+    from agent.rules.proof import column_header, fatal_kind, quote_problem
     from cards.taxonomy import LABELS
 
     by_id = {o["id"]: o for o in obs}
@@ -814,8 +814,8 @@ def refute_rivals(board: dict[str, Any], action: Action, obs: list[Observation])
         o = by_id.get(oid)
         if label not in LABELS or label == action.get("label") or o is None:
             continue
-        if quote_problem(line, o["lines"]) is not None:
-            continue
+        if quote_problem(line, o["lines"]) is not None or column_header(line):
+            continue  # not in the read, or a table's header row, which holds no state
         if hits is None:
             from agent.hits import signature_hits
 

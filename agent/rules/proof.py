@@ -57,6 +57,7 @@ class _Structure(BaseModel):
     resource_wait: list[str] = []
     crashed_pod: list[str] = []
     error_shaped: list[str] = []
+    column_header: list[str] = []
 
 
 def _any(patterns: list[str]) -> re.Pattern[str]:
@@ -104,6 +105,7 @@ def _rx() -> dict[str, re.Pattern[str]]:
         "frontend_access": _any(s.frontend_access or ["(?!x)x"]),
         "served_request": _any(s.served_request or ["(?!x)x"]),
         "error_shaped": _any(s.error_shaped or ["(?!x)x"]),
+        "column_header": _any(s.column_header or ["(?!x)x"]),
     }
 
 
@@ -199,6 +201,11 @@ def main_log_pids(lines: list[str]) -> set[int]:
             if m:
                 out.add(int(m.group(1)))
     return out
+
+
+def column_header(line: str) -> bool:
+    """A table's header row (ps, nvidia-smi csv, ss, df, kubectl get): it holds no state."""
+    return bool(_rx()["column_header"].search(line))
 
 
 def quiet_phase(line: str) -> bool:

@@ -77,3 +77,25 @@ def test_a_phase_line_may_refute_the_oom_of_that_phase(line: str, refuted: bool)
     ])  # fmt: skip
     board = refute_rivals({}, act, obs)
     assert (board.get("cuda_oom_runtime", {}).get("status") == "refuted") is refuted
+
+
+@pytest.mark.parametrize(
+    ("line", "refuted"),
+    [
+        # a table's header names columns and holds no state: it refutes nothing
+        ("USER         PID %CPU %MEM    VSZ   RSS TTY      STAT START   TIME COMMAND", False),
+        ("index, name, memory.used [MiB], memory.total [MiB], utilization.gpu [%]", False),
+        # the control: a row of the same table is state
+        ("root      4242 99.0  1.2 9999 999 ?  Rl 10:00 9:59 python3 -m vllm serve m", True),
+    ],
+)
+def test_a_tables_header_row_refutes_nothing(line: str, refuted: bool) -> None:
+    """A model session cited the `ps` header against still_starting (session 17): the row that
+    shows the process, or its absence found by the board, is the proof; the header is neither."""
+    obs = [Observation(id="o4", tool="processes", args={}, ok=True, lines=[line], data={},
+                       round=0)]  # fmt: skip
+    act = Action(kind="conclude", label="cuda_oom_runtime", refutations=[
+        {"label": "still_starting", "observation": "o4", "line": line, "why": "the table"}
+    ])  # fmt: skip
+    board = refute_rivals({}, act, obs)
+    assert (board.get("still_starting", {}).get("status") == "refuted") is refuted
