@@ -31,6 +31,7 @@ from agent.evidence import (
 )
 from agent.facts import Facts
 from agent.rules import proof
+from agent.rules.common import PHASE_PREFIX
 from agent.signatures import scan
 from agent.state import Finding, Observation
 from agent.thresholds import THRESHOLDS
@@ -192,7 +193,8 @@ def passed_rules(facts: Facts, observations: list[Observation], add) -> None:  #
                 "the launch ended on an error of its own; a kill from outside prints none",
             )
             if from_its_start(o, lines):
-                said = {m.label for m in scan(lines)}
+                # a phase marker names the OOM its phase would imply; it says no OOM happened
+                said = {m.label for m in scan(lines) if not m.signature.startswith(PHASE_PREFIX)}
                 refute(
                     [label for label in _raw().announced if label not in said],
                     "own_end",

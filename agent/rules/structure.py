@@ -8,10 +8,13 @@ stopped. An error line followed by more progress from a live server is noise and
 
 from __future__ import annotations
 
+import re
+
 from agent.evidence import LOG_TOOLS, last_launch, latest_text_observations, text_lines
 from agent.facts import Facts
 from agent.hits import set_aside_logs
 from agent.rules import proof
+from agent.rules.common import F
 from agent.signatures import Match
 from agent.state import Observation
 from agent.thresholds import THRESHOLDS
@@ -70,8 +73,24 @@ def structure_rules(facts: Facts, observations: list[Observation], hits, add) ->
         line,
         "the process printed a fatal error of its own: it was not silently stopped",
     )
+    if final and not any(facts.log_growth.values()):
+        fo, fidx, fline, _ = final[-1]
+        if not _progress_after(fo, fidx, hits):
+            # a traceback ended a component of the launch and nothing moved on after it (only
+            # waits, or nothing): its start-up ended there, whatever the process table says
+            add(
+                "still_starting",
+                "fact",
+                F.refutes,
+                fo["id"],
+                fline,
+                "an exception of the launch's own ended its start-up; no progress after it",
+            )
     if any(
-        m.label and m.strength in ("fatal", "strong") and not m.signature.startswith("phase-")
+        m.label
+        and m.strength in ("fatal", "strong")
+        and not m.signature.startswith("phase-")
+        and not proof.is_wrapper(m.line)  # "a worker failed, see above": the cause is the above
         for _, m in hits
     ):
         return  # a signature names the failure more precisely than a line's words can
@@ -89,4 +108,31 @@ def structure_rules(facts: Facts, observations: list[Observation], hits, add) ->
                 ln,
                 f"a fatal line no signature knows; its words point at {label}",
             )
+            stmt = raising_statement(text_lines(o), idx)
+            if stmt is not None:
+                add(
+                    label,
+                    "structure",
+                    THRESHOLDS.fact.hints,
+                    o["id"],
+                    stmt,
+                    "the statement that raised it: a bare exception says no more than this",
+                )
             break
+
+
+_BARE = re.compile(r"(?:^|\s|\])\s*(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)\s*$")
+_CARETS = re.compile(r"^\s*[\^~]+\s*$")
+
+
+def raising_statement(lines: list[str], index: int) -> str | None:
+    """The source line a bare exception (`AssertionError` with no message) was raised by: the
+    traceback's last code line above it (an `assert`'s condition is the message it lacks)."""
+    if not _BARE.search(lines[index]):
+        return None
+    for ln in reversed(lines[max(0, index - 4) : index]):
+        body = ln.strip()
+        if not body or _CARETS.match(ln):
+            continue
+        return None if body.startswith('File "') else ln
+    return None

@@ -1,0 +1,156 @@
+"""Rules and knowledge after blind round 36 (scored before any change), each with a control
+that must not trigger it: a fix is a general form or fact, never an answer keyed to one card."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from agent.rules import proof
+from agent.rules.structure import raising_statement
+from tests.agent.test_rules import GPU_CLEAN, PS_HEADER, PS_IDLE, _card, _run
+
+VLLM = "(APIServer pid=1) INFO 06-09 17:58:41 [api_server.py:1898] vLLM API server version 0.18.0\n"
+W = "(Worker pid=7181) ERROR 06-09 17:58:55 [multiproc_executor.py:852]"
+TCPSTORE = (
+    f"{W} WorkerProc failed to start.\n"
+    f"{W} Traceback (most recent call last):\n"
+    f'{W}   File "/usr/lib/python3/site-packages/torch/distributed/rendezvous.py", line 195, in '
+    "_create_c10d_store\n"
+    f"{W}     return TCPStore(\n"
+    f"{W} torch.distributed.DistNetworkError: The server socket has failed to listen on any "
+    "local network address. port: 47231, useIpv6: false, code: -98, name: EADDRINUSE, message: "
+    "address already in use\n"
+)
+
+
+def test_torchs_lowercase_eaddrinuse_is_the_port_and_no_nccl_failure(tmp_path: Path) -> None:
+    """torch >= 2.4 words the TCPStore's bind failure "name: EADDRINUSE, message: address already
+    in use" (lowercase): the port, and the distributed failure it reads as is ruled out by it."""
+    r = _run(_card({"/srv/run/train.log": VLLM + TCPSTORE}, PS_IDLE, GPU_CLEAN), tmp_path)
+    assert r.root_cause == "port_in_use", (r.summary, r.hypotheses)
+    nccl = next(h for h in r.hypotheses if h.label == "nccl_failure")
+    assert nccl.status == "refuted", nccl
+
+
+def test_control_a_distnetworkerror_of_a_peer_is_still_a_distributed_failure(
+    tmp_path: Path,
+) -> None:
+    log = VLLM + TCPSTORE.replace(
+        "The server socket has failed to listen on any local network address. port: 47231, "
+        "useIpv6: false, code: -98, name: EADDRINUSE, message: address already in use",
+        "Connection reset by peer",
+    )
+    r = _run(_card({"/srv/run/train.log": log}, PS_IDLE, GPU_CLEAN), tmp_path)
+    assert r.root_cause != "port_in_use", r.summary
+
+
+E = "ERROR 10-28 03:03:39 [v1/executor/multiproc_executor.py:597]"
+ASSERT_TB = [
+    f"{E} WorkerProc failed to start.",
+    f"{E} Traceback (most recent call last):",
+    f'{E}   File "/usr/lib/python3/site-packages/lmcache/v1/memory_management.py", line 88, in '
+    "__init__",
+    f"{E}     assert size % align == 0",
+    f"{E} AssertionError: Buffer size 5368709120 must be a multiple of align bytes 17989632 in "
+    "paged memory allocator.",
+]
+
+
+def test_a_tracebacks_last_line_under_a_loggers_error_prefix_is_the_exception() -> None:
+    kinds = dict(proof.fatal_lines(ASSERT_TB))
+    assert kinds[4] == "exception" and kinds[0] == "error_level", kinds
+    # control: an ERROR line with no traceback open above it keeps its kind
+    assert dict(proof.fatal_lines([ASSERT_TB[0], ASSERT_TB[4]])) == {
+        0: "error_level",
+        1: "error_level",
+    }
+
+
+WAITS = "".join(
+    f"(APIServer pid=1) DEBUG 10-28 03:{m:02d}:55 [v1/engine/utils.py:776] Waiting for 1 local, "
+    "0 remote core engine proc(s) to start.\n"
+    for m in range(4, 9)
+)
+SERVER_PS = PS_HEADER + (
+    "root           1  0.6  0.1 14870216 1301220 ?    Ssl  03:02   0:19 /usr/bin/python3 "
+    "/usr/local/bin/vllm serve deepseek-ai/DeepSeek-V3.1 --host 0.0.0.0\n"
+)
+LOADING = (
+    "(EngineCore pid=9) INFO 10-28 03:{m:02d}:10 [default_loader.py:262] Loading safetensors "
+    "checkpoint shards: {p}% Completed | {n}/160\n"
+)
+
+
+@pytest.mark.parametrize("after", ["waits", "loading"])
+def test_an_own_exception_followed_only_by_waits_ended_the_start_up(
+    tmp_path: Path, after: str
+) -> None:
+    """The API server lives on, printing "Waiting for ... core engine proc(s)" every ten seconds
+    after its workers died of their own exception: nothing is starting any more. Control: the
+    same exception followed by a loader that advances between the reads is no end of start-up."""
+    head = VLLM + "\n".join(ASSERT_TB) + "\n"
+    if after == "waits":
+        snaps = [head + WAITS[: len(WAITS) // 2], head + WAITS]
+    else:
+        snaps = [
+            head + LOADING.format(m=4, p=10, n=16),
+            head + LOADING.format(m=4, p=10, n=16) + LOADING.format(m=5, p=40, n=64),
+        ]
+    r = _run(_card({"/srv/dsv31/server.log": snaps}, SERVER_PS, GPU_CLEAN), tmp_path)
+    starting = next((h for h in r.hypotheses if h.label == "still_starting"), None)
+    ended = starting is not None and starting.status == "refuted" and any(
+        "AssertionError: Buffer size" in a.line for a in starting.against
+    )
+    assert ended is (after == "waits"), (r.summary, starting)
+    if after == "waits":
+        assert r.root_cause == "bad_launch_argument", r.summary
+
+
+TRT = (
+    "[TensorRT-LLM] TensorRT-LLM version: 1.2.0rc5\n"
+    "Loading weights concurrently:  99%|#########8| 2700/2737 [00:41<00:00, 64.21it/s]\n"
+    "[12/11/2025-08:16:12] [TRT-LLM] [RANK 0] [E] Failed to initialize executor on rank 0: \n"
+    "Traceback (most recent call last):\n"
+    '  File "/usr/lib/python3/site-packages/tensorrt_llm/_torch/models/modeling_utils.py", '
+    "line 946, in load_single_module\n"
+    "    module.load_weights(weights=module_weights)\n"
+    '  File "/usr/lib/python3/site-packages/tensorrt_llm/_torch/modules/linear.py", line 138, '
+    "in load_weights_fused_qkv_helper\n"
+    "    assert all('weight' in weights[i] for i in range(3))\n"
+    "           ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^\n"
+    "AssertionError\n"
+    "\n"
+    "Traceback (most recent call last):\n"
+    '  File "/usr/lib/python3/site-packages/tensorrt_llm/executor/proxy.py", line 340, in '
+    "_start_executor_workers\n"
+    "    raise RuntimeError(\n"
+    "RuntimeError: Executor worker returned error\n"
+)
+
+
+def test_a_bare_assert_under_a_proxys_see_above_is_weighed_and_its_statement_cited(
+    tmp_path: Path,
+) -> None:
+    """TensorRT-LLM's proxy says only that a worker failed (a wrapper line): the worker's own
+    bare AssertionError, raised in the weight loader, is weighed by its frame, the `assert`
+    statement is cited as what it lacks in words, and the weight-loading phase markers say no
+    GPU OOM happened (the log, read from its banner, prints none)."""
+    r = _run(_card({"/srv/glm/serve.log": TRT}, PS_IDLE, GPU_CLEAN), tmp_path)
+    assert r.root_cause == "model_load_error", (r.summary, r.hypotheses)
+    assert any(e.line.strip().startswith("assert all(") for e in r.evidence), r.evidence
+    oom = next(h for h in r.hypotheses if h.label == "gpu_oom_weights")
+    assert oom.status == "refuted", oom
+
+
+def test_raising_statement_only_for_a_bare_exception() -> None:
+    lines = TRT.splitlines()
+    bare = lines.index("AssertionError")
+    assert (
+        raising_statement(lines, bare) == "    assert all('weight' in weights[i] for i in range(3))"
+    )
+    # controls: an exception with its own message; a bare one right after a frame header
+    msg = lines.index("RuntimeError: Executor worker returned error")
+    assert raising_statement(lines, msg) is None
+    assert raising_statement(['  File "x.py", line 1, in f', "ValueError"], 1) is None
