@@ -10,6 +10,7 @@ from pydantic import ValidationError
 from agent.state import Observation
 from tools import registry as tool_registry
 from tools.base import ToolResult, bound_lines
+from tools.container_host import answered_outside
 from tools.host import Host
 from tools.registry import TOOLS
 from tools.shared_reads import at_once, one_wave
@@ -26,10 +27,17 @@ def call(host: Host, tool: str, args: dict[str, Any]) -> tuple[bool, list[str], 
             {},
         )
     try:
-        result: ToolResult = spec.call(host, args)
+        with answered_outside() as seen:
+            result: ToolResult = spec.call(host, args)
         lines = result.lines()
-        if result.ok and result.host != host.name:  # a stopped container's machine answered
-            lines = [f"# read on {result.host}, not inside {host.name} (it is not running)", *lines]
+        if result.ok and seen:
+            # the container could not answer (stopped, or its image lacks the program): the
+            # machine's answer, said so (a tool that reads the machine anyway says nothing)
+            lines = [
+                f"# read on {result.host}: {host.name} could not answer it (stopped, or the "
+                "program is not in its image)",
+                *lines,
+            ]
         return result.ok, bound_lines(lines), result.model_dump(mode="json")
     except ValidationError as exc:
         msg = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())

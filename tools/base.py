@@ -77,10 +77,13 @@ class ToolSpec(Generic[A, R]):
 
     def call(self, host: Host, args: A | dict[str, Any] | None = None) -> R:
         parsed = args if isinstance(args, self.args) else self.args.model_validate(args or {})
-        outside = getattr(host, "answered_outside", None)
-        before = len(outside) if outside is not None else 0
-        result = self.fn(host, parsed)
-        if outside is not None and len(outside) > before and result.ok:
+        from tools.container_host import answered_outside
+
+        with answered_outside() as seen:
+            before = len(seen)
+            result = self.fn(host, parsed)
+            machine = len(seen) > before
+        if result.ok and machine:
             # a stopped container's ports/disk/memory were read on its machine: the result is
             # the machine's, and says so by its host
             result = result.model_copy(update={"host": host.outer.name})  # type: ignore[attr-defined]

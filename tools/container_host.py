@@ -15,6 +15,9 @@ import posixpath
 import re
 import shlex
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 
 from tools.host import (
     DEFAULT_MAX_BYTES,
@@ -34,9 +37,10 @@ OUTSIDE = frozenset({"nvidia-smi", "dmesg", "journalctl", "docker", "podman", "k
 #: container's own shows its GPUs (their memory and load; its process list is its own).
 INSIDE_TOO = frozenset({"nvidia-smi"})
 #: Reads of what the container shares with the machine (its sockets under host networking or
-#: the ports it published, the disks, the memory): inside a stopped container they cannot run,
-#: and the machine's own answer is the one there is (said so by the result's host).
-MACHINE_WHEN_STOPPED = frozenset({"ss", "netstat", "df", "free"})
+#: the ports it published, the disks, the memory): where the container cannot answer them (it
+#: has stopped, or its image lacks the program, as minimal images do), the machine's own answer
+#: is the one there is (said so by the result's host).
+MACHINE_SHARED = frozenset({"ss", "netstat", "df", "free"})
 SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,200}$")
 #: Above this a file is not written through the command line (ARG_MAX and the shell's limits).
 MAX_WRITE_BYTES = 64_000
@@ -69,8 +73,6 @@ class ContainerHost:
         self._cli = cli
         self._lock = threading.Lock()
         self._why_not: CommandResult | None = None
-        #: reads the machine answered because the container had stopped (MACHINE_WHEN_STOPPED)
-        self.answered_outside: list[str] = []
 
     # -- which CLI --------------------------------------------------------------------------
     def cli(self) -> str | None:
@@ -130,9 +132,14 @@ class ContainerHost:
             return down.model_copy(update={"command": command})
         res = self.outer.run(self.exec_command(command), timeout, max_bytes)
         stopped = _stopped(res)
-        if stopped and first_program(command) in MACHINE_WHEN_STOPPED:
-            self.answered_outside.append(command)
-            return self.outer.run(command, timeout, max_bytes)
+        cannot = stopped or res.missing_command or (res.rc is None and not res.ok)
+        if cannot and first_program(command) in MACHINE_SHARED:
+            outside = self.outer.run(command, timeout, max_bytes)
+            if outside.ok:
+                seen = _OUTSIDE.get()
+                if seen is not None:
+                    seen.append(command)
+                return outside
         if stopped:
             return failure(
                 self.name,
@@ -226,3 +233,24 @@ def machine_of(host: Host) -> Host:
     from the machine's process table is read."""
     box = container_of(host)
     return box.outer if box is not None else host
+
+
+#: The machine's answers for a container, within one tool call (a context variable: a tool's
+#: reads may run on other threads, each in a copy of the caller's context, sharing this list).
+_OUTSIDE: ContextVar[list[str] | None] = ContextVar("pivot_answered_outside", default=None)
+
+
+@contextmanager
+def answered_outside() -> Iterator[list[str]]:
+    """Collect the commands the machine answered for a container inside this block: a call
+    that collected any read the machine, and its result says so. Nested blocks share one list."""
+    seen = _OUTSIDE.get()
+    if seen is not None:
+        yield seen
+        return
+    seen = []
+    token = _OUTSIDE.set(seen)
+    try:
+        yield seen
+    finally:
+        _OUTSIDE.reset(token)

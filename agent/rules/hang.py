@@ -334,6 +334,23 @@ def _resource_wait_rule(facts: Facts, observations: list[Observation], add) -> N
     add("still_starting", "fact", _F.refutes, oid, line, why)
 
 
+def _member_died(hits):  # type: ignore[no-untyped-def]
+    """The first fatal line of the launch's own that is no NCCL error and no peer's departure
+    (a rank's CUDA OOM, a worker's exception), with its observation, or None."""
+    return next(
+        (
+            (o, m)
+            for o, m in hits
+            if m.strength == "fatal"
+            and m.label
+            and m.label != "nccl_failure"
+            and not m.signature.startswith("phase-")
+            and not proof.peer_lost(m.line)
+        ),
+        None,
+    )
+
+
 def hang_rules(facts: Facts, observations: list[Observation], hits, add) -> None:  # type: ignore[no-untyped-def]
     _resource_wait_rule(facts, observations, add)
     stacks = [o for o in observations if o["tool"] == "py_stacks" and o["ok"]]
@@ -370,6 +387,26 @@ def hang_rules(facts: Facts, observations: list[Observation], hits, add) -> None
                 eframe,
                 f"the engine waits for its workers' replies while they idle ({wframe.strip()}): "
                 "the reply is owed by a member that is not on this host",
+            )
+        elif d.get("waiting_in") == "collective" and frame and (died := _member_died(hits)):
+            # a member died of its own error (not NCCL's): the others wait for it in the
+            # collective, which is the consequence of that death, not a fault of the collective
+            add(
+                "nccl_failure",
+                "fact",
+                _F.refutes,
+                died[0]["id"],
+                died[1].line,
+                "the ranks wait in a collective for a member that died of this error of its "
+                "own: the wait is the consequence, not a fault of the collective",
+            )
+            add(
+                "still_starting",
+                "fact",
+                _H.stacks_not_starting,
+                o["id"],
+                frame,
+                "the stacks wait for a peer, not on loading or compiling",
             )
         elif d.get("waiting_in") == "collective" and frame:
             add(

@@ -299,6 +299,18 @@ def host_rules(facts: Facts, hits, add, observations: list[Observation] | None =
             "the filesystem that ran out is /dev/shm, IPC shared memory (shm_too_small), not a "
             "disk the launch writes to",
         )
+    if facts.full_mounts and not shm_full and "shm_too_small" not in labels_hit:
+        # "No space left on device" is a full disk's or a full /dev/shm's: a disk the launch
+        # writes to is full and /dev/shm is not, so the space that ran out is the disk's
+        mount, pct, line = facts.full_mounts[0]
+        add(
+            "shm_too_small",
+            "fact",
+            F.refutes,
+            facts.disk_obs,
+            line,
+            f"the filesystem that ran out is {mount} ({pct:.0f}% full), not /dev/shm",
+        )
     if (
         facts.disk_available
         and not facts.full_mounts

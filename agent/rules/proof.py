@@ -137,7 +137,7 @@ def fatal_lines(lines: list[str]) -> list[tuple[int, str]]:
             in_tb = True
             continue
         kind = fatal_kind(ln, after_traceback=in_tb)
-        if kind is not None and in_tb and rx["exception_after_traceback"].search(ln):
+        if kind == "error_level" and in_tb and rx["exception_after_traceback"].search(ln):
             kind = "exception"  # the traceback's last line, under a logger's ERROR prefix too
         if kind is not None:
             out.append((i, kind))

@@ -100,8 +100,10 @@ def test_an_own_exception_followed_only_by_waits_ended_the_start_up(
         ]
     r = _run(_card({"/srv/dsv31/server.log": snaps}, SERVER_PS, GPU_CLEAN), tmp_path)
     starting = next((h for h in r.hypotheses if h.label == "still_starting"), None)
-    ended = starting is not None and starting.status == "refuted" and any(
-        "AssertionError: Buffer size" in a.line for a in starting.against
+    ended = (
+        starting is not None
+        and starting.status == "refuted"
+        and any("AssertionError: Buffer size" in a.line for a in starting.against)
     )
     assert ended is (after == "waits"), (r.summary, starting)
     if after == "waits":
@@ -154,3 +156,99 @@ def test_raising_statement_only_for_a_bare_exception() -> None:
     msg = lines.index("RuntimeError: Executor worker returned error")
     assert raising_statement(lines, msg) is None
     assert raising_statement(['  File "x.py", line 1, in f', "ValueError"], 1) is None
+
+
+ENOSPC = (
+    "(APIServer pid=1) INFO 06-09 17:58:41 [api_server.py:1898] vLLM API server version 0.18.0\n"
+    "Traceback (most recent call last):\n"
+    '  File "/usr/lib/python3/site-packages/huggingface_hub/file_download.py", line 1717, in '
+    "_chunk_iter\n"
+    "OSError: [Errno 28] No space left on device\n"
+)
+DF_HEAD = "Filesystem      Size  Used Avail Use% Mounted on\n"
+DATA_FULL = "/dev/sdb1       1.8T  1.8T  2.1G 100% /data\n"
+SHM_OK = "shm             1.0G     0  1.0G   0% /dev/shm\n"
+SHM_FULL = "shm              64M   64M     0 100% /dev/shm\n"
+
+
+@pytest.mark.parametrize(("shm", "refuted"), [(SHM_OK, True), (SHM_FULL, False)])
+def test_no_space_on_a_full_disk_rules_out_dev_shm_unless_that_is_full_too(
+    tmp_path: Path, shm: str, refuted: bool
+) -> None:
+    """ "No space left on device" is a full disk's or a full /dev/shm's: with the disk the launch
+    writes to full and /dev/shm not, the shortfall is the disk's. Control: /dev/shm full too."""
+    card = _card(
+        {"/data/logs/server.log": ENOSPC},
+        PS_IDLE,
+        GPU_CLEAN,
+        commands={"df -hP": DF_HEAD + DATA_FULL + shm},
+    )
+    card.symptom = "The download died with no space left: is it the disk or shm?"
+    r = _run(card, tmp_path)
+    h = next((h for h in r.hypotheses if h.label == "shm_too_small"), None)
+    by_disk = h is not None and any(a.line == DATA_FULL.strip() for a in h.against)
+    assert by_disk is refuted, (r.summary, h)
+
+
+@pytest.mark.parametrize("died", ["cuda_oom_runtime", "nccl_failure", None])
+def test_ranks_waiting_in_a_collective_for_a_member_that_died_of_its_own_error(
+    died: str | None,
+) -> None:
+    """Rank 3 died of a CUDA OOM while rank 0 waits in an allgather: the wait is the consequence
+    of that death, so the OOM line rules nccl_failure out. Controls: a member's own NCCL error,
+    or no member's error at all: the stacks in the collective support nccl_failure as before."""
+    from agent.facts import Facts
+    from agent.rules.hang import hang_rules
+    from agent.signatures import Match
+    from agent.state import Observation
+
+    frame = "    _allgather (mpi4py/util/pkl5.py:654)"
+    line = "[TRT-LLM] [RANK 3] [E] Failed to initialize executor on rank 3: CUDA out of memory."
+    log = Observation(id="o3", tool="log_tail", args={"path": "/l"}, ok=True, lines=[line],
+                      data={}, round=0)  # fmt: skip
+    stacks = Observation(
+        id="o9", tool="py_stacks", args={"pid": 7}, ok=True, lines=[frame],
+        data={"waiting_in": "collective", "collective_frame": frame}, round=1,
+    )  # fmt: skip
+    hits = (
+        [(log, Match(signature="x", label=died, strength="fatal", line=line, line_no=0))]
+        if died
+        else []
+    )
+    said: list[tuple[str, float, str]] = []
+    hang_rules(Facts(), [log, stacks], hits, lambda lb, k, w, o, ln, n: said.append((lb, w, ln)))
+    nccl = [(w, ln) for lb, w, ln in said if lb == "nccl_failure"]
+    if died == "cuda_oom_runtime":
+        assert nccl and all(w < 0 and ln == line for w, ln in nccl), said
+    else:
+        assert nccl and all(w > 0 and ln == frame for w, ln in nccl), said
+
+
+def test_a_containers_disk_read_it_cannot_answer_is_the_machines_and_says_so() -> None:
+    """A container whose image has no `df` (or, replayed, no recorded one): the machine's df
+    answers the disk read, the observation says whose it is. Controls: a read that runs on the
+    machine anyway (the container's log) carries no such note; a process table is never taken
+    from the machine for the container."""
+    from agent.observe import call
+    from cards.model import IncidentCard
+    from cards.replay import ReplayHost
+    from tests.agent.test_blind_rules_r33 import INSPECT
+    from tools.container_host import ContainerHost
+
+    card = IncidentCard.model_validate(
+        {
+            "id": "ctr", "title": "t", "source": "test", "engine": "vllm", "symptom": "slow?",
+            "host": {
+                "ps": PS_HEADER, "commands": {"df -hP": DF_HEAD + DATA_FULL + SHM_OK},
+                "containers": {"serving": {"inspect": INSPECT % "serving", "logs": VLLM}},
+            },
+        }
+    )  # fmt: skip
+    box = ContainerHost(ReplayHost(card), "serving")
+    ok, lines, data = call(box, "disk", {})
+    assert ok and lines[0].startswith("# read on ") and "could not answer it" in lines[0], lines
+    assert data["host"] == box.outer.name and DATA_FULL.strip() in lines, lines
+    ok, lines, _ = call(box, "container_logs", {})
+    assert ok and not any("could not answer it" in ln for ln in lines), lines
+    ok, lines, data = call(box, "processes", {})
+    assert not any("could not answer it" in ln for ln in lines), lines
