@@ -201,6 +201,24 @@ def _args_key(args: dict[str, Any]) -> str:
     return repr(sorted((k, repr(v)) for k, v in (args or {}).items()))
 
 
+def _same_value(a: Any, b: Any) -> bool:
+    """Equal as arguments: 60 and 60.0 are one watch."""
+    if isinstance(a, int | float) and isinstance(b, int | float) and not isinstance(a, bool):
+        return float(a) == float(b)
+    return bool(a == b)
+
+
+def covered(tool: str, args: dict[str, Any], reads: list[Observation]) -> Observation | None:
+    """A read of `tool` already made with every one of `args` (and perhaps more: py_stacks of
+    the pid with native frames covers py_stacks of the pid), or None."""
+    for o in reads:
+        if o["tool"] == tool and all(
+            k in o["args"] and _same_value(v, o["args"][k]) for k, v in (args or {}).items()
+        ):
+            return o
+    return None
+
+
 def _crashed_pod(observations: list[Observation]) -> str | None:
     """A pod a log read names as crashed whose own log no read has fetched yet."""
     read = {
@@ -470,7 +488,13 @@ def options(
             id=c["id"], tool=c["tool"], args=args, separates=c["separates"], says=c["says"]
         )
         same = (opt.tool, _args_key(opt.args))
-        if opt.key in done or same in failed or (same in taken and not c.get("repeat")):
+        prior = covered(opt.tool, opt.args, observations)
+        if (
+            opt.key in done
+            or same in failed
+            or (prior is not None and not prior["ok"])
+            or ((same in taken or prior is not None) and not c.get("repeat"))
+        ):
             # planned before, or the very read already taken (by either brain; a failed one
             # fails again); only a check that is a re-read on purpose repeats one that worked
             continue

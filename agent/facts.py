@@ -437,11 +437,21 @@ def _log_engine(log_reads: LogReads) -> str | None:
     """The one engine whose launch banner the logs under investigation print, if exactly one."""
     found: set[str] = set()
     reg = engines.registry()
-    for reads in log_reads.values():
-        text = "\n".join(reads[-1][2][:2000])
+    texts = ["\n".join(reads[-1][2][:2000]) for reads in log_reads.values()]
+    for text in texts:
         for name, e in reg.engines.items():
             if not e.generic and any(re.search(m, text) for m in e.launch_markers):
                 found.add(name)
+    if not found:
+        # no banner (an engine that prints none, a log cut after it): the engine whose own
+        # source the log's tracebacks run through (`site-packages/lmdeploy/...`)
+        for text in texts:
+            for name, e in reg.engines.items():
+                if not e.generic and any(
+                    re.search(rf'File "[^"]*/(?:site|dist)-packages/{d}/', text)
+                    for d in e.source_dirs
+                ):
+                    found.add(name)
     return next(iter(found)) if len(found) == 1 else None
 
 

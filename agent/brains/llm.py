@@ -703,6 +703,9 @@ class _View:
             ln[: MAX_FATAL_LINE if i in must else MAX_LINE] for i, ln in enumerate(o["lines"])
         ]
         self.kept: set[int] = set()
+        #: lines inside a run of lines alike but for their numbers (a heartbeat repeated every
+        #: ten seconds): the run's first and last are shown, the rest only counted
+        self.repeats = _repeat_runs(o["lines"]) - must
         header = f"## {o['id']} {o['tool']} {json.dumps(o['args'])} {'ok' if o['ok'] else 'FAILED'}"
         self.fixed = len(header) + 1 + (_MARK_COST if self.lines else 0)
 
@@ -737,7 +740,7 @@ class _View:
                 if head <= tail:
                     out.append(tail)
                     tail -= 1
-        return out
+        return [i for i in out if i not in self.repeats]
 
     def render(self) -> dict[str, Any]:
         o = self.o
@@ -745,12 +748,40 @@ class _View:
         prev = -1
         for i in sorted(self.kept):
             if i > prev + 1:
-                out.append(_mark(prev + 1, i - 1))
+                out.append(self._gap(prev + 1, i - 1))
             out.append(self.lines[i])
             prev = i
         if self.lines and prev < len(self.lines) - 1:
-            out.append(_mark(prev + 1, len(self.lines) - 1))
+            out.append(self._gap(prev + 1, len(self.lines) - 1))
         return {"id": o["id"], "tool": o["tool"], "args": o["args"], "ok": o["ok"], "lines": out}
+
+    def _gap(self, a: int, b: int) -> str:
+        if all(i in self.repeats for i in range(a, b + 1)):
+            n = b - a + 1
+            return (
+                f"# … {n} more line{'s' if n != 1 else ''} like the one above, only their "
+                f"numbers differ (lines {a + 1}–{b + 1}) …"
+            )
+        return _mark(a, b)
+
+
+_DIGITS = re.compile(r"\d+")
+#: a run shorter than this is shown whole
+MIN_REPEAT_RUN = 4
+
+
+def _repeat_runs(lines: list[str]) -> set[int]:
+    """Indices inside runs of consecutive lines equal but for their digits (timestamps,
+    counters), each run's first and last line left out of the set."""
+    out: set[int] = set()
+    keys = [_DIGITS.sub("#", ln.strip()) for ln in lines]
+    start = 0
+    for i in range(1, len(keys) + 1):
+        if i == len(keys) or keys[i] != keys[start] or not keys[start]:
+            if i - start >= MIN_REPEAT_RUN:
+                out.update(range(start + 1, i - 1))
+            start = i
+    return out
 
 
 def _mark(a: int, b: int) -> str:

@@ -252,3 +252,67 @@ def test_a_containers_disk_read_it_cannot_answer_is_the_machines_and_says_so() -
     assert ok and not any("could not answer it" in ln for ln in lines), lines
     ok, lines, data = call(box, "processes", {})
     assert not any("could not answer it" in ln for ln in lines), lines
+
+
+LMD_LOG = (
+    "2024-07-05 10:31:03,992 - lmdeploy - INFO - Checking model.\n"
+    "2024-07-05 10:31:09,337 - lmdeploy - ERROR - Rank[0] failed.\n"
+    "Traceback (most recent call last):\n"
+    '  File "/opt/conda/envs/lmd/lib/python3.10/site-packages/lmdeploy/pytorch/engine/'
+    'model_agent.py", line 1113, in _start_tp_process\n'
+    "    dist.init_process_group('nccl', rank=rank, world_size=world_size)\n"
+    "RuntimeError: TP process Rank[0] failed with exit code 1.\n"
+)
+NEIGHBOUR_PS = PS_HEADER + (
+    "wliu     1187735  0.1  0.0 1391720 98112 ?       Sl   08:12   0:11 /home/wliu/env/bin/python "
+    "/home/wliu/env/bin/torchrun --nproc_per_node 4 train_sft.py --config c.yaml\n"
+    "wliu     1187801  101  2.1 94211320 22812044 ?   Rl   08:12 141:08 /home/wliu/env/bin/python "
+    "-u train_sft.py --config c.yaml\n"
+)
+
+
+@pytest.mark.parametrize("frames", ["lmdeploy", "two engines"])
+def test_a_log_without_a_banner_is_its_tracebacks_engine_and_a_neighbours_job_is_not_it(
+    tmp_path: Path, frames: str
+) -> None:
+    """LMDeploy prints no launch banner the registry knows; its traceback runs through
+    `site-packages/lmdeploy/`: the launch is LMDeploy's, and another user's torchrun on the box
+    is another launch, not this dead server "alive". Control: frames of two engines name none."""
+    log = LMD_LOG
+    if frames == "two engines":
+        log = log.replace(
+            "    dist.init_process_group",
+            '  File "/usr/lib/python3/site-packages/vllm/distributed/parallel_state.py", line 9, '
+            "in f\n    dist.init_process_group",
+        )
+    r = _run(_card({"/srv/qa-svc/logs/serve.log": log}, NEIGHBOUR_PS, GPU_CLEAN), tmp_path)
+    gone = "1187735" not in r.summary and r.root_cause != "still_starting"
+    if frames == "lmdeploy":
+        assert gone and "torchrun" not in " ".join(e.line for e in r.evidence), r.summary
+    from agent.facts import _log_engine
+
+    lines = log.splitlines()
+    assert _log_engine({"/l": [("o1", 1, lines)]}) == ("lmdeploy" if frames == "lmdeploy" else None)
+
+
+def test_a_read_made_with_more_arguments_covers_the_offered_one() -> None:
+    """A model session was offered py_stacks of a pid it had read with native frames, a 60 s GPU
+    watch it had made as 60.0, and `packages {}` after reading them for the launch's python."""
+    from agent.checks import covered
+    from agent.state import Observation
+
+    def obs(tool: str, args: dict[str, object], ok: bool = True) -> Observation:
+        return Observation(id="o1", tool=tool, args=args, ok=ok, lines=[], data={}, round=1)
+
+    made = [
+        obs("py_stacks", {"pid": 7, "native": True}),
+        obs("gpu_status", {"watch_s": 60.0}),
+        obs("packages", {"python": "/opt/venv/bin/python"}),
+    ]
+    assert covered("py_stacks", {"pid": 7}, made) is not None
+    assert covered("gpu_status", {"watch_s": 60}, made) is not None
+    assert covered("packages", {}, made) is not None
+    # controls: another pid, a watch where a plain read was made, another tool
+    assert covered("py_stacks", {"pid": 8}, made) is None
+    assert covered("gpu_status", {"watch_s": 30}, made) is None
+    assert covered("process_io", {"pid": 7}, made) is None

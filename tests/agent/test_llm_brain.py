@@ -156,9 +156,14 @@ def _log_obs(oid: str, lines: list[str]) -> dict[str, Any]:
     }
 
 
+_WORK = ("prefill", "decode", "swap", "evict", "schedule")
+
+
 def _noise(n: int, tag: str = "") -> list[str]:
+    """Log lines that differ in words, not only numbers (a run alike but for its numbers is
+    shown by its ends: test_a_heartbeat_repeated_...)."""
     return [
-        f"[2025-01-01 00:00:{i % 60:02d}] INFO scheduler.py:{i}: decode batch {tag}{i} tokens ok"
+        f"[2025-01-01 00:00:{i % 60:02d}] INFO scheduler.py:{i}: {_WORK[i % 5]} batch {tag}{i} ok"
         for i in range(n)
     ]
 
@@ -224,6 +229,26 @@ def test_cited_lines_and_phase_markers_are_kept() -> None:
     kept = out[0]["lines"]
     assert lines[1500] in kept and lines[1200] in kept
     assert _rendered_chars(out) <= 6000
+
+
+def test_a_heartbeat_repeated_every_ten_seconds_shows_its_first_and_last_and_a_count() -> None:
+    """A model session paged through 80 copies of "Waiting for 1 local, 0 remote core engine
+    proc(s) to start." (round 36): a run of lines alike but for their numbers shows its first
+    and last line and how many are between; a cited one among them is kept. Control: lines that
+    differ in words are all shown."""
+    beat = "(APIServer pid=1) DEBUG 10-28 03:{:02d}:{:02d} [utils.py:776] Waiting for 1 local"
+    lines = ["INFO start", *[beat.format(m // 6, m % 6 * 10) for m in range(80)], "INFO end"]
+    state: State = {"observations": [_log_obs("o1", lines)]}
+    kept = compact(state, budget_chars=50_000)[0]["lines"]
+    assert lines[1] in kept and lines[80] in kept and lines[40] not in kept, kept
+    assert any("78 more lines like the one above" in ln for ln in kept), kept
+    state["hypotheses"] = {
+        "x": {"label": "x", "statement": "", "status": "open", "score": 0.0, "check": "",
+              "evidence": [{"observation": "o1", "line": lines[40]}], "against": []}
+    }  # fmt: skip
+    assert lines[40] in compact(state, budget_chars=50_000)[0]["lines"]
+    words = ["INFO start", *[f"INFO step {w}" for w in ("load", "shard", "cast", "bind")]]
+    assert compact({"observations": [_log_obs("o2", words)]}, 50_000)[0]["lines"] == words
 
 
 def test_short_observations_are_shown_whole() -> None:
