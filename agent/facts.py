@@ -1191,6 +1191,11 @@ def _container(f: Facts, o: Observation, _logs: LogReads) -> None:
     c = res.container
     if c is None:
         return
+    named = o["args"].get("name")
+    if named and f.container is not None and f.container.name != c.name:
+        # another container read for comparison (the old image's run, a sibling): its state
+        # is not the investigated launch's (the first one read, or the one read without a name)
+        return
     f.container, f.container_cli, f.container_obs = c, res.cli, o["id"]
     f.container_lines = list(
         o["lines"]

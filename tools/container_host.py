@@ -40,7 +40,26 @@ INSIDE_TOO = frozenset({"nvidia-smi"})
 #: the ports it published, the disks, the memory): where the container cannot answer them (it
 #: has stopped, or its image lacks the program, as minimal images do), the machine's own answer
 #: is the one there is (said so by the result's host).
-MACHINE_SHARED = frozenset({"ss", "netstat", "df", "free"})
+MACHINE_SHARED = frozenset({"ss", "netstat", "df", "free", "uname"})
+#: Files every container sees as the machine's own (the driver, the kernel's counters).
+MACHINE_FILES = ("/proc/driver/", "/sys/", "/proc/meminfo", "/proc/loadavg", "/proc/cpuinfo")
+
+
+def machine_shared(command: str) -> bool:
+    """A read whose answer is the machine's inside a container or out (MACHINE_SHARED, or a
+    file of MACHINE_FILES read with cat/head/tail)."""
+    prog = first_program(command)
+    if prog in MACHINE_SHARED:
+        return True
+    if prog not in ("cat", "head", "tail"):
+        return False
+    try:
+        toks = shlex.split(command.split("|", 1)[0])
+    except ValueError:
+        return False
+    return any(t.startswith(MACHINE_FILES) for t in toks[1:])
+
+
 SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,200}$")
 #: Above this a file is not written through the command line (ARG_MAX and the shell's limits).
 MAX_WRITE_BYTES = 64_000
@@ -133,7 +152,7 @@ class ContainerHost:
         res = self.outer.run(self.exec_command(command), timeout, max_bytes)
         stopped = _stopped(res)
         cannot = stopped or res.missing_command or (res.rc is None and not res.ok)
-        if cannot and first_program(command) in MACHINE_SHARED:
+        if cannot and machine_shared(command):
             outside = self.outer.run(command, timeout, max_bytes)
             if outside.ok:
                 seen = _OUTSIDE.get()

@@ -38,6 +38,14 @@ _DEVICE = re.compile(
     r"DMAR: \[DMA|AMD-Vi: Event logged|IO_PAGE_FAULT|PCIe Bus Error|AER: (?:Uncorrected|Multiple)",
     re.I,
 )
+#: storage that stalls or fails under a loading server: an NFS server not answering, a task
+#: blocked in the kernel for minutes (a read of weights off a hung mount), I/O errors
+_STORAGE = re.compile(
+    r"nfs: server \S+ not responding|blocked for more than \d+ seconds|"
+    r"(?:Buffer )?I/O error|EXT4-fs error|XFS \(\S+\): .*(?:error|shutdown)|"
+    r"blk_update_request|critical medium error",
+    re.I,
+)
 _SEGV = re.compile(r"segfault at|general protection fault|traps: .* trap ", re.I)
 _DENIED = re.compile(
     r"Operation not permitted|Permission denied|read kernel buffer failed|not seeing messages "
@@ -86,6 +94,10 @@ class DmesgParse(BaseModel):
     device_lines: list[str] = Field(
         default_factory=list, description="IOMMU DMA faults and PCIe errors (P2P, a failing link)"
     )
+    storage_lines: list[str] = Field(
+        default_factory=list,
+        description="storage stalls and errors (NFS not responding, hung tasks, I/O errors)",
+    )
     matched_lines: list[str] = Field(default_factory=list)
     total_lines: int = 0
 
@@ -114,6 +126,7 @@ class Result(DmesgParse, ToolResult):
             + self.bus_lines
             + self.segfault_lines
             + self.device_lines
+            + self.storage_lines
             + self.matched_lines
         ):
             if ln not in seen:
@@ -125,6 +138,11 @@ class Result(DmesgParse, ToolResult):
                 f"{len(self.oom_kills)} OOM kills, {len(self.xids)} Xid, "
                 f"{len(self.bus_lines)} fallen-off-the-bus, {len(self.segfault_lines)} segfaults"
                 + (f", {len(self.device_lines)} IOMMU/PCIe faults" if self.device_lines else "")
+                + (
+                    f", {len(self.storage_lines)} storage stalls/errors"
+                    if self.storage_lines
+                    else ""
+                )
             )
             out += [f"# OOM killer killed pid {k.pid} ({k.name})" for k in self.oom_kills]
             codes = sorted({x.code for x in self.xids})
@@ -172,6 +190,8 @@ def parse_dmesg(text: str, pattern: str | None = None) -> DmesgParse:
             out.segfault_lines.append(line)
         if _DEVICE.search(line) and len(out.device_lines) < 20:
             out.device_lines.append(line)
+        if _STORAGE.search(line) and len(out.storage_lines) < 20:
+            out.storage_lines.append(line)
         if extra is not None and extra.search(line):
             out.matched_lines.append(line)
     return out

@@ -316,3 +316,45 @@ def test_a_read_made_with_more_arguments_covers_the_offered_one() -> None:
     assert covered("py_stacks", {"pid": 8}, made) is None
     assert covered("gpu_status", {"watch_s": 30}, made) is None
     assert covered("process_io", {"pid": 7}, made) is None
+
+
+def test_another_containers_record_read_for_comparison_is_not_the_launchs() -> None:
+    """A model session inspected the old image's container beside the failed one (round 36):
+    the board then cited the old one's "ExitCode": 0. The investigated container stays the one
+    read first (or without a name); a second read of the same one still updates it."""
+    from agent.facts import derive
+    from agent.observe import call
+    from agent.state import Observation
+    from cards.model import IncidentCard
+    from cards.replay import ReplayHost
+    from tools.container_host import ContainerHost
+
+    dead = (
+        '[{"Id": "aa11", "Name": "/new", "State": {"Status": "exited", "Running": false, '
+        '"OOMKilled": false, "Pid": 0, "ExitCode": 1}, "Image": "sglang:0.5.0rc1"}]'
+    )
+    old = (
+        '[{"Id": "bb22", "Name": "/old", "State": {"Status": "running", "Running": true, '
+        '"OOMKilled": false, "Pid": 4242, "ExitCode": 0}, "Image": "sglang:0.4.9"}]'
+    )
+    card = IncidentCard.model_validate(
+        {
+            "id": "c", "title": "t", "source": "test", "engine": "sglang", "symptom": "?",
+            "host": {"ps": PS_HEADER, "containers": {
+                "new": {"inspect": dead, "logs": "x"}, "old": {"inspect": old, "logs": "y"}}},
+        }
+    )  # fmt: skip
+    box = ContainerHost(ReplayHost(card), "new")
+
+    def obs(i: int, args: dict[str, str]) -> Observation:
+        ok, lines, data = call(box, "container_inspect", args)
+        assert ok, lines
+        return Observation(id=f"o{i}", tool="container_inspect", args=args, ok=ok, lines=lines,
+                           data=data, round=1)  # fmt: skip
+
+    first, other, again = obs(1, {}), obs(2, {"name": "old"}), obs(3, {"name": "new"})
+    f = derive([first, other])
+    assert f.container is not None and f.container.name == "new" and f.container_obs == "o1"
+    assert derive([first, other, again]).container_obs == "o3"
+    # control: the only container read, named, is the investigated one
+    assert derive([other]).container.name == "old"  # type: ignore[union-attr]

@@ -251,6 +251,12 @@ def test_a_stopped_containers_machine_reads_answer_from_the_machine() -> None:
         for tool in ("ports", "disk"):
             res = TOOLS[tool].call(box, {})
             assert res.error is None and res.host == LocalHost().name, (tool, res.lines())
+        from tools.container_host import machine_shared
+
+        assert machine_shared("cat /proc/driver/nvidia/version") and machine_shared("uname -r")
+        assert not machine_shared("cat /etc/os-release") and not machine_shared("env")
+        kernel = box.run("uname -r")
+        assert kernel.ok and kernel.stdout.strip() == os.uname().release, kernel
         ps = TOOLS["processes"].call(box, {})
         assert ps.error and "not running" in ps.error, ps.lines()
 

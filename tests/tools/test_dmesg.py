@@ -113,3 +113,19 @@ def test_real_unprivileged_refusal_says_unknown_and_how_to_read(
     # the kernel refused its buffer: plain dmesg (the same buffer) is not asked again
     assert (tmp_path / "dmesg-calls").read_text() == "-T\n"
     assert any(t.startswith("dmesg: not asked") for t in r.tried)
+
+
+def test_storage_stalls_are_shown_without_a_pattern() -> None:
+    """A model session found the NFS server's "not responding" only by searching (round 36):
+    storage stalls and I/O errors are part of what the kernel log read shows by default.
+    Control: an ordinary line is not."""
+    from tools.dmesg import parse_dmesg
+
+    text = (
+        "[Mon Jul  1 10:00:00 2025] nfs: server nas01 not responding, still trying\n"
+        "[Mon Jul  1 10:02:00 2025] INFO: task ollama:2211 blocked for more than 122 seconds.\n"
+        "[Mon Jul  1 10:03:00 2025] blk_update_request: I/O error, dev sdb, sector 2048\n"
+        "[Mon Jul  1 10:04:00 2025] e1000e: eth0 NIC Link is Up 1000 Mbps Full Duplex\n"
+    )
+    p = parse_dmesg(text)
+    assert len(p.storage_lines) == 3 and "NIC Link" not in " ".join(p.storage_lines)
