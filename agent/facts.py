@@ -481,12 +481,15 @@ def _other_engines(f: Facts, log_reads: LogReads) -> bool:
         own.add(f.container.pid)
     own_launches = {int(f._ps_recs.get(p, {}).get("launch") or p) for p in own}
     theirs: set[int] = set()
+    reg = engines.registry()
     for pid in f.server_pids:
         rec = f._ps_recs.get(pid, {})
         engine = rec.get("server")
         cmd = str(rec.get("command") or "")
         if (
             engine in (None, "unknown", mine)
+            # a server of its own (serve_x.py) runs an engine as a library: it may be this one
+            or (engine in reg.engines and reg.engines[engine].generic)
             or pid in own
             or int(rec.get("launch") or pid) in own_launches
             or rec.get("ours") is True

@@ -358,3 +358,17 @@ def test_another_containers_record_read_for_comparison_is_not_the_launchs() -> N
     assert derive([first, other, again]).container_obs == "o3"
     # control: the only container read, named, is the investigated one
     assert derive([other]).container.name == "old"  # type: ignore[union-attr]
+
+
+def test_control_a_serve_script_of_its_own_is_not_set_aside_by_the_tracebacks_engine() -> None:
+    """`python3 serve_internlm2.py` runs LMDeploy as a library: its command names no engine,
+    and a log whose frames are LMDeploy's may be its own (a public card broke on this)."""
+    from agent.facts import Facts, _other_engines
+
+    f = Facts()
+    f.server_pids = [27731]
+    f.server_main_pids = [27731]
+    f._ps_recs = {27731: {"server": "custom", "role": "main", "command": "python3 serve_x.py"}}
+    assert not _other_engines(f, {"/l": [("o1", 1, LMD_LOG.splitlines())]})
+    f._ps_recs = {27731: {"server": "torch", "role": "launcher", "command": "torchrun t.py"}}
+    assert _other_engines(f, {"/l": [("o1", 1, LMD_LOG.splitlines())]})
