@@ -48,6 +48,8 @@ SLOW_PHASE = re.compile(
 )
 # ...unless the line says the phase is over
 PHASE_OVER = re.compile(r"(?i)\b(?:took|done|finished|completed?|ended?|elapsed)\b")
+# ...or it is an error's, not a phase's ("Compile with `TORCH_USE_CUDA_DSA` ..." under a CUDA error)
+NOT_A_PHASE = re.compile(r"\b(?:ERROR|CRITICAL|FATAL)\b|\w(?:Error|Exception)\b|TORCH_USE_CUDA_DSA")
 _BAR_DESC = re.compile(r"^\s*(?:\[[^\]]*\]\s*)*(?P<desc>[^:|\d][^:|]*?)\s*:")
 
 
@@ -139,7 +141,7 @@ def parse_progress(line: str) -> Progress | None:
             return Progress(
                 label=label[:80], done=done, total=total, s_per_item=spi, eta_s=eta, line=line
             )
-    if SLOW_PHASE.search(line) and not PHASE_OVER.search(line):
+    if SLOW_PHASE.search(line) and not PHASE_OVER.search(line) and not NOT_A_PHASE.search(line):
         return Progress(label=line.strip()[:80], slow_phase=True, line=line)
     return None
 

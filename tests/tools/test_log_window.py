@@ -30,3 +30,15 @@ def test_a_log_that_went_quiet_before_gets_that_long() -> None:
 def test_a_bar_still_decides_its_own_window() -> None:
     bar = parse_progress("Loading safetensors checkpoint shards: 3/200 [00:12<13:00, 4.00s/it]")
     assert window_for(6.0, bar, 30.0, None) == 7.0
+
+
+def test_an_errors_hint_naming_a_compile_is_no_slow_phase() -> None:
+    """torch's "Compile with `TORCH_USE_CUDA_DSA` ..." under a CUDA error was taken for a slow
+    compile phase (round 36 model session), stretching the watch of a dead log. Control: a
+    compile phase's own line still is one."""
+    from tools.log_window import parse_progress
+
+    err = "ERROR 05-31 10:19:34 [core.py:387] Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions."
+    assert parse_progress(err) is None
+    p = parse_progress("INFO 05-31 10:19:34 [backends.py:1] Compiling a graph for dynamic shape")
+    assert p is not None and p.slow_phase
