@@ -372,3 +372,31 @@ def test_control_a_serve_script_of_its_own_is_not_set_aside_by_the_tracebacks_en
     assert not _other_engines(f, {"/l": [("o1", 1, LMD_LOG.splitlines())]})
     f._ps_recs = {27731: {"server": "torch", "role": "launcher", "command": "torchrun t.py"}}
     assert _other_engines(f, {"/l": [("o1", 1, LMD_LOG.splitlines())]})
+
+
+@pytest.mark.parametrize("xid", [True, False])
+def test_a_gpu_fallen_off_the_bus_explains_nvidia_smis_failure(tmp_path: Path, xid: bool) -> None:
+    """nvidia-smi's "Unable to determine the device handle ... Unknown Error" reads as a driver
+    problem; the kernel's Xid 79 says the GPU fell off the bus, which is why NVML cannot reach
+    it: the hardware fault explains it (torch's boilerplate, which used to tip such cards, now
+    weighs for nothing). Control: without the Xid, the driver stays a suspect."""
+    log = (
+        "Traceback (most recent call last):\n"
+        '  File "/srv/app/train.py", line 9, in <module>\n'
+        "RuntimeError: CUDA error: unspecified launch failure\n"
+    )
+    dmesg = (
+        "[Mon May 29 21:15:40 2023] NVRM: Xid (PCI:0000:01:00): 79, pid=16221, name=python3, "
+        "GPU has fallen off the bus.\n"
+        if xid
+        else "[Mon May 29 21:15:40 2023] e1000e: eth0 NIC Link is Up\n"
+    )
+    smi = "Unable to determine the device handle for GPU0000:01:00.0: Unknown Error\n"
+    card = _card({"/srv/app/train.log": log}, PS_IDLE, smi, dmesg=dmesg)
+    r = _run(card, tmp_path)
+    drv = next((h for h in r.hypotheses if h.label == "cuda_driver_mismatch"), None)
+    if xid:
+        assert r.root_cause == "gpu_hardware_fault", (r.summary, r.hypotheses)
+        assert drv is None or drv.status == "refuted", drv
+    else:
+        assert r.root_cause != "gpu_hardware_fault" or r.status != "concluded", r.summary
