@@ -41,7 +41,7 @@ _DEVICE = re.compile(
 #: storage that stalls or fails under a loading server: an NFS server not answering, a task
 #: blocked in the kernel for minutes (a read of weights off a hung mount), I/O errors
 _STORAGE = re.compile(
-    r"nfs: server \S+ not responding|blocked for more than \d+ seconds|"
+    r"nfs: server \S+ (?:not responding|OK)|blocked for more than \d+ seconds|"
     r"(?:Buffer )?I/O error|EXT4-fs error|XFS \(\S+\): .*(?:error|shutdown)|"
     r"blk_update_request|critical medium error",
     re.I,

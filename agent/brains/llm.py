@@ -705,7 +705,7 @@ class _View:
         self.kept: set[int] = set()
         #: lines inside a run of lines alike but for their numbers (a heartbeat repeated every
         #: ten seconds): the run's first and last are shown, the rest only counted
-        self.repeats = _repeat_runs(o["lines"]) - must
+        self.repeats = _repeat_runs(o["lines"]) - must if o["tool"] in REPEATING_READS else set()
         header = f"## {o['id']} {o['tool']} {json.dumps(o['args'])} {'ok' if o['ok'] else 'FAILED'}"
         self.fixed = len(header) + 1 + (_MARK_COST if self.lines else 0)
 
@@ -767,7 +767,10 @@ class _View:
 
 _DIGITS = re.compile(r"\d+")
 #: a run shorter than this is shown whole
-MIN_REPEAT_RUN = 4
+MIN_REPEAT_RUN = 6
+#: the reads whose runs of alike lines are a log's heartbeat; a table's rows (GPUs, processes,
+#: mounts) differ only in their numbers and every number matters
+REPEATING_READS = frozenset({"log_tail", "container_logs", "service_logs", "log_search"})
 
 
 def _repeat_runs(lines: list[str]) -> set[int]:

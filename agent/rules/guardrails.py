@@ -460,9 +460,13 @@ def _driver(action: Action, by_id, facts: Facts, hits: Hits) -> list[str]:  # ty
     ]
 
 
-def own_fatal_since_launch(observations: list[Observation]) -> tuple[str, str] | None:
+def own_fatal_since_launch(
+    observations: list[Observation], skip: frozenset[str] = frozenset()
+) -> tuple[str, str] | None:
     """(observation id, line) of a fatal line by structure the server printed itself since its
-    last launch, in any log read; signal and exit lines from outside do not count."""
+    last launch, in any log read; signal and exit lines from outside do not count, nor the
+    lines in `skip` (a supervisor's own report of its timeout kill, `level=ERROR ... timed out
+    waiting for llama runner to start`, is the end from outside, not the process's error)."""
     newest: dict[str, Observation] = {}
     aside = set_aside_logs(observations)
     for o in observations:
@@ -477,7 +481,7 @@ def own_fatal_since_launch(observations: list[Observation]) -> tuple[str, str] |
             ln = lines[start + i]
             if kind == "exit_signal" or proof.external_end(ln) or OOM_KILL.search(ln):
                 continue
-            if proof.peer_lost(ln):
+            if proof.peer_lost(ln) or ln in skip:
                 continue
             return o["id"], ln
     return None
@@ -564,7 +568,12 @@ def _killed(action: Action, by_id: dict[str, Observation], facts: Facts, hits: H
             "outside and a server that runs on another machine (a cluster job on its node) "
             "cannot be told apart; read the kernel log (sudo dmesg -T) and where the launch runs"
         )
-    own = own_fatal_since_launch(list(by_id.values()))
+    stopped = frozenset(
+        m.line
+        for _, m in hits
+        if m.label == "killed_externally" and m.strength in ("fatal", "strong")
+    )
+    own = own_fatal_since_launch(list(by_id.values()), stopped)
     if own is not None:
         out.append(
             f"[killed_externally] the log holds an error of the process's own ({own[0]}): "

@@ -400,3 +400,11 @@ def test_a_gpu_fallen_off_the_bus_explains_nvidia_smis_failure(tmp_path: Path, x
         assert drv is None or drv.status == "refuted", drv
     else:
         assert r.root_cause != "gpu_hardware_fault" or r.status != "concluded", r.summary
+
+
+def test_go_slogs_uppercase_level_error_is_an_error_line() -> None:
+    """Ollama (Go's slog) writes `level=ERROR`: a model session's cited line of it was refused
+    as "no fatal line" (logrus's lowercase `level=error` was the only form known). Control."""
+    line = 'time=2025-02-19T05:58:51.702Z level=ERROR source=sched.go:455 msg="error loading"'
+    assert proof.fatal_kind(line) == "error_level"
+    assert proof.fatal_kind(line.replace("ERROR", "INFO")) is None

@@ -249,6 +249,10 @@ def test_a_heartbeat_repeated_every_ten_seconds_shows_its_first_and_last_and_a_c
     assert lines[40] in compact(state, budget_chars=50_000)[0]["lines"]
     words = ["INFO start", *[f"INFO step {w}" for w in ("load", "shard", "cast", "bind")]]
     assert compact({"observations": [_log_obs("o2", words)]}, 50_000)[0]["lines"] == words
+    # a table's rows differ only in numbers, and each matters: 8 GPUs are 8 rows
+    gpus = [f"{i}, NVIDIA H200, {i * 1000} MiB, 143771 MiB, 0 %" for i in range(8)]
+    table = {**_log_obs("o3", gpus), "tool": "gpu_status"}
+    assert compact({"observations": [table]}, 50_000)[0]["lines"] == gpus
 
 
 def test_short_observations_are_shown_whole() -> None:

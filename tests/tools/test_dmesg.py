@@ -126,6 +126,11 @@ def test_storage_stalls_are_shown_without_a_pattern() -> None:
         "[Mon Jul  1 10:02:00 2025] INFO: task ollama:2211 blocked for more than 122 seconds.\n"
         "[Mon Jul  1 10:03:00 2025] blk_update_request: I/O error, dev sdb, sector 2048\n"
         "[Mon Jul  1 10:04:00 2025] e1000e: eth0 NIC Link is Up 1000 Mbps Full Duplex\n"
+        "[Mon Jul  1 10:05:00 2025] nfs: server nas01 OK\n"
     )
     p = parse_dmesg(text)
-    assert len(p.storage_lines) == 3 and "NIC Link" not in " ".join(p.storage_lines)
+    assert (
+        len(p.storage_lines) == 4
+        and p.storage_lines[-1].endswith("nas01 OK")
+        and "NIC Link" not in " ".join(p.storage_lines)
+    )
