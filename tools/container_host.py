@@ -157,7 +157,12 @@ class ContainerHost:
             if outside.ok:
                 seen = _OUTSIDE.get()
                 if seen is not None:
-                    seen.append(command)
+                    why = (
+                        "it is not running"
+                        if stopped
+                        else (res.error or res.stderr.strip() or f"exit {res.rc}")[:120]
+                    )
+                    seen.append(f"`{command}` could not run inside: {why}")
                 return outside
         if stopped:
             return failure(

@@ -760,12 +760,14 @@ class _View:
             n = b - a + 1
             return (
                 f"# … {n} more line{'s' if n != 1 else ''} like the one above, only their "
-                f"numbers differ (lines {a + 1}–{b + 1}) …"
+                f"time stamps differ (lines {a + 1}–{b + 1}) …"
             )
         return _mark(a, b)
 
 
-_DIGITS = re.compile(r"\d+")
+#: the stamps a heartbeat changes from one line to the next: dates, clock times (a port, a
+#: rank or a pid that differs is a different line, and may be the evidence)
+_STAMPS = re.compile(r"\d{1,4}[-/]\d{1,2}[-/]\d{1,4}(?:[T ])?|\d{1,2}:\d{2}:\d{2}(?:[.,]\d+)?Z?")
 #: a run shorter than this is shown whole
 MIN_REPEAT_RUN = 6
 #: the reads whose runs of alike lines are a log's heartbeat; a table's rows (GPUs, processes,
@@ -774,10 +776,10 @@ REPEATING_READS = frozenset({"log_tail", "container_logs", "service_logs", "log_
 
 
 def _repeat_runs(lines: list[str]) -> set[int]:
-    """Indices inside runs of consecutive lines equal but for their digits (timestamps,
-    counters), each run's first and last line left out of the set."""
+    """Indices inside runs of consecutive lines equal but for their time stamps (a heartbeat),
+    each run's first and last line left out of the set."""
     out: set[int] = set()
-    keys = [_DIGITS.sub("#", ln.strip()) for ln in lines]
+    keys = [_STAMPS.sub("#", ln.strip()) for ln in lines]
     start = 0
     for i in range(1, len(keys) + 1):
         if i == len(keys) or keys[i] != keys[start] or not keys[start]:

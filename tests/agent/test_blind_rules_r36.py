@@ -246,12 +246,12 @@ def test_a_containers_disk_read_it_cannot_answer_is_the_machines_and_says_so() -
     )  # fmt: skip
     box = ContainerHost(ReplayHost(card), "serving")
     ok, lines, data = call(box, "disk", {})
-    assert ok and lines[0].startswith("# read on ") and "could not answer it" in lines[0], lines
+    assert ok and lines[0].startswith("# read on ") and "could not run inside" in lines[0], lines
     assert data["host"] == box.outer.name and DATA_FULL.strip() in lines, lines
     ok, lines, _ = call(box, "container_logs", {})
-    assert ok and not any("could not answer it" in ln for ln in lines), lines
+    assert ok and not any("could not run inside" in ln for ln in lines), lines
     ok, lines, data = call(box, "processes", {})
-    assert not any("could not answer it" in ln for ln in lines), lines
+    assert not any("could not run inside" in ln for ln in lines), lines
 
 
 LMD_LOG = (

@@ -233,9 +233,10 @@ def test_cited_lines_and_phase_markers_are_kept() -> None:
 
 def test_a_heartbeat_repeated_every_ten_seconds_shows_its_first_and_last_and_a_count() -> None:
     """A model session paged through 80 copies of "Waiting for 1 local, 0 remote core engine
-    proc(s) to start." (round 36): a run of lines alike but for their numbers shows its first
-    and last line and how many are between; a cited one among them is kept. Control: lines that
-    differ in words are all shown."""
+    proc(s) to start." (round 36): a run of lines alike but for their time stamps shows its
+    first and last line and how many are between; a cited one among them is kept. Controls:
+    lines that differ in words, or in a port or rank (the evidence, another session found), and
+    a table's rows are all shown."""
     beat = "(APIServer pid=1) DEBUG 10-28 03:{:02d}:{:02d} [utils.py:776] Waiting for 1 local"
     lines = ["INFO start", *[beat.format(m // 6, m % 6 * 10) for m in range(80)], "INFO end"]
     state: State = {"observations": [_log_obs("o1", lines)]}
@@ -250,6 +251,10 @@ def test_a_heartbeat_repeated_every_ten_seconds_shows_its_first_and_last_and_a_c
     words = ["INFO start", *[f"INFO step {w}" for w in ("load", "shard", "cast", "bind")]]
     assert compact({"observations": [_log_obs("o2", words)]}, 50_000)[0]["lines"] == words
     # a table's rows differ only in numbers, and each matters: 8 GPUs are 8 rows
+    ports = [
+        f"INFO [parallel_state.py:1395] rank={i} init=tcp://127.0.0.1:{47000 + i}" for i in range(8)
+    ]
+    assert compact({"observations": [_log_obs("o4", ports)]}, 50_000)[0]["lines"] == ports
     gpus = [f"{i}, NVIDIA H200, {i * 1000} MiB, 143771 MiB, 0 %" for i in range(8)]
     table = {**_log_obs("o3", gpus), "tool": "gpu_status"}
     assert compact({"observations": [table]}, 50_000)[0]["lines"] == gpus
