@@ -32,6 +32,9 @@ GRACE_S = 1800
 LATE_WRITE_MIN = 10
 #: How long before the log's first stamp (clocks and buffered first lines differ a little).
 LEAD_S = 120
+#: A kill this close to the log's last line once shifted by whole hours (another time zone's
+#: clock) is the launch's own end
+ZONE_MATCH_S = 120
 
 _VICTIM = (
     re.compile(r"Killed process (\d+) \(([^)]+)\)"),
@@ -392,6 +395,11 @@ def _foreign(
         first = (span[0][0] or year, *span[0][1:])
         last = (span[1][0] or year, *span[1][1:])
         t = _seconds(st, year)
+        end = _seconds(last, year)
+        if any(abs(t + k * 3600 - end) <= ZONE_MATCH_S for k in range(-14, 15) if k):
+            # dmesg -T prints the machine's local time, a container's log often UTC: a kill a
+            # whole number of hours from the log's last line, to the minute, is its end
+            return None
         if t < _seconds(first, year) - LEAD_S:
             return (
                 "the kill came before this launch's log began (an earlier run's, or another job's)"

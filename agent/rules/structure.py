@@ -86,12 +86,14 @@ def structure_rules(facts: Facts, observations: list[Observation], hits, add) ->
                 fline,
                 "an exception of the launch's own ended its start-up; no progress after it",
             )
+    logs = {ob["id"] for ob, _, _, _ in own}
     if any(
         m.label
         and m.strength in ("fatal", "strong")
         and not m.signature.startswith("phase-")
         and not proof.is_wrapper(m.line)  # "a worker failed, see above": the cause is the above
-        for _, m in hits
+        and ho["id"] in logs  # a pod's "Last State: Terminated" elsewhere names no log's error
+        for ho, m in hits
     ):
         return  # a signature names the failure more precisely than a line's words can
     for o, idx, ln, _ in ([final[-1]] if final else []) + own[:3]:
@@ -122,7 +124,8 @@ def structure_rules(facts: Facts, observations: list[Observation], hits, add) ->
 
 
 _BARE = re.compile(r"(?:^|\s|\])\s*(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)\s*$")
-_CARETS = re.compile(r"^\s*[\^~]+\s*$")
+#: a caret line under a frame's code, bare or under a logger's prefix ("ERROR ... core.py:208]")
+_CARETS = re.compile(r"(?:^|\]|\|)\s*[\^~]+\s*$")
 
 
 def raising_statement(lines: list[str], index: int) -> str | None:
@@ -132,7 +135,7 @@ def raising_statement(lines: list[str], index: int) -> str | None:
         return None
     for ln in reversed(lines[max(0, index - 4) : index]):
         body = ln.strip()
-        if not body or _CARETS.match(ln):
-            continue
-        return None if body.startswith('File "') else ln
+        if not body or _CARETS.search(ln) or body.endswith("]"):
+            continue  # a caret line, or a logger's prefix with nothing after it
+        return None if re.search(r'(?:^|\]\s)\s*File "', ln) else ln
     return None
