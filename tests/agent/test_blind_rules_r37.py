@@ -75,3 +75,14 @@ def test_a_signature_on_another_read_does_not_silence_the_logs_own_error(where: 
     said: list[str] = []
     structure_rules(Facts(), [pod, log], [(on, hit)], lambda lb, *a: said.append(lb))
     assert ("unsupported_gpu_arch" in said) is (where == "pod record"), said
+
+
+def test_kubectls_terminated_state_is_no_sigterm() -> None:
+    """kubectl describe's `State: Terminated` (an init container that Completed) was read as
+    the shell's "Terminated" after a SIGTERM (round 37: a TGI pod still loading, "killed").
+    Control: the shell's own line still is one."""
+    from agent.signatures import scan
+
+    said = {m.signature for m in scan(["      State:          Terminated"])}
+    assert "sigterm-received" not in said
+    assert "sigterm-received" in {m.signature for m in scan(["Terminated"])}
