@@ -35,6 +35,7 @@ from agent.rules.memory import (
     stale_rules,
 )
 from agent.rules.passed import keep_supported, passed_rules
+from agent.rules.restarts import restart_rules
 from agent.rules.structure import structure_rules
 from agent.signatures import Match
 from agent.state import Finding, Observation
@@ -279,6 +280,7 @@ def _compute(observations: list[Observation]) -> tuple[list[Finding], Facts]:
     hang_rules(facts, observations, hits, add)
     cause_rules(facts, observations, hits, add)
     passed_rules(facts, observations, add)
+    restart_rules(facts, observations, add)
     return keep_supported(findings, THRESHOLDS.board.supported_at), facts
 
 

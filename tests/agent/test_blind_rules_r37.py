@@ -86,3 +86,50 @@ def test_kubectls_terminated_state_is_no_sigterm() -> None:
     said = {m.signature for m in scan(["      State:          Terminated"])}
     assert "sigterm-received" not in said
     assert "sigterm-received" in {m.signature for m in scan(["Terminated"])}
+
+
+def test_a_traceback_may_end_on_any_class_a_module_path_names() -> None:
+    """Triton's `triton.runtime.errors.OutOfResources: out of resource: shared memory` ends a
+    traceback though its name ends in no "Error": a model session's conclusion citing it was
+    refused three times as "no fatal line" (round 37). Control: a logger's line naming a
+    module path after frames is no exception."""
+    tb = ["Traceback (most recent call last):", '  File "x.py", line 1, in f', "    raise X(a)"]
+    oor = "triton.runtime.errors.OutOfResources: out of resource: shared memory, Required: 1"
+    assert proof.fatal_lines([*tb, oor]) == [(3, "exception")]
+    assert proof.fatal_lines([*tb, "INFO some.module.Thing: ok"]) == []
+
+
+SERVE = "[2025-08-20 16:10:31] server_args=ServerArgs(model_path='/model/GLM-4.5V-FP8', tp_size=2)"
+LOADING = "[2025-08-20 16:15:20 TP0] Load weight begin. avail mem=46.12 GB"
+
+
+@pytest.mark.parametrize("restarts", [7, 0])
+def test_a_containers_earlier_instance_died_of_what_its_restart_loop_repeats(
+    restarts: int,
+) -> None:
+    """`restart: always`: the instance before the current one died of Triton's shared-memory
+    limit, the current one is loading the same launch again. The earlier end is why it keeps
+    restarting, and the current try is no launch "still starting". Control: a container never
+    restarted does not read an earlier launch in its log as its own."""
+    from agent.facts import Facts
+    from agent.rules.restarts import restart_rules
+    from agent.state import Observation
+    from tools.container_inspect import ContainerState
+
+    tb = ["Traceback (most recent call last):", '  File "jit.py", line 591, in run', "    x()"]
+    oor = (
+        "triton.runtime.errors.OutOfResources: out of resource: shared memory, Required: 147456, "
+        "Hardware limit: 101376. Reducing block sizes or `num_stages` may help."
+    )
+    lines = [SERVE, *tb, oor, SERVE.replace("16:10:31", "16:15:09"), LOADING]
+    o = Observation(id="o9", tool="container_logs", args={}, ok=True, lines=lines, data={},
+                    round=0)  # fmt: skip
+    f = Facts()
+    f.container = ContainerState(name="glm", restart_count=restarts)
+    said: list[tuple[str, float, str]] = []
+    restart_rules(f, [o], lambda lb, k, w, oid, ln, n: said.append((lb, w, ln)))
+    if restarts:
+        assert ("unsupported_gpu_arch", 2.0, oor) in said, said
+        assert any(lb == "still_starting" and w < 0 for lb, w, _ in said), said
+    else:
+        assert said == []

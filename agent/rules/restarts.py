@@ -1,0 +1,65 @@
+"""A restart loop: the container's earlier instance died, the current one repeats the launch.
+
+Every other rule reads a log from its last launch on, so a container that restarts itself
+(`restart: always`) and is loading again shows nothing wrong: the error that ended the instance
+before is above the last launch line. With the container's own restart count above zero and its
+log holding that earlier launch's end, that end is why the container keeps restarting: weighed
+for its label (a signature's, or the words of the line), and the current try is no sign of a
+launch that is merely starting. Not when the current instance has failed on its own (then its
+own error speaks) or the log holds one launch only.
+"""
+
+from __future__ import annotations
+
+from agent.evidence import launch_line, text_lines
+from agent.facts import Facts
+from agent.rules import proof
+from agent.rules.common import PHASE_PREFIX, F
+from agent.rules.passed import own_end
+from agent.signatures import scan
+from agent.state import Observation
+
+
+def restart_rules(facts: Facts, observations: list[Observation], add) -> None:  # type: ignore[no-untyped-def]
+    c = facts.container
+    if c is None or c.restart_count <= 0:
+        return
+    reads = [
+        o
+        for o in observations
+        if o["tool"] == "container_logs"
+        and o["ok"]
+        and not o["args"].get("pattern")
+        and not o["args"].get("previous")
+    ]
+    if not reads:
+        return
+    o = reads[-1]
+    lines = text_lines(o)
+    starts = [i for i, ln in enumerate(lines) if launch_line(ln)]
+    if len(starts) < 2:
+        return
+    earlier, current = lines[starts[-2] : starts[-1]], lines[starts[-1] :]
+    if own_end(current) is not None:
+        return  # the current instance failed on its own: its error is weighed by the others
+    end = own_end(earlier)
+    if end is None:
+        return
+    named = [
+        m
+        for m in scan(earlier)
+        if m.label
+        and m.strength in ("fatal", "strong")
+        and not m.signature.startswith(PHASE_PREFIX)
+    ]
+    hit = next((m for m in named if m.line == end), named[-1] if named else None)
+    label = hit.label if hit is not None else proof.label_hint(end)
+    if label is None:
+        return
+    line = hit.line if hit is not None else end
+    why = (
+        f"the container restarted {c.restart_count} times; the instance before this one died "
+        "of this, and the current one repeats the same launch"
+    )
+    add(label, "fact", F.supports_clearly, o["id"], line, why)
+    add("still_starting", "fact", F.refutes, o["id"], line, why)
