@@ -55,8 +55,9 @@ PIVOT_PY = str(ROOT / ".venv" / "bin" / "python") if (ROOT / ".venv").exists() e
 LAUNCHER = r"""
 import json, os, socket, subprocess, sys, time
 script = json.loads(os.environ["FAKE_SERVER_SCRIPT"])
+# (a rank whose parent died before it read its ppid sees init's: it must not wait on forever)
 child = ("import os,time;p=os.getppid();"
-         "[time.sleep(0.05) for _ in iter(lambda: os.getppid()==p, False)]")
+         "[time.sleep(0.05) for _ in iter(lambda: p != 1 and os.getppid()==p, False)]")
 kids = []
 for step in script:
     op = step[0]
@@ -77,7 +78,7 @@ for step in script:
             fh.write("import os, threading, time\n"
                      "def _wait_for_peers():\n"
                      "    p = os.getppid()\n"
-                     "    while os.getppid() == p:\n"
+                     "    while p != 1 and os.getppid() == p:\n"
                      "        threading.Event().wait(0.05)\n"
                      "def init_process_group(backend='nccl'):\n"
                      "    _wait_for_peers()\n")

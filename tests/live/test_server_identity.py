@@ -37,7 +37,7 @@ SERVER = """\
 import os, subprocess, sys, time
 port = sys.argv[sys.argv.index("--port") + 1]
 print("server_args=ServerArgs(model_path='/models/fake-llama', port=%s, tp_size=2)" % port, flush=True)
-child = "import os,time;p=os.getppid();[time.sleep(0.05) for _ in iter(lambda: os.getppid()==p, False)]"
+child = "import os,time;p=os.getppid();[time.sleep(0.05) for _ in iter(lambda: p != 1 and os.getppid()==p, False)]"
 kids = [
     subprocess.Popen(["sglang::scheduler_TP%d" % r, "-c", child], executable=sys.executable)
     for r in range(2)
