@@ -385,7 +385,6 @@ def options(
     all_paths = listed_paths(observations)
     out: list[CheckOption] = []
     failed = {(o["tool"], _args_key(o["args"])) for o in observations if not o["ok"]}
-    taken = {(o["tool"], _args_key(o["args"])) for o in observations}
     for c in catalogue():
         args: dict[str, Any] | None = {}
         need = c["needs"]
@@ -488,12 +487,11 @@ def options(
             id=c["id"], tool=c["tool"], args=args, separates=c["separates"], says=c["says"]
         )
         same = (opt.tool, _args_key(opt.args))
-        prior = covered(opt.tool, opt.args, observations)
+        prior = covered(opt.tool, opt.args, observations)  # the same read, or one with more
         if (
             opt.key in done
             or same in failed
-            or (prior is not None and not prior["ok"])
-            or ((same in taken or prior is not None) and not c.get("repeat"))
+            or (prior is not None and (not prior["ok"] or not c.get("repeat")))
         ):
             # planned before, or the very read already taken (by either brain; a failed one
             # fails again); only a check that is a re-read on purpose repeats one that worked

@@ -33,7 +33,9 @@ LATE_WRITE_MIN = 10
 #: How long before the log's first stamp (clocks and buffered first lines differ a little).
 LEAD_S = 120
 #: A kill this close to the log's last line once shifted by whole hours (another time zone's
-#: clock) is the launch's own end
+#: clock) is the launch's own end. Its risk: 28 shifted windows of 4 minutes could catch an
+#: unrelated kill by chance (about 7% of a random hour after the log); the log's last line may
+#: also be a restarted instance's, a minute after the kill (a pod's restart)
 ZONE_MATCH_S = 120
 
 _VICTIM = (

@@ -388,35 +388,30 @@ def hang_rules(facts: Facts, observations: list[Observation], hits, add) -> None
                 f"the engine waits for its workers' replies while they idle ({wframe.strip()}): "
                 "the reply is owed by a member that is not on this host",
             )
-        elif d.get("waiting_in") == "collective" and frame and (died := _member_died(hits)):
-            # a member died of its own error (not NCCL's): the others wait for it in the
-            # collective, which is the consequence of that death, not a fault of the collective
-            add(
-                "nccl_failure",
-                "fact",
-                _F.refutes,
-                died[0]["id"],
-                died[1].line,
-                "the ranks wait in a collective for a member that died of this error of its "
-                "own: the wait is the consequence, not a fault of the collective",
-            )
-            add(
-                "still_starting",
-                "fact",
-                _H.stacks_not_starting,
-                o["id"],
-                frame,
-                "the stacks wait for a peer, not on loading or compiling",
-            )
         elif d.get("waiting_in") == "collective" and frame:
-            add(
-                "nccl_failure",
-                "fact",
-                STACKS_IN_COLLECTIVE,
-                o["id"],
-                frame,
-                "the server's Python stacks wait inside a collective: a stuck all_reduce/barrier/init",
-            )
+            died = _member_died(hits)
+            if died is not None:
+                # a member died of its own error (not NCCL's): the others wait for it in the
+                # collective, which is the consequence of that death, not a fault of the collective
+                add(
+                    "nccl_failure",
+                    "fact",
+                    _F.refutes,
+                    died[0]["id"],
+                    died[1].line,
+                    "the ranks wait in a collective for a member that died of this error of its "
+                    "own: the wait is the consequence, not a fault of the collective",
+                )
+            else:
+                add(
+                    "nccl_failure",
+                    "fact",
+                    STACKS_IN_COLLECTIVE,
+                    o["id"],
+                    frame,
+                    "the server's Python stacks wait inside a collective: a stuck "
+                    "all_reduce/barrier/init",
+                )
             add(
                 "still_starting",
                 "fact",
