@@ -235,7 +235,30 @@ def _find_line(lines: list[str], *needles: str) -> str:
 LogReads = dict[str, list[tuple[str, int, list[str]]]]
 
 
+#: the last few derivations, by the identity of the observations they read (see `derive`)
+_DERIVED: list[tuple[tuple[Observation, ...], Facts]] = []
+_DERIVED_KEEP = 4
+
+
 def derive(observations: list[Observation]) -> Facts:
+    """The facts of these observations, derived once per decision.
+
+    One decision asks for them three times (findings, the offered checks, the rulebook's next
+    step) over the same observation objects, and deriving them was a tenth of an eval's CPU.
+    Observations never change once taken and nobody edits a Facts after it is made, so the
+    result is reused while the list holds the very same objects (compared by identity, and the
+    objects kept alive here, so an id is never another card's)."""
+    key = tuple(observations)
+    for seen, facts in reversed(list(_DERIVED)):  # another session may append meanwhile
+        if len(seen) == len(key) and all(a is b for a, b in zip(seen, key, strict=True)):
+            return facts
+    facts = _derive(observations)
+    _DERIVED.append((key, facts))
+    del _DERIVED[:-_DERIVED_KEEP]
+    return facts
+
+
+def _derive(observations: list[Observation]) -> Facts:
     f = Facts()
     log_reads: LogReads = {}
     for o in observations:
