@@ -118,6 +118,18 @@ def _fails_later(o: Observation, m: Match, hits: list[tuple[Observation, Match]]
     )
 
 
+def _ended_tracebacks(o: Observation, memo: dict[str, set[str]]) -> set[str]:
+    """The lines of a read that end a Python traceback as its exception, read in order: a class
+    only a module path names (`triton.runtime.errors.OutOfResources: ...`) is an exception there,
+    where the line alone says nothing of its shape."""
+    from agent.evidence import text_lines
+
+    if o["id"] not in memo:
+        lines = text_lines(o)
+        memo[o["id"]] = {lines[i] for i, kind in proof.fatal_lines(lines) if kind == "exception"}
+    return memo[o["id"]]
+
+
 def _noise(o: Observation, m: Match, hits: list[tuple[Observation, Match]]) -> bool:
     """A live server printed this error line and then more progress (torch.compile's autotune
     rejecting a kernel config, a retried download): not a crash. A traceback's final line is
@@ -186,6 +198,7 @@ def _compute(observations: list[Observation]) -> tuple[list[Finding], Facts]:
     fatal_lines = [(o, m) for o, m in hits if m.strength == "fatal"]
     first_fatal = fatal_lines[0][1].line if fatal_lines else None
     strong_sum: dict[str, float] = {}
+    ended: dict[str, set[str]] = {}
     stale_possible = stale_gpu_possible(facts, hits)
     for o, m in hits:
         if m.label is None or m.signature.startswith(PHASE_PREFIX):
@@ -197,6 +210,7 @@ def _compute(observations: list[Observation]) -> tuple[list[Finding], Facts]:
         if m.strength == "strong" and (
             EXCEPTION_LINE.search(m.line)
             or proof.fatal_kind(m.line) in ("exception", "error_level")
+            or m.line in _ended_tracebacks(o, ended)
         ):
             w = WEIGHT[
                 "fatal"

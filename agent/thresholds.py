@@ -90,6 +90,7 @@ class Shm(_Strict):
     small_mib: float
     full_pct: float
     roomy_mib: float
+    live_room_pct: float
 
 
 class Rulebook(_Strict):

@@ -493,8 +493,12 @@ def hang_rules(facts: Facts, observations: list[Observation], hits, add) -> None
         return
     if fatal_end:
         return  # the launch printed why it ended: a crash, not a hang
+    from agent.rules.guardrails import own_fatal_since_launch  # guardrails imports this module
+
     comp = compiler_child(facts)
-    if comp is not None:
+    if comp is not None and own_fatal_since_launch(observations) is None:
+        # (a busy compiler says "building" only while the launch printed no error of its own:
+        # one no signature knows still ends the start-up, whatever the pool is still doing)
         pid, line = comp
         add(
             "still_starting",

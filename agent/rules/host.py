@@ -129,6 +129,18 @@ def _k8s_rules(observations: list[Observation], add, earlier: bool = False) -> N
                 )
 
 
+def _shm_has_room_while_alive(facts: Facts, labels_hit: set[str | None]) -> bool:
+    """A small /dev/shm that the live launch uses little of, with no shared-memory error."""
+    return (
+        facts.shm_mib is not None
+        and facts.shm_mib < THRESHOLDS.shm.small_mib
+        and facts.shm_use_pct is not None
+        and facts.shm_use_pct < THRESHOLDS.shm.live_room_pct
+        and facts.server_alive is True
+        and "shm_too_small" not in labels_hit
+    )
+
+
 def host_rules(facts: Facts, hits, add, observations: list[Observation] | None = None) -> None:  # type: ignore[no-untyped-def]
     labels_hit = {m.label for _, m in hits if m.label and m.strength in ("fatal", "strong")}
     _port_owner_rule(facts, hits, add)
@@ -216,7 +228,20 @@ def host_rules(facts: Facts, hits, add, observations: list[Observation] | None =
                 "nvidia-smi cannot reach the driver",
             )
     if facts.shm_mib is not None and facts.disk_obs:
-        if (
+        if _shm_has_room_while_alive(facts, labels_hit):
+            # the launch's processes are alive and hold their segments, and half the space
+            # is free: NCCL or the workers did not run out of it (running out is an error at
+            # once, "No space left" or a bus error, not a hang), small as it is
+            add(
+                "shm_too_small",
+                "fact",
+                F.refutes,
+                facts.disk_obs,
+                facts.shm_line,
+                f"/dev/shm is {facts.shm_mib:.0f} MiB but only {facts.shm_use_pct or 0:.0f}% used "
+                "while the launch is alive: it did not run out",
+            )
+        elif (
             facts.shm_mib < THRESHOLDS.shm.small_mib
             or (facts.shm_use_pct or 0) >= THRESHOLDS.shm.full_pct
         ):

@@ -146,11 +146,15 @@ def liveness_rules(facts: Facts, observations: list[Observation], hits, add) -> 
             )
         # a quiet phase that prints a bar with its own pace (an autotuner at 43 s a profile) is
         # judged by that pace like any bar; without one its silence weighs nothing either way
-        quiet_unpaced = quiet and slow_bar(observations, facts) is None
+        slow = slow_bar(observations, facts)
+        quiet_unpaced = quiet and slow is None
         if (
             stalled
             and not growing
-            and not facts.building_pids
+            # a compiler the launch runs is weighed by the build rules, unless the log's own bar
+            # gives the pace to judge the silence by (Inductor's compile workers under a
+            # CUDA-graph capture at 280 s a batch size)
+            and (not facts.building_pids or slow is not None)
             and not quiet_unpaced
             and work is None
         ):
@@ -164,7 +168,6 @@ def liveness_rules(facts: Facts, observations: list[Observation], hits, add) -> 
                 and not m.signature.startswith(PHASE_PREFIX)
                 for _, m in hits
             )
-            slow = slow_bar(observations, facts)
             from agent.rules.hang import gpu_memory_moved
 
             if gpu_memory_moved(observations) is not None and not blocked:

@@ -1,0 +1,158 @@
+"""Rules and knowledge after blind round 38 (scored before any change), each with a control
+that must not trigger it: a fix is a general form or fact, never an answer keyed to one card."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from agent.facts import Facts
+from agent.rules.host import host_rules
+from agent.signatures import load_signatures, scan
+from tests.agent.test_rules import GPU_CLEAN, GPU_HELD, PS_HEADER, PS_IDLE, _card, _run
+
+SHM_LINE = "shm              64M  4.6M   60M   8% /dev/shm"
+
+
+@pytest.mark.parametrize(
+    ("use_pct", "alive", "refuted"),
+    [
+        (8.0, True, True),  # four NCCL segments in a 64 MiB /dev/shm, the ranks alive and stuck
+        (97.0, True, False),  # control: the small /dev/shm is used up
+        (8.0, False, False),  # control: the launch is gone; its segments went with it
+    ],
+)
+def test_a_small_dev_shm_the_live_launch_barely_uses_did_not_run_out(
+    use_pct: float, alive: bool, refuted: bool
+) -> None:
+    """Four TP ranks hung in NCCL's P2P set-up inside a container with Docker's default 64 MiB
+    /dev/shm, 8% of it used: "small" had made shm_too_small the cause of the hang (it explains
+    nccl_failure), where running out of shared memory is an error at once, not a silent wait.
+    Controls: a small /dev/shm that is full still supports it; so does one whose launch is gone
+    (its processes' segments are freed, so its use says nothing)."""
+    facts = Facts(
+        shm_mib=64.0,
+        shm_use_pct=use_pct,
+        shm_line=SHM_LINE,
+        disk_obs="o4",
+        ps_available=True,
+        server_pids=[511] if alive else [],
+    )
+    said: list[tuple[str, float, str]] = []
+    host_rules(facts, [], lambda lb, k, w, o, ln, n: said.append((lb, w, n)))
+    shm = [w for lb, w, _ in said if lb == "shm_too_small"]
+    assert shm, said
+    assert (all(w < 0 for w in shm)) is refuted, said
+
+
+@pytest.mark.parametrize(
+    ("line", "label"),
+    [
+        (
+            "NotImplementedError: The given huggingface model architecture DeepseekV3ForCausalLM "
+            "is not supported in TRT-LLM yet",
+            "model_load_error",
+        ),
+        (
+            "NotImplementedError: AfmoeForCausalLM is not supported in TRT-LLM yet",
+            "model_load_error",
+        ),
+        # control: an option the engine rejects stays a launch argument's
+        (
+            "NotImplementedError: FP8 KV cache is not supported for this attention backend",
+            "bad_launch_argument",
+        ),
+    ],
+)
+def test_an_architecture_the_engine_lacks_is_the_models_not_a_flags(line: str, label: str) -> None:
+    """TensorRT-LLM 0.17's "model architecture DeepseekV3ForCausalLM is not supported in TRT-LLM
+    yet" matched the generic "X is not supported in" flag signature: the answer was "drop the
+    option", where no option helps and the engine version lacks the model class."""
+    labels = {m.label for m in scan([line], load_signatures())}
+    assert label in labels, labels
+    other = {"model_load_error", "bad_launch_argument"} - {label}
+    assert not labels & other, labels
+
+
+SG = "[2025-10-24 02:03:13 TP0]"
+CAPTURE = (
+    "$ python3 -m sglang.launch_server --model-path /models/q --tp 2 --enable-torch-compile\n"
+    f"{SG} Load weight end. type=Qwen3ForCausalLM, avail mem=47.27 GB\n"
+    f"{SG} Capture cuda graph begin. This can take up to several minutes.\n"
+    "Capturing batches (bs=64 avail_mem=19.03 GB):  54%|#####4    | 13/24 [00:19<00:16,  1.49s/it]\n"
+    "Capturing batches (bs=24 avail_mem=18.97 GB):  71%|#######   | 17/24 [13:02<32:41, {pace}s/it]\n"
+)
+PS_COMPILING = PS_HEADER + (
+    "root         85  0.0  0.3 9123456 412345 ?      Sl   02:02   0:19 python3 -m sglang.launch_server "
+    "--model-path /models/q --tp 2 --enable-torch-compile\n"
+    "root         86 96.0  1.8 61240332 9912044 ?    Rl   02:02  14:47 sglang::scheduler_TP0\n"
+    "root        419 38.0  0.4 4102332 1533004 ?     Rl   02:04   5:12 /usr/bin/python3 "
+    "/usr/lib/python3.12/dist-packages/torch/_inductor/compile_worker/__main__.py --workers=32\n"
+)
+
+
+@pytest.mark.parametrize(
+    "after", ["", "RuntimeError: CUDA error: an illegal memory access was encountered\n"]
+)
+def test_a_slow_bars_pace_judges_the_silence_while_compile_workers_run(
+    tmp_path: Path, after: str
+) -> None:
+    """A CUDA-graph capture at 280 s a batch size, with torch.compile's Inductor workers busy: a
+    30 s watch with no new line is what that pace looks like, yet the compile workers had kept
+    the bar's pace from being weighed and nothing else spoke for the start-up (insufficient).
+    Control: the same bar followed by an error of the launch's own is no start-up in progress."""
+    log = CAPTURE.format(pace="280.2") + after
+    card = _card({"/var/log/sglang.log": [log, log, log]}, PS_COMPILING, GPU_HELD)
+    card.symptom = "The sglang launch is not ready after 15 minutes: is it hung?"
+    r = _run(card, tmp_path)
+    if after:
+        assert r.root_cause != "still_starting", r.summary
+    else:
+        assert r.root_cause == "still_starting", r.summary
+        assert "per 280 s" in r.summary, r.summary
+
+
+@pytest.mark.parametrize(
+    ("cmd", "builder"),
+    [
+        ("/usr/bin/python3 /usr/lib/python3.12/site-packages/torch/_inductor/compile_worker/__main__.py --pickler=x", True),
+        ("python3 -m torch._inductor.compile_worker --workers=20", True),
+        ("/usr/bin/python3 -c from torch._inductor.compile_worker.__main__ import main; main() --kind=fork", True),
+        ("python3 train.py --note torch._inductor.compile_worker", False),  # an argument, not the program
+        ("python3 -m vllm.entrypoints.openai.api_server --model m", False),
+    ],
+)  # fmt: skip
+def test_inductors_compile_workers_are_builders_however_python_was_pointed_at_them(
+    cmd: str, builder: bool
+) -> None:
+    from tools import engines
+
+    assert bool(engines.builder_pattern().search(cmd)) is builder
+
+
+TB = [
+    "[2025-07-29 15:06:50 TP0] Scheduler hit an exception: Traceback (most recent call last):",
+    '  File "/usr/lib/python3/site-packages/sglang/srt/layers/moe/fused_moe_triton/fused_moe.py", '
+    "line 1210, in fused_experts_impl",
+    "    invoke_fused_moe_kernel(",
+    "triton.runtime.errors.OutOfResources: out of resource: shared memory, Required: 147456, "
+    "Hardware limit: 101376. Reducing block sizes or `num_stages` may help.",
+    "[2025-07-29 15:06:51] Received sigquit from a child process. It usually means the child failed.",
+]
+
+
+@pytest.mark.parametrize("traceback", [True, False])
+def test_a_strong_line_that_ends_a_traceback_weighs_as_the_crash(
+    tmp_path: Path, traceback: bool
+) -> None:
+    """Triton's OutOfResources ends the scheduler's traceback: its class has no "Error" in its
+    name, so the line alone did not read as the exception, and the signature kept its "strong"
+    weight (the leader, refused as unproven). Read in order it is the exception that ended the
+    run. Control: the same message quoted on its own (no traceback above it) stays a lead."""
+    head = "$ python -m sglang.launch_server --model-path /m/glm --tp-size 2\n"
+    body = TB if traceback else [TB[3], TB[4]]
+    card = _card({"/logs/glm.log": head + "\n".join(body) + "\n"}, PS_IDLE, GPU_CLEAN)
+    r = _run(card, tmp_path)
+    concluded = r.status == "concluded" and r.root_cause == "unsupported_gpu_arch"
+    assert concluded is traceback, (r.status, r.root_cause, r.summary)
