@@ -157,6 +157,9 @@ class Facts(BaseModel):
     dmesg_summary: str = ""
     #: kernel kill lines of other jobs (agent/kills.py) -> why they are not the launch's
     bystander_kills: dict[str, str] = Field(default_factory=dict)
+    #: (observation id, kill line, process name) of a kill, while the live launch ran, of a
+    #: process its command line names (agent/kills.py dependency_kill)
+    dependency_kill: tuple[str, str, str] | None = None
     shm_mib: float | None = None
     shm_use_pct: float | None = None
     shm_line: str = ""
@@ -296,6 +299,17 @@ def _derive(observations: list[Observation]) -> Facts:
         _launch_user(f, log_reads)
         _tenancy(f)
     _launch_mounts(f, log_reads)
+    if f.dmesg_available and f.server_alive:
+        from agent.kills import dependency_kill
+
+        launch_text = "\n".join(
+            [*(f.procs.get(p, "") for p in f.server_pids), *f.container_lines]
+        )
+        f.dependency_kill = dependency_kill(observations, launch_text)
+        if f.dependency_kill is not None and f.dependency_kill[1] in f.bystander_kills:
+            # another cgroup's kill, but of what the launch uses: its line is the launch's
+            del f.bystander_kills[f.dependency_kill[1]]
+            f.dmesg_lines.append(f.dependency_kill[1])
     for path, reads in log_reads.items():
         if len(reads) >= 2:
             (_, s0, t0), (oid, s1, t1) = reads[-2], reads[-1]

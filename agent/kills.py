@@ -437,3 +437,48 @@ def _could_be_launch(comm: str) -> bool:
         or engines.builder_pattern().search(comm)
         or any(re.search(p, comm) for p in _launch_comms())
     )
+
+
+#: process names too common to tie a victim to a launch by name (every launch names python)
+_COMMON_COMMS = re.compile(
+    r"(?i)^(?:python[\d.]*|bash|sh|zsh|node|java|ray|raylet|docker\S*|containerd\S*|systemd\S*|"
+    r"sshd|sudo|conda|pip|uv|vllm|sglang|trtllm\S*|torchrun|tritonserver|nvidia\S*|kworker\S*)$"
+)
+
+
+def dependency_kill(
+    observations: list[Observation], launch_text: str
+) -> tuple[str, str, str] | None:
+    """(observation id, kill line, name) of a kernel kill, while the launch ran, of a process
+    that is no member of the launch but that its command line names (a KV-cache server behind
+    `--kv-transfer-config ...LMCacheConnector`, a tokenizer or router service): the server is up,
+    and what it was started to use is gone. `launch_text` is the launch's own command line(s)."""
+    if not launch_text:
+        return None
+    span = _launch_span(observations)
+    if span is None:
+        return None
+    text = _log_text(observations)
+    named = set(log_pids(text.splitlines()))
+    found: list[tuple[str, str, str]] = []
+    for o in observations:
+        if not (o["ok"] and o["tool"] in ("dmesg", "service_logs")):
+            continue
+        for ln in text_lines(o):
+            v = victim(ln)
+            st = kernel_stamp(ln)
+            if v is None or st is None or not KILL_LINE.search(ln):
+                continue
+            comm = v[1]
+            if len(comm) < 4 or _COMMON_COMMS.match(comm) or _member(v, text, named):
+                continue
+            if not re.search(rf"(?i)(?<![a-z0-9]){re.escape(comm)}", launch_text):
+                continue
+            year = st[0] or datetime.now().year
+            t = _seconds(st, year)
+            first = _seconds((span[0][0] or year, *span[0][1:]), year)
+            last = _seconds((span[1][0] or year, *span[1][1:]), year)
+            if first - LEAD_S <= t <= last + CRASH_GRACE_S:
+                found.append((o["id"], ln, comm))
+    # the event's "Killed process N (name)" line names the victim plainest
+    return next((f for f in found if "Killed process" in f[1]), found[0] if found else None)

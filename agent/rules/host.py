@@ -141,8 +141,26 @@ def _shm_has_room_while_alive(facts: Facts, labels_hit: set[str | None]) -> bool
     )
 
 
+def _dependency_killed(facts: Facts, add) -> None:  # type: ignore[no-untyped-def]
+    """A live launch whose command line names a process the kernel killed while it ran: the
+    server answers, but requests that need what it was started to use park or fail."""
+    if facts.dependency_kill is None:
+        return
+    oid, line, comm = facts.dependency_kill
+    add(
+        "host_oom_killed",
+        "fact",
+        F.proves,
+        oid,
+        line,
+        f"the kernel killed {comm} while the launch ran, a process that is not the server but "
+        "that its command line names: the server is up, what it was started to use is gone",
+    )
+
+
 def host_rules(facts: Facts, hits, add, observations: list[Observation] | None = None) -> None:  # type: ignore[no-untyped-def]
     labels_hit = {m.label for _, m in hits if m.label and m.strength in ("fatal", "strong")}
+    _dependency_killed(facts, add)
     _port_owner_rule(facts, hits, add)
     if observations:
         _port_free_rule(facts, hits, add, observations)
@@ -173,7 +191,9 @@ def host_rules(facts: Facts, hits, add, observations: list[Observation] | None =
         # a live launch on a host whose RAM is nearly all held: no kill *yet*
         held = max(facts.host_mem_pct or 0, facts.free_held_pct or 0)
         pressed = bool(facts.server_alive) and held >= MEM_PRESSURE_PCT
-        if not oom_proven and facts.bystander_kills:
+        if facts.dependency_kill is not None:
+            pass  # a kill of what the launch uses: weighed by _dependency_killed, not set aside
+        elif not oom_proven and facts.bystander_kills:
             line, why = next(iter(facts.bystander_kills.items()))
             add(
                 "host_oom_killed",

@@ -110,6 +110,7 @@ def liveness_rules(facts: Facts, observations: list[Observation], hits, add) -> 
             and not facts.ranks_gone
             and not facts.core_gone_line
             and not pressure
+            and facts.dependency_kill is None  # alive, but what it uses was killed
         ):
             add(
                 "host_oom_killed",

@@ -156,3 +156,50 @@ def test_a_strong_line_that_ends_a_traceback_weighs_as_the_crash(
     r = _run(card, tmp_path)
     concluded = r.status == "concluded" and r.root_cause == "unsupported_gpu_arch"
     assert concluded is traceback, (r.status, r.root_cause, r.summary)
+
+
+A = "(APIServer pid=3790211) INFO 08-27"
+SERVING = (
+    f"{A} 00:31:12 [api_server.py:1751] vLLM API server version 0.11.0\n"
+    f"(EngineCore pid=3790877) INFO 08-27 00:39:58 [gpu_model_runner.py:3262] Model loading took 74.02 GiB\n"
+    f"{A} 00:41:49 [api_server.py:1689] Starting vLLM API server 0 on http://0.0.0.0:8000\n"
+    "(APIServer pid=3790211) INFO:     Application startup complete.\n"
+    '(APIServer pid=3790211) INFO:     10.0.0.21:51814 - "POST /v1/chat/completions HTTP/1.1" 200 OK\n'
+    f"{A} 00:52:31 [loggers.py:236] Engine 000: Avg prompt throughput: 0.0 tokens/s, Running: 1 reqs\n"
+)
+PS_LMCACHE = PS_HEADER + (
+    "root     3790211  1.1  0.9 4210332 1183004 ?     Ssl  00:31   0:26 python3 -m vllm.entrypoints.cli.main "
+    "serve /models/m --port 8000 --kv-transfer-config "
+    '{"kv_connector":"LMCacheMPConnector","kv_role":"kv_both"}\n'
+    "root     3790877  3.9 61.2 98214332 75421880 ?   Sl   00:31   1:52 VLLM::EngineCore\n"
+)
+OOM = (
+    "[Thu Aug 27 {t} 2026] Out of memory: Killed process 3742074 ({name}) total-vm:81306880kB, "
+    "anon-rss:1058560kB, file-rss:21412kB, shmem-rss:428kB, UID:0 pgtables:28484kB oom_score_adj:0\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("name", "t", "dependency"),
+    [
+        ("lmcache", "00:39:44", True),  # the KV-cache server the launch's connector names
+        ("promtail", "00:39:44", False),  # control: a process the launch does not name
+        ("lmcache", "19:02:10", False),  # control: a kill five hours before the launch
+    ],
+)
+def test_a_kill_of_what_the_live_launch_names_is_its_cause(
+    tmp_path: Path, name: str, t: str, dependency: bool
+) -> None:
+    """vLLM up and answering, its LMCache connector's server OOM-killed by the kernel while it
+    ran: requests that need the cache park. The kill was another cgroup's, so it was set aside as
+    a bystander's and the run ended "healthy" (round 38). A victim the launch's command line
+    names, killed while it ran, is what the launch uses. Controls: a process it does not name;
+    the same name killed long before the launch."""
+    card = _card(
+        {"/logs/vllm.log": SERVING}, PS_LMCACHE, GPU_HELD, dmesg=OOM.format(t=t, name=name)
+    )
+    card.symptom = (
+        "Since the restart, long-context requests hang with zero tokens. Is TP deadlocked?"
+    )
+    r = _run(card, tmp_path)
+    assert (r.root_cause == "host_oom_killed") is dependency, (r.root_cause, r.summary)
