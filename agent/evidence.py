@@ -27,11 +27,21 @@ def text_lines(o: Observation) -> list[str]:
 
 
 def latest_text_observations(observations: list[Observation]) -> list[Observation]:
-    """The newest read of each log (older reads of the same file only matter for growth)."""
-    newest: dict[tuple[str, str], Observation] = {}
+    """The newest read of each log (older reads of the same file only matter for growth). A
+    container's or unit's log is its own log whatever the tool: reading a sidecar's log
+    (`container_logs name=lmcache-server`) must not take the place of the launch's."""
+    newest: dict[tuple[str, str, str, str], Observation] = {}
     for o in observations:
         if o["tool"] in TEXT_TOOLS and o["ok"]:
-            key = (o["tool"], str(o["args"].get("path", "")) + str(o["args"].get("pattern", "")))
+            args = o["args"]
+            key = (
+                o["tool"],
+                str(args.get("path", "")),
+                str(args.get("pattern", "")),
+                # the container the read was of, as its result names it (an omitted name is
+                # the investigated one; naming it outright is the same log)
+                str(o["data"].get("container") or o["data"].get("name") or args.get("name") or ""),
+            )
             newest[key] = o
     return list(newest.values())
 

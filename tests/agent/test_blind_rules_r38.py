@@ -203,3 +203,37 @@ def test_a_kill_of_what_the_live_launch_names_is_its_cause(
     )
     r = _run(card, tmp_path)
     assert (r.root_cause == "host_oom_killed") is dependency, (r.root_cause, r.summary)
+
+
+def test_a_sidecars_log_read_after_the_launchs_does_not_take_its_place() -> None:
+    """A model session read the LMCache server's container log after the engine's: the board
+    then weighed that log as the launch's newest (its refutations from the engine's log gone).
+    Control: the launch's own container read again, by name, replaces its earlier read."""
+    from agent.evidence import latest_text_observations
+    from agent.state import Observation
+
+    def read(oid: str, name: str | None) -> Observation:
+        args = {"name": name} if name else {}
+        return Observation(id=oid, tool="container_logs", args=args, ok=True, lines=["x"],
+                           data={"container": name or "vllm"}, round=0)  # fmt: skip
+
+    latest = {o["id"] for o in latest_text_observations([read("o9", None), read("o13", "lmcache")])}
+    assert latest == {"o9", "o13"}
+    again = {o["id"] for o in latest_text_observations([read("o9", None), read("o13", "vllm")])}
+    assert again == {"o13"}
+
+
+@pytest.mark.parametrize("length", [320, 120])
+def test_the_llm_view_marks_a_board_line_it_cuts(length: int) -> None:
+    """The board quoted lines cut at 200 characters inside quotes, mid-word, as if verbatim: a
+    model copying one cites a line that occurs nowhere. Control: a short line is quoted whole."""
+    from prompts import render
+
+    line = ("x" * (length - 4)) + " end"
+    board = [{"label": "nccl_failure", "status": "supported", "score": 2.0,
+              "evidence": [{"observation": "o7", "line": line}], "against": []}]  # fmt: skip
+    text = render("decide.j2", symptom="s", notes=[], board=board, options=[], changes=False,
+                  rejections=[], budget={}, decided=[], concluded=None, observations=[])  # fmt: skip
+    assert ("(cut here; the whole line is in o7)" in text) is (length > 200), text
+    if length <= 200:
+        assert f'"{line}"' in text
