@@ -156,6 +156,14 @@ class Facts(BaseModel):
     dmesg_lines: list[str] = Field(default_factory=list)
     dmesg_summary: str = ""
     #: kernel kill lines of other jobs (agent/kills.py) -> why they are not the launch's
+    #: this machine's IPv4 addresses and container-bridge /24 prefixes (host_facts network)
+    machine_addrs: list[str] = Field(default_factory=list)
+    bridge_nets: list[str] = Field(default_factory=list)
+    machine_addrs_obs: str | None = None
+    machine_addrs_line: str = ""
+    #: a line of the launch's log binding an address of another machine, and that address
+    log_elsewhere: str | None = None
+    log_elsewhere_addr: str = ""
     bystander_kills: dict[str, str] = Field(default_factory=dict)
     #: (observation id, kill line, process name) of a kill, while the live launch ran, of a
     #: process its command line names (agent/kills.py dependency_kill)
@@ -299,12 +307,11 @@ def _derive(observations: list[Observation]) -> Facts:
         _launch_user(f, log_reads)
         _tenancy(f)
     _launch_mounts(f, log_reads)
+    _ran_elsewhere(f, log_reads)
     if f.dmesg_available and f.server_alive:
         from agent.kills import dependency_kill
 
-        launch_text = "\n".join(
-            [*(f.procs.get(p, "") for p in f.server_pids), *f.container_lines]
-        )
+        launch_text = "\n".join([*(f.procs.get(p, "") for p in f.server_pids), *f.container_lines])
         f.dependency_kill = dependency_kill(observations, launch_text)
         if f.dependency_kill is not None and f.dependency_kill[1] in f.bystander_kills:
             # another cgroup's kill, but of what the launch uses: its line is the launch's
@@ -680,9 +687,71 @@ def _dmesg(f: Facts, o: Observation, _logs: LogReads) -> None:
 
 
 def _host_facts(f: Facts, o: Observation, _logs: LogReads) -> None:
-    mem = typed(o, host_facts.Result).memory
+    res = typed(o, host_facts.Result)
+    mem = res.memory
     if mem is not None and mem.line in o["lines"]:  # only a line the tool printed is cited
         f.free_held_pct, f.free_obs, f.free_line = mem.held_pct, o["id"], mem.line
+    for sec in res.sections:
+        if sec.name == "network" and sec.ok and sec.lines:
+            f.machine_addrs, f.bridge_nets = machine_addresses(sec.lines)
+            f.machine_addrs_obs = o["id"]
+            f.machine_addrs_line = (
+                next((ln for ln in sec.lines if f.machine_addrs[0] in ln), "")
+                if f.machine_addrs
+                else ""
+            )
+
+
+_IPV4 = re.compile(r"\b(\d{1,3}(?:\.\d{1,3}){3})(?:/\d+)?\b")
+#: interfaces a container runtime or a VM bridge owns: containers on them have addresses of
+#: their own, on this machine
+_BRIDGE_IF = re.compile(r"^(?:docker|br-|cni|podman|virbr|flannel|cali|vxlan|weave|kube)")
+
+
+def machine_addresses(lines: list[str]) -> tuple[list[str], list[str]]:
+    """(this machine's IPv4 addresses, the /24 prefixes of its container bridges) from `ip
+    -brief addr` rows ("eth0 UP 172.16.11.66/24 ...") or `hostname -I` ("172.16.11.66
+    172.17.0.1"): a bridge is an interface a container runtime names, or, with no names, an
+    address ending in .1 beside another (docker0's 172.17.0.1)."""
+    addrs: list[str] = []
+    bridges: list[str] = []
+    named = any(len(ln.split()) >= 3 and not _IPV4.match(ln.split()[0]) for ln in lines)
+    for ln in lines:
+        parts = ln.split()
+        ips = [m.group(1) for m in _IPV4.finditer(ln) if not m.group(1).startswith("127.")]
+        if named and parts and _BRIDGE_IF.match(parts[0]):
+            bridges += [ip.rsplit(".", 1)[0] for ip in ips]
+        addrs += ips
+    if not named and len(addrs) > 1:
+        bridges += [ip.rsplit(".", 1)[0] for ip in addrs if ip.endswith(".1")]
+    return list(dict.fromkeys(addrs)), list(dict.fromkeys(bridges))
+
+
+#: the address a server's own log says it binds to (vLLM's non-default args, SGLang's
+#: ServerArgs, a command line's --host, uvicorn's banner): a process binds only its machine's
+_BIND = re.compile(
+    r"""'host': '(\d[\d.]+)'|\bhost='(\d[\d.]+)'|--host[= ](\d[\d.]+)\b|"""
+    r"""(?:Uvicorn running on|API server \d+ on) https?://(\d[\d.]+):"""
+)
+
+
+def _ran_elsewhere(f: Facts, log_reads: LogReads) -> None:
+    """The launch's log binds an address this machine does not have (nor a container bridge of
+    it has): the log was written on another machine (a head node's log copied here), so its
+    processes' absence from this machine's table says nothing about them."""
+    if not f.machine_addrs:
+        return
+    for reads in log_reads.values():
+        _, _, text = reads[-1]
+        for ln in text[:200]:
+            m = _BIND.search(ln)
+            ip = next((g for g in m.groups() if g), None) if m else None
+            if ip is None or ip.startswith(("0.", "127.")) or ip in f.machine_addrs:
+                continue
+            if ip.rsplit(".", 1)[0] in f.bridge_nets:
+                continue  # a container's own address on this machine's bridge
+            f.log_elsewhere, f.log_elsewhere_addr = ln, ip
+            return
 
 
 def _ports(f: Facts, o: Observation, _logs: LogReads) -> None:

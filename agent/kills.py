@@ -442,7 +442,7 @@ def _could_be_launch(comm: str) -> bool:
 #: process names too common to tie a victim to a launch by name (every launch names python)
 _COMMON_COMMS = re.compile(
     r"(?i)^(?:python[\d.]*|bash|sh|zsh|node|java|ray|raylet|docker\S*|containerd\S*|systemd\S*|"
-    r"sshd|sudo|conda|pip|uv|vllm|sglang|trtllm\S*|torchrun|tritonserver|nvidia\S*|kworker\S*)$"
+    r"sshd|sudo|conda|pip|uv|nvidia\S*|kworker\S*)$"
 )
 
 
@@ -470,7 +470,12 @@ def dependency_kill(
             if v is None or st is None or not KILL_LINE.search(ln):
                 continue
             comm = v[1]
-            if len(comm) < 4 or _COMMON_COMMS.match(comm) or _member(v, text, named):
+            if (
+                len(comm) < 4
+                or _COMMON_COMMS.match(comm)
+                or engines.name_pattern().search(comm)  # an engine's own process: a launch's
+                or _member(v, text, named)
+            ):
                 continue
             if not re.search(rf"(?i)(?<![a-z0-9]){re.escape(comm)}", launch_text):
                 continue

@@ -39,8 +39,10 @@ INSIDE_TOO = frozenset({"nvidia-smi"})
 #: Reads of what the container shares with the machine (its sockets under host networking or
 #: the ports it published, the disks, the memory): where the container cannot answer them (it
 #: has stopped, or its image lacks the program, as minimal images do), the machine's own answer
-#: is the one there is (said so by the result's host).
-MACHINE_SHARED = frozenset({"ss", "netstat", "df", "free", "uname"})
+#: is the one there is (said so by the result's host). The machine's addresses (`ip`,
+#: `hostname -I`) are its own under host networking; under a bridge the machine's include the
+#: bridge that the container's address is on.
+MACHINE_SHARED = frozenset({"ss", "netstat", "df", "free", "uname", "ip", "hostname"})
 #: Files every container sees as the machine's own (the driver, the kernel's counters).
 MACHINE_FILES = ("/proc/driver/", "/sys/", "/proc/meminfo", "/proc/loadavg", "/proc/cpuinfo")
 

@@ -41,6 +41,8 @@ COMMANDS: dict[str, tuple[str, int]] = {
     # a crashed pod's last state says OOMKilled / Error / Completed and its exit code
     "pods": ("kubectl describe pods", 80),
 }
+#: the machine's addresses where `ip` is missing
+NETWORK_FALLBACK = "hostname -I"
 _POD_KEEP = re.compile(
     r"^\s*(Name|Status|Reason|Exit Code|Restart Count|Started|Finished|Last State|State|Message)\s*:"
     r"|OOMKilled|Killing|Unhealthy|BackOff|Evicted|probe"
@@ -296,9 +298,16 @@ def run(host: Host, args: Args) -> Result:
         read["kubectl"] = _events(host, read.pop("kube?"))
     if "pods" in names:
         read["pods"] = _pods_after(host, read["kubectl"]) if kube else _read(host, "pods")
+    used = {n: COMMANDS[n][0] for n in names}
+    if "network" in read and not read["network"].ok:
+        # a minimal image or an old host without iproute2: the addresses alone still say
+        # which machine this is (a log that binds another machine's address ran there)
+        alt = host.run(NETWORK_FALLBACK, timeout=10)
+        if alt.ok and alt.stdout.strip():
+            read["network"], used["network"] = alt, NETWORK_FALLBACK
     results = [read[n] for n in names]
     for name, res in zip(names, results, strict=True):
-        command, keep = COMMANDS[name]
+        command, keep = used[name], COMMANDS[name][1]
         text = res.stdout if res.stdout.strip() else res.stderr
         lines = [ln for ln in text.splitlines() if ln.strip()]
         note = None

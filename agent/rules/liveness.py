@@ -264,7 +264,19 @@ def liveness_rules(facts: Facts, observations: list[Observation], hits, add) -> 
                 and not proof.peer_lost(scope[i])
                 for i, kind in proof.fatal_lines(scope)
             )
-            if not own_error:  # an error of its own is weighed by the structure rules
+            if not own_error and facts.log_elsewhere and facts.machine_addrs_obs:
+                # absent here proves gone only for a launch that ran here
+                add(
+                    "killed_externally",
+                    "fact",
+                    F.refutes,
+                    o["id"],
+                    facts.log_elsewhere,
+                    f"the log's server binds {facts.log_elsewhere_addr}, an address this machine "
+                    f"({', '.join(facts.machine_addrs[:4])}) does not have: it ran on another "
+                    "machine, so its processes' absence here says nothing about them",
+                )
+            elif not own_error:  # an error of its own is weighed by the structure rules
                 add(
                     "killed_externally",
                     "fact",

@@ -237,3 +237,53 @@ def test_the_llm_view_marks_a_board_line_it_cuts(length: int) -> None:
     assert ("(cut here; the whole line is in o7)" in text) is (length > 200), text
     if length <= 200:
         assert f'"{line}"' in text
+
+
+HEAD_LOG = (
+    "(APIServer pid=1) INFO 04-21 10:20:49 [api_server.py:1751] vLLM API server version 0.11.0\n"
+    "(APIServer pid=1) INFO 04-21 10:20:49 [utils.py:238] non-default args: {'model_tag': "
+    "'/models/q', 'host': '{ip}', 'port': 40011, 'tensor_parallel_size': 4}\n"
+    "(EngineCore_DP0 pid=89) INFO 04-21 10:21:16 [ray_utils.py:214] Waiting for creating a "
+    "placement group of specs for 10 seconds.\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("ip", "elsewhere"),
+    [
+        ("172.16.11.65", True),  # the head node's address: its log, copied onto this follower
+        ("172.16.11.66", False),  # control: this machine's own address
+        ("172.17.0.5", False),  # control: a container on this machine's docker bridge
+    ],
+)
+def test_absent_here_proves_gone_only_for_a_launch_that_ran_here(
+    tmp_path: Path, ip: str, elsewhere: bool
+) -> None:
+    """A GPUStack follower node: the operator pointed at the head node's vLLM log (it binds
+    172.16.11.65; this machine is 172.16.11.66). None of its processes run here, so the rulebook
+    said "killed_externally: the server is gone" (round 37's one wrong answer). A log that binds
+    another machine's address ran there. Controls: this machine's address; a container's
+    address on this machine's bridge (docker0 172.17.0.1)."""
+    log = HEAD_LOG.replace("{ip}", ip)
+    card = _card({"/root/head.log": log}, PS_IDLE, GPU_CLEAN,
+                 commands={"hostname -I": "172.16.11.66 172.17.0.1\n"})  # fmt: skip
+    card.symptom = "Our two-node deployment has been starting for 20 minutes. Is it just slow?"
+    r = _run(card, tmp_path)
+    assert (r.root_cause == "killed_externally") is not elsewhere, (r.root_cause, r.summary)
+
+
+@pytest.mark.parametrize(
+    ("lines", "addrs", "bridges"),
+    [
+        (["lo UNKNOWN 127.0.0.1/8", "eth0 UP 10.0.0.5/24", "docker0 DOWN 172.17.0.1/16"],
+         ["10.0.0.5", "172.17.0.1"], ["172.17.0"]),
+        (["10.0.0.5 172.17.0.1"], ["10.0.0.5", "172.17.0.1"], ["172.17.0"]),
+        (["10.0.0.1"], ["10.0.0.1"], []),  # a lone address ending in .1 is the machine's own
+    ],
+)  # fmt: skip
+def test_the_machines_addresses_and_its_container_bridges(
+    lines: list[str], addrs: list[str], bridges: list[str]
+) -> None:
+    from agent.facts import machine_addresses
+
+    assert machine_addresses(lines) == (addrs, bridges)
