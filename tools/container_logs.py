@@ -66,6 +66,7 @@ class Result(ToolResult):
     last_progress: Progress | None = Field(
         None, description="the newest progress bar in the last lines, with its pace and ETA"
     )
+    pattern: str | None = Field(None, description="the search it was, if one (pattern=)")
 
     def lines(self) -> list[str]:
         if self.error:
@@ -93,7 +94,12 @@ class Result(ToolResult):
                 was_previous = e.previous
             out.append(e.text)
         if not self.entries:
-            out.append("# the container printed nothing")
+            # a search that found nothing says nothing of how much the container printed
+            out.append(
+                f"# no line of the container's log matches {self.pattern!r}"
+                if self.pattern
+                else "# the container printed nothing"
+            )
         return bound_lines(out)
 
 
@@ -198,6 +204,7 @@ def read_once(host: Host, args: Args) -> Result:
         restart_count=restarts,
         entries=entries,
         previous_lines=sum(e.previous for e in entries),
+        pattern=args.pattern,
     )
 
 
