@@ -41,3 +41,27 @@ def test_replayed_capable_model_turns_still_pass(
     passed = [r.id for r in run.results if r.passed]
     failed = [f"{r.id}: got {r.got} ({r.status})" for r in run.results if not r.passed]
     assert len(passed) >= RECORDED_PASS, "\n".join(failed)
+
+
+BLIND = Path(__file__).resolve().parents[2] / "evals" / "blind" / "round38"
+BLIND_REC = REC.parent / "capable-blind" / "round38"
+#: round 38's after-run (two fresh model sessions at 17f2fa3): 22/22 right label, 17 full passes
+BLIND_RECORDED_PASS = 17
+
+
+def test_replayed_blind_round_turns_still_pass(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The newest blind round's recorded model turns, replayed: cards no session had seen when
+    the model answered them, so a change that breaks the brain's view of unseen incidents (not
+    only of the public cards) fails here."""
+    monkeypatch.setenv("PIVOT_LLM_MODEL", "relay")
+    monkeypatch.setenv("PIVOT_HOME", str(tmp_path / "home"))
+    run = evaluate([str(BLIND)], EvalOptions(brain="llm", jobs=1, replay_dir=BLIND_REC))
+    assert len(run.results) == 22
+    assert not [r for r in run.results if r.error], [r.error for r in run.results if r.error]
+    passed = [r.id for r in run.results if r.passed]
+    wrong = [r.id for r in run.results if r.outcome == "wrong"]
+    failed = [f"{r.id}: got {r.got} ({r.status})" for r in run.results if not r.passed]
+    assert not wrong, wrong
+    assert len(passed) >= BLIND_RECORDED_PASS, "\n".join(failed)
