@@ -129,6 +129,22 @@ _PRUNE = [
     "*/.cache/huggingface/hub",
     "*/.cache/pip",
     "*/.mirror",
+    # toolchains and kernel caches: thousands of files each on a GPU box (Triton's and
+    # torch.compile's caches grow with every launch), none of them a log
+    "*/.pyenv",
+    "*/.rustup",
+    "*/.cargo",
+    "*/.npm",
+    "*/.nvm",
+    "*/.m2",
+    "*/.triton",
+    "*/.cache/torch",
+    "*/.cache/vllm",
+    "*/.cache/flashinfer",
+    "*/miniconda3/pkgs",
+    "*/anaconda3/pkgs",
+    "*/miniforge3/pkgs",
+    "*/.conda/pkgs",
 ]
 #: Lines asked of the host; the classification in Python takes `limit` of each kind from them.
 HOST_LINE_CAP = 4000

@@ -133,3 +133,15 @@ def test_teed_txt_output_is_a_log_candidate_after_the_named_logs(tmp_path: Path)
     assert [Path(f.path).name for f in r.logs] == ["server.log", "all_reduce_4_gpus.txt"]
     assert classify("/workspace/requirements.txt") is None
     assert classify("/tmp/modal-container.txt") == "log"
+
+
+def test_toolchain_and_kernel_cache_trees_are_not_walked(tmp_path: Path) -> None:
+    """Conda's package cache and Triton's/torch.compile's kernel caches hold thousands of files
+    on a GPU box and no server log: pruned, so the sweep does not wait on walking them. Control:
+    a log beside them is found."""
+    t = 1_700_000_000
+    _touch(tmp_path / "miniconda3" / "pkgs" / "nccl-2.21" / "info" / "build.log", t)
+    _touch(tmp_path / ".triton" / "cache" / "ab" / "kernel.log", t)
+    _touch(tmp_path / "miniconda3" / "envs" / "serve" / "server.log", t + 1)
+    res = run(LocalHost(), Args(roots=[str(tmp_path)], max_depth=6))
+    assert [Path(f.path).name for f in res.logs] == ["server.log"]
