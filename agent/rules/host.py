@@ -129,6 +129,10 @@ def _k8s_rules(observations: list[Observation], add, earlier: bool = False) -> N
                 )
 
 
+#: a file under /dev/shm named on a line (NCCL's "/dev/shm/nccl-Qm3ZtP", torch's "/dev/shm/torch_...")
+_SHM_PATH = re.compile(r"/dev/shm/\S")
+
+
 def _shm_has_room_while_alive(facts: Facts, labels_hit: set[str | None]) -> bool:
     """A small /dev/shm that the live launch uses little of, with no shared-memory error."""
     return (
@@ -343,6 +347,25 @@ def host_rules(facts: Facts, hits, add, observations: list[Observation] | None =
             facts.shm_line,
             "the filesystem that ran out is /dev/shm, IPC shared memory (shm_too_small), not a "
             "disk the launch writes to",
+        )
+    shm_enospc = next(
+        (
+            (o, m.line)
+            for o, m in hits
+            if "No space left on device" in m.line and _SHM_PATH.search(m.line)
+        ),
+        None,
+    )
+    if shm_enospc is not None and not facts.full_mounts:
+        # the failing write names its own file: the space that ran out is /dev/shm's, whatever
+        # df was or was not read
+        add(
+            "disk_full",
+            "fact",
+            F.weakens_clearly,
+            shm_enospc[0]["id"],
+            shm_enospc[1],
+            "the write that found no space was to /dev/shm (IPC shared memory), not a disk",
         )
     if facts.full_mounts and not shm_full and "shm_too_small" not in labels_hit:
         # "No space left on device" is a full disk's or a full /dev/shm's: a disk the launch

@@ -287,3 +287,29 @@ def test_the_machines_addresses_and_its_container_bridges(
     from agent.facts import machine_addresses
 
     assert machine_addresses(lines) == (addrs, bridges)
+
+
+@pytest.mark.parametrize(
+    ("line", "shm"),
+    [
+        ("pod:262:301 [0] misc/shmutils.cc:88 NCCL WARN Error: failed to extend "
+         "/dev/shm/nccl-Qm3ZtP to 9637892 bytes, error: No space left on device (28)", True),
+        ("OSError: [Errno 28] No space left on device: '/data/ckpt/model-00003.safetensors'",
+         False),  # control: a disk the launch writes to
+    ],
+)  # fmt: skip
+def test_a_write_to_dev_shm_that_found_no_space_rules_the_disks_out(line: str, shm: bool) -> None:
+    """NCCL's "failed to extend /dev/shm/nccl-... No space left on device" in a pod whose df was
+    not read by the disk tool: disk_full stayed open beside shm_too_small (a model session's
+    conclusion lacked it as ruled out). The failing write names its own file."""
+    from agent.signatures import Match
+    from agent.state import Observation
+
+    log = Observation(id="o9", tool="container_logs", args={}, ok=True, lines=[line], data={},
+                      round=0)  # fmt: skip
+    hit = Match(signature="s", label="shm_too_small" if shm else "disk_full", strength="fatal",
+                line=line, line_no=0)  # fmt: skip
+    said: list[tuple[str, float]] = []
+    host_rules(Facts(), [(log, hit)], lambda lb, k, w, o, ln, n: said.append((lb, w)))
+    against = [w for lb, w in said if lb == "disk_full" and w < 0]
+    assert bool(against) is shm, said
