@@ -155,15 +155,14 @@ class Facts(BaseModel):
     dmesg_obs: str | None = None
     dmesg_lines: list[str] = Field(default_factory=list)
     dmesg_summary: str = ""
-    #: kernel kill lines of other jobs (agent/kills.py) -> why they are not the launch's
     #: this machine's IPv4 addresses and container-bridge /24 prefixes (host_facts network)
     machine_addrs: list[str] = Field(default_factory=list)
     bridge_nets: list[str] = Field(default_factory=list)
     machine_addrs_obs: str | None = None
-    machine_addrs_line: str = ""
     #: a line of the launch's log binding an address of another machine, and that address
     log_elsewhere: str | None = None
     log_elsewhere_addr: str = ""
+    #: kernel kill lines of other jobs (agent/kills.py) -> why they are not the launch's
     bystander_kills: dict[str, str] = Field(default_factory=dict)
     #: (observation id, kill line, process name) of a kill, while the live launch ran, of a
     #: process its command line names (agent/kills.py dependency_kill)
@@ -695,11 +694,6 @@ def _host_facts(f: Facts, o: Observation, _logs: LogReads) -> None:
         if sec.name == "network" and sec.ok and sec.lines:
             f.machine_addrs, f.bridge_nets = machine_addresses(sec.lines)
             f.machine_addrs_obs = o["id"]
-            f.machine_addrs_line = (
-                next((ln for ln in sec.lines if f.machine_addrs[0] in ln), "")
-                if f.machine_addrs
-                else ""
-            )
 
 
 _IPV4 = re.compile(r"\b(\d{1,3}(?:\.\d{1,3}){3})(?:/\d+)?\b")

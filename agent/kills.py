@@ -106,11 +106,7 @@ def own_crash(observations: list[Observation]) -> tuple[str, str] | None:
         if born is not None and _minutes_before(st, born) * 60 > LEAD_S:
             continue
         if span is not None:
-            year = st[0] or datetime.now().year
-            t = _seconds(st, year)
-            first = _seconds((span[0][0] or year, *span[0][1:]), year)
-            last = _seconds((span[1][0] or year, *span[1][1:]), year)
-            if not first - LEAD_S <= t <= last + CRASH_GRACE_S:
+            if not _during(st, span):
                 continue
         elif v[0] not in named:
             continue
@@ -120,6 +116,16 @@ def own_crash(observations: list[Observation]) -> tuple[str, str] | None:
         if v[0] in named or (_could_be_launch(v[1]) and (titled or _member(v, text, named))):
             return oid, ln
     return None
+
+
+def _during(st: logtime.Stamp, span: tuple[logtime.Stamp, logtime.Stamp]) -> bool:
+    """A kernel stamp inside the launch's life by its log's clock: from LEAD_S before its first
+    line to CRASH_GRACE_S after its last (a quiet phase prints nothing for minutes before it)."""
+    year = st[0] or datetime.now().year
+    t = _seconds(st, year)
+    first = _seconds((span[0][0] or year, *span[0][1:]), year)
+    last = _seconds((span[1][0] or year, *span[1][1:]), year)
+    return first - LEAD_S <= t <= last + CRASH_GRACE_S
 
 
 def victim(line: str) -> tuple[int, str] | None:
@@ -479,11 +485,7 @@ def dependency_kill(
                 continue
             if not re.search(rf"(?i)(?<![a-z0-9]){re.escape(comm)}", launch_text):
                 continue
-            year = st[0] or datetime.now().year
-            t = _seconds(st, year)
-            first = _seconds((span[0][0] or year, *span[0][1:]), year)
-            last = _seconds((span[1][0] or year, *span[1][1:]), year)
-            if first - LEAD_S <= t <= last + CRASH_GRACE_S:
+            if _during(st, span):
                 found.append((o["id"], ln, comm))
     # the event's "Killed process N (name)" line names the victim plainest
     return next((f for f in found if "Killed process" in f[1]), found[0] if found else None)

@@ -24,13 +24,14 @@ from agent.at_work import working_on_logged_file
 from agent.board import related
 from agent.evidence import LOG_TOOLS, last_launch, launch_line, text_lines
 from agent.facts import Facts, launch_reads
-from agent.hits import set_aside_logs, signature_hits
+from agent.hits import signature_hits
 from agent.rules import causes as rules_causes
 from agent.rules import hang as rules_hang
 from agent.rules import liveness as rules_liveness
 from agent.rules import proof
 from agent.rules.common import HW_ERROR
 from agent.rules.memory import stale_gpu_possible
+from agent.rules.own_fatal import OOM_KILL, own_fatal_since_launch
 from agent.signatures import Match
 from agent.state import Action, Observation
 from cards.taxonomy import LABELS
@@ -44,11 +45,6 @@ ENOSPC = re.compile(
 )
 SHM_LINE = re.compile(
     r"(?i)/dev/shm|\bshm\b|shared memory|posix_fallocate|Bus error|shm_open|--shm-size|--ipc"
-)
-OOM_KILL = re.compile(
-    r"(?i)Out of memory: Kill|oom-kill|invoked oom-killer|OOMKilled(?!\"?:?\s*\"?(?:false|0)\b)|"
-    r"Memory cgroup out of memory|"
-    r"running low on memory|oom_reaper"
 )
 XID = re.compile(r"(?i)\bXid\b|ECC error|fallen off the bus|GPU is lost|uncorrectable")
 #: Labels a fact on the host proves (the rule checks the fact); the others need a crash line.
@@ -458,33 +454,6 @@ def _driver(action: Action, by_id, facts: Facts, hits: Hits) -> list[str]:  # ty
         "[cuda_driver_mismatch] needs a driver/CUDA error line that says what the driver refused "
         "(a version, an init failure) or nvidia-smi failing to reach the driver"
     ]
-
-
-def own_fatal_since_launch(
-    observations: list[Observation], skip: frozenset[str] = frozenset()
-) -> tuple[str, str] | None:
-    """(observation id, line) of a fatal line by structure the server printed itself since its
-    last launch, in any log read; signal and exit lines from outside do not count, nor the
-    lines in `skip` (a supervisor's own report of its timeout kill, `level=ERROR ... timed out
-    waiting for llama runner to start`, is the end from outside, not the process's error)."""
-    newest: dict[str, Observation] = {}
-    aside = set_aside_logs(observations)
-    for o in observations:
-        if str(o["args"].get("path")) in aside:
-            continue
-        if o["ok"] and o["tool"] in LOG_TOOLS | {"log_search"}:
-            newest[f"{o['tool']}:{o['args'].get('path')}:{o['args'].get('pattern')}"] = o
-    for o in newest.values():
-        lines = text_lines(o)
-        start = last_launch(lines) if o["tool"] in LOG_TOOLS else 0
-        for i, kind in proof.fatal_lines(lines[start:]):
-            ln = lines[start + i]
-            if kind == "exit_signal" or proof.external_end(ln) or OOM_KILL.search(ln):
-                continue
-            if proof.peer_lost(ln) or ln in skip:
-                continue
-            return o["id"], ln
-    return None
 
 
 def positive_external_sign(

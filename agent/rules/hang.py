@@ -13,6 +13,7 @@ import re
 from agent.evidence import LOG_READS, LOG_TOOLS, latest_text_observations, text_lines
 from agent.facts import Facts
 from agent.rules import proof
+from agent.rules.own_fatal import own_fatal_since_launch
 from agent.state import Observation
 from agent.thresholds import THRESHOLDS
 from tools.log_window import step_window_s
@@ -493,7 +494,6 @@ def hang_rules(facts: Facts, observations: list[Observation], hits, add) -> None
         return
     if fatal_end:
         return  # the launch printed why it ended: a crash, not a hang
-    from agent.rules.guardrails import own_fatal_since_launch  # guardrails imports this module
 
     comp = compiler_child(facts)
     if comp is not None and own_fatal_since_launch(observations) is None:

@@ -40,7 +40,7 @@ def test_a_rotated_logs_error_is_no_fatal_line_of_this_launch(rotated: bool) -> 
     same error in today's own log is this launch's."""
     from agent.facts import derive
     from agent.hits import signature_hits
-    from agent.rules.guardrails import own_fatal_since_launch
+    from agent.rules.own_fatal import own_fatal_since_launch
     from agent.rules.structure import own_fatal_lines
 
     old = "/data/logs/server.log.1" if rotated else "/data/logs/server.log"
