@@ -1,5 +1,5 @@
 """The launch's own fatal line: the one proof of a crash both the gate and the hang rules ask
-for. It sits apart from the guardrails so the hang and liveness rules can ask it without an
+for. It sits apart from the guardrails so the hang rules can ask it without an
 import circle (guardrails reads them)."""
 
 from __future__ import annotations
