@@ -1,5 +1,9 @@
 """A tiny HTTP proxy that sends request N to replica N % len(replicas), every request.
 
+A page makes a varying number of background requests, so for it the proxy can give chosen paths
+turns of their own (`own_turns`): the k-th `/events` goes to replica k % len(replicas) whatever
+the page asked in between, and a test can say "followed live from both replicas" every time.
+
 Why not a TCP forwarder: a keep-alive client would pin all its requests to one replica, and the
 bugs the replica tests look for (a diff served from one process's memory, an approval card
 missed on a relayed stream) only show when consecutive requests of one page land on different
@@ -43,7 +47,11 @@ class RoundRobin:
     upstreams: list[int]  # ports on 127.0.0.1
     port: int = field(default_factory=_free_port)
     routed: list[Routed] = field(default_factory=list)
+    # Paths containing one of these fragments take turns among themselves (their own counter),
+    # so a page whose background requests vary in number still spreads them over the replicas.
+    own_turns: tuple[str, ...] = ()
     _count: int = 0
+    _turns: dict[str, int] = field(default_factory=dict)
     _loop: asyncio.AbstractEventLoop | None = None
     _server: asyncio.Server | None = None
     _thread: threading.Thread | None = None
@@ -122,7 +130,12 @@ class RoundRobin:
         body = await reader.readexactly(length) if length else b""
         n = self._count
         self._count += 1
-        replica = n % len(self.upstreams)
+        turn = next((f for f in self.own_turns if f in path), None)
+        if turn is None:
+            replica = n % len(self.upstreams)
+        else:
+            replica = self._turns.get(turn, 0) % len(self.upstreams)
+            self._turns[turn] = self._turns.get(turn, 0) + 1
         self.routed.append(Routed(n, method, path, replica))
         up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.upstreams[replica])
         try:
