@@ -14,6 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from agent import script_cmd
 from agent.evidence import LOG_READS, launch_line
 from agent.facts import Facts, derive, launch_reads
 from agent.rules.proof import crashed_pod
@@ -435,6 +436,12 @@ def options(
             args = {"pid": pid} if pid else None
             if args and facts.ps_outside:
                 args["machine_pid"] = True
+        elif need == "script_command":
+            args = (
+                {"pattern": script_cmd.pattern(facts.script_commands)}
+                if facts.ps_available and not facts.server_pids and facts.script_commands
+                else None
+            )
         elif need == "hub_model":
             model = hub_model(observations, facts) if facts.server_alive else None
             args = {"model": model, "caches": hub_caches(observations)} if model else None

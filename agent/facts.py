@@ -14,11 +14,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, PrivateAttr
 
+from agent import script_cmd
 from agent.rules import proof
 from agent.rules.proof import frontend_only, log_pids, main_log_pids
 from agent.state import Observation
 from agent.typed_results import typed
 from tools import (
+    config_read,
     container_inspect,
     container_logs,
     disk,
@@ -159,6 +161,11 @@ class Facts(BaseModel):
     machine_addrs: list[str] = Field(default_factory=list)
     bridge_nets: list[str] = Field(default_factory=list)
     machine_addrs_obs: str | None = None
+    #: compute processes whose GPU memory nvidia-smi cannot meter on this box ([N/A] for the
+    #: GPU and the process alike: unified memory): holders of an unknown amount, not of none
+    gpu_pids_unmetered: list[int] = Field(default_factory=list)
+    #: the workload commands of the launch's shell script (agent/script_cmd.py)
+    script_commands: list[list[str]] = Field(default_factory=list)
     #: a line of the launch's log binding an address of another machine, and that address
     log_elsewhere: str | None = None
     log_elsewhere_addr: str = ""
@@ -292,6 +299,7 @@ def _derive(observations: list[Observation]) -> Facts:
     _keep_plausible_workloads(f, log_reads)
     _keep_plausible_builds(f, log_reads)
     _writers_named_by_log(f, log_reads)
+    _runs_the_script(f)
     if (
         _other_ports(f, log_reads)
         | _other_models(f, log_reads)
@@ -397,6 +405,31 @@ def _writers_named_by_log(f: Facts, log_reads: LogReads) -> None:
             f.server_main_pids.append(pid)
             f.log_writers.setdefault(path, []).append(pid)
             f.busy_unknown_pids.pop(pid, None)
+
+
+def _runs_the_script(f: Facts) -> None:
+    """With no engine process known, a live process running the command of the launch's script
+    (agent/script_cmd.py) is the launch: an engine no pattern knows is alive, not "gone". Never
+    another launch's or another user's process, never a zombie."""
+    if not f.ps_available or f.server_pids or not f.script_commands:
+        return
+    for pid, rec in f._ps_recs.items():
+        if rec.get("zombie") or pid in f.other_launch_pids or pid in f.co_tenant_pids:
+            continue
+        user = str(rec.get("user") or "")
+        if f.launch_user and user and user != f.launch_user:
+            continue
+        cmd = str(rec.get("command") or "")
+        if any(script_cmd.runs(c, cmd) for c in f.script_commands):
+            f.server_pids.append(pid)
+            f.server_main_pids.append(pid)
+            f.busy_unknown_pids.pop(pid, None)
+
+
+def _config(f: Facts, o: Observation, _logs: LogReads) -> None:
+    res = typed(o, config_read.Result)
+    if res.format == "shell":
+        f.script_commands += script_cmd.commands(res.text)
 
 
 #: the port a launch serves on, as its log or its command line says it
@@ -818,6 +851,7 @@ def _gpu(f: Facts, o: Observation, _logs: LogReads) -> None:
     f.gpu_obs = o["id"]
     f.gpus = []
     f.gpu_pids, f.gpu_pid_lines, f.graphics_mib = {}, {}, 0.0  # the newest read decides
+    f.gpu_pids_unmetered = []
     f.gpu_pid_index = {}
     for g in res.gpus:
         idx = g.index
@@ -850,6 +884,9 @@ def _gpu(f: Facts, o: Observation, _logs: LogReads) -> None:
             f.graphics_mib += _num(p.used_mib) or 0.0
             continue
         f.gpu_pids[p.pid] = _num(p.used_mib) or 0.0
+        if p.used_mib is None and all(g.memory_used_mib is None for g in res.gpus):
+            # unified memory (GB10, Jetson): nvidia-smi meters neither the GPU nor the process
+            f.gpu_pids_unmetered.append(p.pid)
         f.gpu_pid_lines[p.pid] = line
         if p.gpu_index is not None:
             f.gpu_pid_index[p.pid] = p.gpu_index
@@ -1324,4 +1361,5 @@ READERS: dict[str, Callable[[Facts, Observation, LogReads], None]] = {
     "container_logs": _container_logs,
     "host_facts": _host_facts,
     "container_inspect": _container,
+    "config_read": _config,
 }

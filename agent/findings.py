@@ -284,6 +284,11 @@ def _compute(observations: list[Observation]) -> tuple[list[Finding], Facts]:
             if strong_sum.get(label, 0.0) >= STRONG_CAP:
                 continue
             strong_sum[label] = strong_sum.get(label, 0.0) + w
+            if label == "killed_externally" and facts.server_alive is False:
+                # a sign of a stop from outside, and the process is gone: the stop is shown,
+                # not hinted (the liveness rule's "gone with no error of its own" would read
+                # this same line, and one line carries one finding per label)
+                w = max(w, WEIGHT["fatal"])
         add(label, m.strength, w, o["id"], m.line, f"signature {m.signature}")
 
     search_rules(facts, observations, hits, add)

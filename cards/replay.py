@@ -218,6 +218,12 @@ _PIVOT_STATE = re.compile(r"(^|/)\.pivot(/|$)")
 _KERNEL_JOURNAL = {"-k", "--dmesg"}
 
 
+def _listening(args: list[str]) -> bool:
+    """Does this `ss`/`netstat` list listening sockets (-l, --listening, `state listening`)?"""
+    flags = _flags(args)
+    return bool({"-l", "--listening", "listening"} & flags)
+
+
 def _query_kind(args: list[str]) -> str | None:
     """Which nvidia-smi query a command asks (`--query-gpu`, `--query-compute-apps`, `-q`)."""
     for a in args:
@@ -549,6 +555,8 @@ class ReplayHost:
                 score += 2  # `kubectl describe ...` answers `kubectl describe ...` before `get`
             if prog == "nvidia-smi" and score == 0:
                 continue  # `-q -d ECC` and `--query-compute-apps` answer different questions
+            if prog in ("ss", "netstat") and _listening(args) != _listening(kargs):
+                continue  # `ss -tnp state established` lists no listeners: not `ss -ltnp`'s answer
             if prog == "nvidia-smi" and _query_kind(args) != _query_kind(kargs):
                 continue  # a GPU query's rows (index, name, 8.6) are no compute-apps rows
             if score == 0 and (_words(args) or _words(kargs)):

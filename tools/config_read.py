@@ -367,4 +367,5 @@ SPEC = ToolSpec(
     args=Args,
     result=Result,
     fn=run,
+    facts=("script_commands",),
 )

@@ -62,11 +62,17 @@ class Result(ToolResult):
         None, description="True: a blob grew; False: .incomplete blobs did not grow; None: unknown"
     )
     growing_line: str = Field("", description="the newest ls line of the blob that grew")
+    du_lines: list[str] = Field(
+        default_factory=list, description="du of the model's cache directory, before and after"
+    )
+    cache_grew: bool = Field(
+        False, description="the growth was seen by du of the model's cache directory, not ls"
+    )
 
     def lines(self) -> list[str]:
         if self.error:
             return super().lines()
-        out = [b.line for b in self.blobs if b.line]
+        out = [b.line for b in self.blobs if b.line] + self.du_lines
         done = sum(b.size for b in self.blobs if not b.incomplete)
         partial = [b for b in self.blobs if b.incomplete]
         out.append(
@@ -75,8 +81,9 @@ class Result(ToolResult):
         )
         if self.downloading:
             rate = (self.grew_bytes or 0) / max(self.waited_s, 1e-3) / 2**20
+            what = "the model's cache directory" if self.cache_grew else ".incomplete blobs"
             out.append(
-                f"# downloading: .incomplete blobs grew {(self.grew_bytes or 0) / 2**20:.0f} MiB "
+                f"# downloading: {what} grew {(self.grew_bytes or 0) / 2**20:.0f} MiB "
                 f"in {self.waited_s:.0f} s (~{rate:.0f} MiB/s)"
             )
         elif self.downloading is False:
@@ -118,6 +125,28 @@ def _read(host: Host, directory: str, unread: list[str] | None = None) -> list[B
     if not res.ok and res.rc is None and res.error and unread is not None:
         unread.append(res.error)
     return parse_ls(res.stdout) if res.ok else None
+
+
+_DU = re.compile(r"^\s*([\d.]+)([KMGTP]?)i?B?\s+\S", re.I)
+_UNIT = {"": 1024, "K": 1024, "M": 2**20, "G": 2**30, "T": 2**40, "P": 2**50}
+
+
+def parse_du(text: str) -> int | None:
+    """Bytes of `du -sk DIR` (KiB, no suffix), or of `du -sh DIR` ("101G") where that is what
+    came back (a card records what its author typed)."""
+    for line in text.splitlines():
+        m = _DU.match(line)
+        if m:
+            return int(float(m.group(1)) * _UNIT[m.group(2).upper()])
+    return None
+
+
+def _du(host: Host, blobs: str) -> tuple[int, str] | None:
+    """The model's whole cache directory, in bytes, and du's line: a second witness beside the
+    blob listing (hf_transfer and some hub versions write to a temporary name, or to parts)."""
+    res = host.run(f"du -sk {_quote(blobs.rstrip('/').rsplit('/', 1)[0])}", timeout=10)
+    size = parse_du(res.stdout) if res.ok else None
+    return None if size is None else (size, res.stdout.strip().splitlines()[0])
 
 
 def run(host: Host, args: Args) -> Result:
@@ -163,6 +192,7 @@ def run(host: Host, args: Args) -> Result:
     window = args.watch_s if args.watch_s is not None else 4 * max_window_s()
     t0 = host.clock()
     blobs = first
+    du0 = _du(host, directory)
     while host.clock() - t0 < window:
         elapsed = host.clock() - t0
         host.sleep(min(poll_interval(elapsed, heavy=True), window - elapsed))
@@ -173,16 +203,30 @@ def run(host: Host, args: Args) -> Result:
         now = {b.name: b.size for b in blobs}
         grew = sum(max(0, now.get(n, 0) - s) for n, s in partial0.items())
         landed = [n for n in partial0 if n not in now]  # renamed to its final name: finished
+        du1 = _du(host, directory) if du0 is not None and not grew else None
+        du_grew = max(0, du1[0] - du0[0]) if du0 is not None and du1 is not None else 0
         if (
             grew
             or landed
+            or du_grew
             or len([b for b in blobs if not b.incomplete]) > len(first) - len(partial0)
         ):
-            res.grew_bytes = grew
+            res.grew_bytes = grew or du_grew
+            res.cache_grew = not grew and bool(du_grew)
+            if res.cache_grew and du0 is not None and du1 is not None:
+                res.du_lines = [du0[1], du1[1]]
             res.downloading = True
-            res.growing_line = next(
-                (b.line for b in blobs if b.incomplete and now[b.name] > partial0.get(b.name, 0)),
-                blobs[-1].line if blobs else "",
+            res.growing_line = (
+                res.du_lines[-1]
+                if res.du_lines
+                else next(
+                    (
+                        b.line
+                        for b in blobs
+                        if b.incomplete and now[b.name] > partial0.get(b.name, 0)
+                    ),
+                    blobs[-1].line if blobs else "",
+                )
             )
             break
     else:

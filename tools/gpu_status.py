@@ -518,5 +518,5 @@ SPEC = ToolSpec(
     first_sweep=1,
     reads_machine=True,
     verdict_needs=True,
-    facts=("gpus", "gpu_pids", "gpu_pid_lines", "graphics_mib", "gpu_error"),
+    facts=("gpus", "gpu_pids", "gpu_pid_lines", "gpu_pids_unmetered", "graphics_mib", "gpu_error"),
 )

@@ -424,6 +424,23 @@ def _best_clue(state: State) -> tuple[str, str, str] | None:
             "not on this host (another node's workers, or a rank that died) owes it; read that "
             "member's state and log",
         )
+    # a wait for GPUs this host has: the cluster does not register them (not a wrong layout)
+    from agent.facts import derive
+    from agent.rules.hang import gpus_here_cover, resource_wait
+
+    obs = state.get("observations", [])
+    wait = resource_wait(obs)  # type: ignore[arg-type]
+    if wait is not None:
+        facts = derive(obs)  # type: ignore[arg-type]
+        if gpus_here_cover(facts, wait[1]):
+            return (
+                wait[0],
+                wait[1],
+                f"the engine waits for GPUs that this host has ({len(facts.gpus)} listed by "
+                "nvidia-smi) but its cluster does not register: read the cluster's resources "
+                "(`ray status`) and how its node was started (--num-gpus, CUDA_VISIBLE_DEVICES, "
+                "accelerator detection)",
+            )
     newest: dict[str, dict] = {}  # type: ignore[type-arg]
     for o in state.get("observations", []):
         if o["ok"] and o["tool"] in LOG_TOOLS and not o["args"].get("pattern"):

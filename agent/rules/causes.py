@@ -88,6 +88,7 @@ def missing_interface(
 def cause_rules(facts, observations: list[Observation], hits, add) -> None:  # type: ignore[no-untyped-def]
     observations = launch_reads(observations, facts)  # a setting is read from the launch's own
     rendezvous_rules(observations, add)
+    rendezvous_disagree_rules(observations, add)
     loopback_rules(observations, add)
     misspelled_env_rules(observations, hits, add)
     driver_symbol_rules(observations, add)
@@ -156,6 +157,61 @@ def rendezvous_rules(observations: list[Observation], add) -> None:  # type: ign
         f"node rank {rank} was told to meet rank 0 at {addr}, which is this host's own address: "
         "the rendezvous must name rank 0's node",
     )
+
+
+#: the whole rendezvous value (address and port) and the node count, for comparing nodes
+_RDZV_FULL = re.compile(
+    r"(?:--nccl-init(?:-addr)?|--dist-init-addr|dist_init_addr=|MASTER_ADDR=|--master[-_]addr[ =])"
+    r"\s*'?(\d{1,3}(?:\.\d{1,3}){3}(?::\d+)?)"
+)
+
+
+def rendezvous_disagree(
+    observations: list[Observation],
+) -> tuple[str, str, str, str, str] | None:
+    """(observation id, line, other line, address, other address) when one launch script starts
+    the nodes of one multi-node job (a node rank or --nnodes on each command) with different
+    rendezvous addresses: every node must meet rank 0 at the same address, so each waits at its
+    own and init never finishes. A script's settings only, never a log (which echoes one node)."""
+    for o in observations:
+        if not o["ok"] or o["tool"] != "config_read":
+            continue
+        commands: list[tuple[str, str]] = []  # (the physical line naming the address, the value)
+        joined, first = "", ""
+        for ln in [*text_lines(o), ""]:
+            if not joined:
+                first = ""
+            joined += " " + ln.rstrip().removesuffix("\\")
+            if _RDZV_FULL.search(ln) and not first:
+                first = ln
+            if ln.rstrip().endswith("\\"):
+                continue
+            m = _RDZV_FULL.search(joined)
+            if m and first and (_RANK.search(joined) or _NNODES.search(joined)):
+                commands.append((first, m.group(1)))
+            joined = ""
+        values = dict.fromkeys(v for _, v in commands)
+        if len(values) >= 2:
+            (a_line, a), (b_line, b) = (
+                commands[0],
+                next(c for c in commands if c[1] != commands[0][1]),
+            )
+            return o["id"], a_line, b_line, a, b
+    return None
+
+
+def rendezvous_disagree_rules(observations: list[Observation], add) -> None:  # type: ignore[no-untyped-def]
+    hit = rendezvous_disagree(observations)
+    if hit is None:
+        return
+    oid, a_line, b_line, a, b = hit
+    why = (
+        f"the nodes of one job were told to meet at different rendezvous addresses ({a} and "
+        f"{b}): each waits at its own for the others, so distributed init never completes; "
+        "every node must name rank 0's address"
+    )
+    add("bad_launch_argument", "cause", _C.names_the_cause, oid, a_line, why)
+    add("bad_launch_argument", "cause", _C.setting_line, oid, b_line, why)
 
 
 # -- NCCL on the loopback interface, across nodes --------------------------------------------------

@@ -615,6 +615,11 @@ def _bad_launch(
     obs = launch_reads(list(by_id.values()), facts)
     if rules_causes.rendezvous_self(obs) is not None:
         return []
+    if rules_causes.rendezvous_disagree(obs) is not None and (
+        stall_proof(list(by_id.values()), facts) is not None
+        or any(m.label == "nccl_failure" and m.strength == "fatal" for _, m in hits)
+    ):
+        return []  # the script's nodes meet at different addresses: init waits, or times out
     if rules_causes.loopback_across_nodes(obs) is not None:
         return []  # NCCL on lo across hosts: the ranks never meet, and nothing is printed
     if rules_causes.remote_rank_at_loopback(obs) is not None:

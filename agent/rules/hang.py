@@ -315,7 +315,23 @@ def long_resource_wait(
     if facts.server_alive is False:
         return None
     found = resource_wait(observations)
-    return found if found is not None and found[2] >= _H.resource_wait_s else None
+    if found is None or found[2] < _H.resource_wait_s:
+        return None
+    if gpus_here_cover(facts, found[1]):
+        return None  # the GPUs exist on this host: the cluster's view of them is what is wrong
+    return found
+
+
+#: one bundle's GPU count in a placement group's specs: `{'GPU': 1.0}`
+_BUNDLE_GPU = re.compile(r"""['"]GPU['"]:\s*(\d+(?:\.\d+)?)""")
+
+
+def gpus_here_cover(facts: Facts, wait_line: str) -> bool:
+    """This host alone has as many GPUs as the pending placement group asks for: the GPUs are
+    not missing, the cluster does not register them (a Ray node started without its GPUs, its
+    accelerator detection wrong), so no launch argument asks for too many."""
+    asked = sum(float(x) for x in _BUNDLE_GPU.findall(wait_line))
+    return bool(asked) and len(facts.gpus) >= asked
 
 
 def _resource_wait_rule(facts: Facts, observations: list[Observation], add) -> None:  # type: ignore[no-untyped-def]

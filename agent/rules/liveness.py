@@ -305,8 +305,12 @@ def _downloading(observations: list[Observation], add) -> None:  # type: ignore[
         F.proves,
         o["id"],
         line,
-        "the server is still downloading its model: an .incomplete blob in the hub cache grew "
-        "between two reads",
+        "the server is still downloading its model: "
+        + (
+            "its hub cache directory grew between two reads"
+            if o["data"].get("cache_grew")
+            else "an .incomplete blob in the hub cache grew between two reads"
+        ),
     )
     add(
         "nccl_failure",

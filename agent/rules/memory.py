@@ -63,10 +63,27 @@ def leftover_holders(facts: Facts, hits: list[tuple[Observation, Match]]) -> dic
     return {p: mib for p, mib in facts.gpu_pids.items() if mib >= floor and p not in running}
 
 
+def unmetered_holders(facts: Facts, hits: list[tuple[Observation, Match]]) -> list[int]:
+    """Compute processes other than the launch on a GPU nvidia-smi cannot meter (unified
+    memory: [N/A] for the GPU and each process), when the engine itself says the memory was
+    taken before it allocated anything: they hold it, by an amount only the engine's line says."""
+    busy = any(
+        m.label == "stale_gpu_process"
+        and m.strength in ("fatal", "strong")
+        and m.signature not in OOM_NAMES_A_PID
+        for _, m in hits
+    )
+    if not busy:
+        return []
+    return [p for p in facts.gpu_pids_unmetered if p not in facts.server_pids]
+
+
 def stale_gpu_possible(facts: Facts, hits: list[tuple[Observation, Match]]) -> bool:
     """The guardrail's condition: another pid holds GPU memory now (or memory is held while no
     server runs, or after the launch died of a memory failure)."""
     if leftover_holders(facts, hits):
+        return True
+    if unmetered_holders(facts, hits):
         return True
     # torch's OOM (of a relaunch) names a live earlier instance holding real memory
     if duplicate_instances(facts, list({o["id"]: o for o, _ in hits}.values())):

@@ -438,7 +438,8 @@ def test_a_copy_of_the_command_naming_the_launchs_config_is_another_instance(
         {**base, "id": "o2", "tool": "log_tail", "args": {"path": "/l/server.log"},
          "lines": [log], "data": {"host": "h", "path": "/l/server.log", "size": 90}},
         {**base, "id": "o3", "tool": "config_read", "args": {"path": "/srv/conf/server.yaml"},
-         "lines": ["port: 30000"], "data": {}},
+         "lines": ["port: 30000"],
+         "data": {"host": "h", "path": "/srv/conf/server.yaml", "format": "yaml"}},
     ]  # fmt: skip
     launch = build(obs, derive(obs), ["/l/server.log"])  # type: ignore[arg-type]
     assert launch.duplicates == ([41714] if dup else []), launch

@@ -1,0 +1,135 @@
+"""The commands a launch script runs, and whether a live process is one of them.
+
+A server no engine pattern knows (a new engine, an in-house wrapper: `ft serve --model ...`)
+looked "gone" while its processes ran, because only engine patterns made a process the launch.
+The script the operator pointed at says what it runs; a live process whose command line runs that
+same program with the same leading arguments is that launch, whatever the engine.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+import shlex
+
+#: words that run something else or set up the shell: skipped to reach the program
+_PREFIX = {"exec", "nohup", "env", "time", "setsid", "stdbuf", "taskset", "numactl", "sudo"}
+#: lines that set the shell up rather than run a workload
+_SETUP = {
+    "source",
+    ".",
+    "export",
+    "cd",
+    "set",
+    "echo",
+    "printf",
+    "mkdir",
+    "rm",
+    "cp",
+    "mv",
+    "ln",
+    "sleep",
+    "trap",
+    "wait",
+    "kill",
+    "pkill",
+    "unset",
+    "ulimit",
+    "if",
+    "then",
+    "fi",
+    "for",
+    "do",
+    "done",
+    "while",
+    "case",
+    "esac",
+    "else",
+    "elif",
+    "local",
+    "declare",
+    "return",
+    "exit",
+    "cat",
+    "tee",
+    "ls",
+    "test",
+    "[",
+    "[[",
+    "true",
+    "false",
+    "chmod",
+    "chown",
+    "touch",
+    "pip",
+    "python3 -m pip",
+    "conda",
+    "ray",
+    "docker",
+    "podman",
+    "kubectl",
+    "nvidia-smi",
+}
+_ASSIGN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+#: how many arguments after the program must agree (the model name is usually among them):
+#: at least MIN_ARGS, up to MATCH_ARGS where the script gives them
+MIN_ARGS = 2
+MATCH_ARGS = 3
+
+
+def commands(lines: list[str]) -> list[list[str]]:
+    """The workload commands of a shell script: each logical line (backslash continuations
+    joined), cut at the first redirection, pipe or `;`/`&&`, prefixes and VAR=value dropped."""
+    out: list[list[str]] = []
+    joined, buf = [], ""
+    for ln in lines:
+        s = ln.rstrip()
+        if s.endswith("\\"):
+            buf += s[:-1] + " "
+            continue
+        joined.append(buf + s)
+        buf = ""
+    if buf:
+        joined.append(buf)
+    for ln in joined:
+        s = ln.split("#", 1)[0] if ln.lstrip().startswith("#") else ln
+        s = re.split(r"\s(?:\d?>>?|<|\|\|?|;|&&)\s*|\s&\s*$", " " + s.strip())[0].strip()
+        try:
+            words = shlex.split(s)
+        except ValueError:
+            words = s.split()
+        while words and (
+            words[0] in _PREFIX or _ASSIGN.match(words[0]) or words[0].startswith("-")
+        ):
+            words = words[1:]
+        if len(words) <= MIN_ARGS or words[0] in _SETUP:
+            continue
+        if "$" in words[0]:
+            continue
+        out.append(words)
+    return out
+
+
+def runs(command: list[str], ps_command: str) -> bool:
+    """Does this ps command line run `command` (its program by base name, then its first
+    MATCH_ARGS arguments verbatim)? `ft serve --model X` matches
+    `/srv/ft/.venv/bin/python /srv/ft/.venv/bin/ft serve --model X --tp 8`."""
+    prog = posixpath.basename(command[0])
+    want = command[1 : 1 + MATCH_ARGS]
+    words = ps_command.split()
+    for i, w in enumerate(words):
+        if posixpath.basename(w) == prog and words[i + 1 : i + 1 + len(want)] == want:
+            return True
+    return False
+
+
+def pattern(commands_: list[list[str]]) -> str:
+    """A regex for the processes tool that finds any of these commands running (program by base
+    name, then its first MIN_ARGS arguments)."""
+    alts = [
+        r"(?:^|/)"
+        + re.escape(" ".join([posixpath.basename(c[0]), *c[1 : 1 + MATCH_ARGS]]))
+        + r"(?:\s|$)"
+        for c in commands_[:4]
+    ]
+    return "|".join(alts)
