@@ -43,10 +43,11 @@ def test_replayed_capable_model_turns_still_pass(
     assert len(passed) >= RECORDED_PASS, "\n".join(failed)
 
 
-BLIND = Path(__file__).resolve().parents[2] / "evals" / "blind" / "round38"
-BLIND_REC = REC.parent / "capable-blind" / "round38"
-#: round 38's after-run (two fresh model sessions at 17f2fa3): 22/22 right label, 17 full passes
-BLIND_RECORDED_PASS = 17
+BLIND = Path(__file__).resolve().parents[2] / "evals" / "blind" / "round39"
+BLIND_REC = REC.parent / "capable-blind" / "round39"
+#: round 39's after-run (four fresh model sessions at 760a0a4): 20/22 right label, 18 full passes,
+#: 0 wrong (round 38's after-run, 17 full passes, is kept in capable-blind/round38)
+BLIND_RECORDED_PASS = 18
 
 
 def test_replayed_blind_round_turns_still_pass(
