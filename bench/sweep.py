@@ -8,6 +8,7 @@ function. Target: the whole wave <= 1.3x its slowest single tool (concurrent, no
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
 
@@ -41,6 +42,14 @@ def main() -> None:
     print(f"first sweep: {', '.join(t for t, _ in wave)}")
     print(f"slowest single tool: {s * 1000:.0f} ms, one after another: {q * 1000:.0f} ms")
     print(f"run_many (the agent's wave): {c * 1000:.0f} ms (medians of {ROUNDS} rounds)")
+    # On a loopback sshd the "remote" commands run on this machine's cores too: the wave cannot
+    # finish before the singles' total work spread over the cores, whatever the concurrency. The
+    # verdict stays on the slowest tool; this line says how much of the gap is that floor.
+    cores = os.cpu_count() or 1
+    floor = max(s, q / cores)
+    print(
+        f"loopback floor (max of slowest, total / {cores} cores): {floor * 1000:.0f} ms; wave {c / floor:.2f}x it"
+    )
     ratio = c / s
     verdict(ratio <= 1.3, "first_sweep_vs_slowest_tool", f"{ratio:.2f}x", "<= 1.3x")
 
