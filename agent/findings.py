@@ -14,7 +14,7 @@ from agent.containers import NOT_FOR_WANT_OF_A_GPU, no_gpu_line, own_container_h
 from agent.facts import Facts, derive
 from agent.hits import signature_hits
 from agent.rules import proof
-from agent.rules.causes import cause_rules
+from agent.rules.causes import cause_rules, unknown_model_type
 from agent.rules.common import (
     EXCEPTION_LINE,
     OOM_LABELS,
@@ -279,6 +279,9 @@ def _compute(observations: list[Observation]) -> tuple[list[Finding], Facts]:
         if m.signature in OOM_NAMES_A_PID and _named_holders_live_tenants(facts, m.line):
             # every holder torch names that still runs is another user's live job: it is why
             # the launch had less memory, not a stale process (the memory failure is the label)
+            w = min(w, WEIGHT["weak"])
+        if m.signature == "transformers-too-old-for-model" and unknown_model_type([(o, m)]):
+            # no release knows the model type: not a version to upgrade (causes.py says what)
             w = min(w, WEIGHT["weak"])
         if m.strength == "strong":
             if strong_sum.get(label, 0.0) >= STRONG_CAP:

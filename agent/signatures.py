@@ -40,6 +40,12 @@ class Signature(BaseModel):
         description="signatures whose hits on the lines just before this one (the same chained "
         "traceback) are this error seen without its context: when this one hits, they are dropped",
     )
+    leads_to: list[str] = Field(
+        default_factory=list,
+        description="signatures whose hits on the lines just after this one are its consequence "
+        "(Open MPI's 'not enough slots', then mpi4py's MPI_ERR_SPAWN): when this one hits, they "
+        "are dropped",
+    )
     latent: bool = Field(
         False,
         description="a condition that does not stop the server at once (a library version "
@@ -224,6 +230,8 @@ class _Index:
         self.any_literal = _any_literal(set(self.literals))
         #: signature id -> the ids its hit supersedes (only signatures that supersede any)
         self.supersedes = {s.id: frozenset(s.supersedes) for s in sigs if s.supersedes}
+        #: signature id -> the ids whose later hits are its consequence
+        self.leads_to = {s.id: frozenset(s.leads_to) for s in sigs if s.leads_to}
 
     def candidates(self, low: str) -> Iterable[int]:
         """The signatures that may match a line (`low` is it lowercased), in order."""
@@ -275,7 +283,8 @@ def _scan(lines: list[str], sigs: tuple[Signature, ...]) -> list[Match]:
                 hits.append(
                     Match(signature=s.id, label=s.label, strength=s.strength, line=line, line_no=i)
                 )
-    return _drop_superseded(hits, index.supersedes) if index.supersedes else hits
+    hits = _drop_superseded(hits, index.supersedes) if index.supersedes else hits
+    return _drop_consequences(hits, index.leads_to) if index.leads_to else hits
 
 
 #: how many lines before a superseding hit its chained traceback may reach
@@ -293,5 +302,20 @@ def _drop_superseded(hits: list[Match], supersedes: dict[str, frozenset[str]]) -
                 k
                 for k, h in enumerate(hits)
                 if h.signature in over and m.line_no - SUPERSEDE_REACH <= h.line_no <= m.line_no
+            }
+    return [h for k, h in enumerate(hits) if k not in drop] if drop else hits
+
+
+def _drop_consequences(hits: list[Match], leads_to: dict[str, frozenset[str]]) -> list[Match]:
+    """Hits of a signature another one leads to, on the lines just after that one's hit: the
+    consequence printed after its cause (the same failure told twice, the cause first)."""
+    drop: set[int] = set()
+    for m in hits:
+        after = leads_to.get(m.signature)
+        if after:
+            drop |= {
+                k
+                for k, h in enumerate(hits)
+                if h.signature in after and m.line_no <= h.line_no <= m.line_no + SUPERSEDE_REACH
             }
     return [h for k, h in enumerate(hits) if k not in drop] if drop else hits

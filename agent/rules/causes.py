@@ -102,6 +102,7 @@ def cause_rules(facts, observations: list[Observation], hits, add) -> None:  # t
     gpus_unused_rules(facts, hits, add)
     conflict_rules(observations, add)
     import_chain_rules(observations, hits, add)
+    unknown_model_type_rules(hits, add)
     if not any(m.label == "nccl_failure" and m.strength in ("fatal", "strong") for _, m in hits):
         return
     miss = missing_interface(observations)
@@ -1076,6 +1077,47 @@ def tiny_fraction_rules(observations: list[Observation], hits, add) -> None:  # 
                 "no room for the KV cache: what so small a fraction leads to",
             )
             break
+
+
+# -- a model type no transformers release knows ----------------------------------------------------
+_MODEL_TYPE = re.compile(r"has model type `([\w-]+)` but Transformers does not recognize")
+
+
+@lru_cache(maxsize=1)
+def known_model_types() -> frozenset[str]:
+    """The model types the newest transformers release read knows (knowledge/hf_model_types.yaml)."""
+    raw = yamlio.safe_load(
+        (Path(__file__).parents[1] / "knowledge" / "hf_model_types.yaml").read_text(
+            encoding="utf-8"
+        )
+    )
+    return frozenset(raw["model_types"])
+
+
+def unknown_model_type(hits) -> tuple[str, str, str] | None:  # type: ignore[no-untyped-def]
+    """(observation id, line, model type) when transformers refused a checkpoint whose model
+    type no release knows: its message says "an issue with the checkpoint, or your version is
+    out of date", and only the first can be true."""
+    for o, m in hits:
+        if m.signature != "transformers-too-old-for-model":
+            continue
+        t = _MODEL_TYPE.search(m.line)
+        if t and t.group(1) not in known_model_types():
+            return o["id"], m.line, t.group(1)
+    return None
+
+
+def unknown_model_type_rules(hits, add) -> None:  # type: ignore[no-untyped-def]
+    hit = unknown_model_type(hits)
+    if hit is None:
+        return
+    oid, line, kind = hit
+    why = (
+        f"no transformers release knows model type {kind!r}: upgrading cannot help; the path "
+        "given is not a transformers checkpoint of its own (a wrapper's root whose language model "
+        "is in a subfolder, or a model that needs its own code: trust_remote_code)"
+    )
+    add("model_load_error", "fact", F.proves, oid, line, why)
 
 
 # -- a setting known to break a component (knowledge/conflicts.yaml) -------------------------------

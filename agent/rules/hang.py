@@ -253,10 +253,33 @@ def pinned_gpus(facts: Facts, observations: list[Observation] | None = None) -> 
         and g.util_pct is not None
         and (mine is None or g.index in mine)
     ]
-    return (
-        [g for g in busy if (g.util_pct or 0) >= PINNED_PCT],
-        [g for g in busy if (g.util_pct or 0) <= IDLE_PCT],
+    pinned = [g for g in busy if (g.util_pct or 0) >= PINNED_PCT]
+    idle = [g for g in busy if (g.util_pct or 0) <= IDLE_PCT]
+    if mine is None and observations is not None and idle:
+        size = launch_size(observations)
+        if size is not None and len(pinned) >= size:
+            # as many GPUs at work as the launch has ranks: every rank computes, and an idle
+            # GPU beside them is another job's (a neighbour's server on the same box)
+            idle = []
+    return pinned, idle
+
+
+def launch_size(observations: list[Observation]) -> int | None:
+    """How many ranks the launch runs (tensor x pipeline parallel, as its own log or command
+    line states them), or None when it does not say."""
+    from agent.launch import first_value
+
+    text = "\n".join(
+        ln
+        for o in observations
+        if (o["tool"] in LOG_READS or o["tool"] == "processes") and o["ok"]
+        for ln in o["lines"][:400]
     )
+    tp = first_value("tensor_parallel", text)
+    if tp is None:
+        return None
+    pp = re.search(r"\bpipeline_parallel_size=(\d+)|--pipeline-parallel-size[= ](\d+)", text)
+    return int(tp) * (int(pp.group(1) or pp.group(2)) if pp else 1)
 
 
 def awaited_elsewhere(observations: list[Observation]) -> tuple[str, str, str, str] | None:

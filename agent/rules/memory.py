@@ -78,12 +78,38 @@ def unmetered_holders(facts: Facts, hits: list[tuple[Observation, Match]]) -> li
     return [p for p in facts.gpu_pids_unmetered if p not in facts.server_pids]
 
 
+#: vLLM's profiler's own numbers: free memory before and after its profiling run
+_PROFILED = re.compile(
+    r"Initial free memory ([\d.]+) ?(GiB|MiB|B)?, current free memory ([\d.]+) ?(GiB|MiB|B)?"
+)
+_TO_GIB = {"GiB": 1.0, "MiB": 1 / 1024, "B": 1 / 2**30, None: 1 / 2**30}
+
+
+def freed_during_profiling(hits: list[tuple[Observation, Match]]) -> tuple[str, str, float] | None:
+    """(observation id, line, GiB) when the engine's profiler saw more free memory after its
+    own profiling run than before it: memory it never held was released meanwhile, so another
+    process held it when the launch started (and may be gone by the time anyone looks)."""
+    for o, m in hits:
+        if m.signature != "vllm-memory-profiling-not-cleaned":
+            continue
+        p = _PROFILED.search(m.line)
+        if p is None:
+            continue
+        before = float(p.group(1)) * _TO_GIB[p.group(2)]
+        after = float(p.group(3)) * _TO_GIB[p.group(4)]
+        if after > before:
+            return o["id"], m.line, after - before
+    return None
+
+
 def stale_gpu_possible(facts: Facts, hits: list[tuple[Observation, Match]]) -> bool:
     """The guardrail's condition: another pid holds GPU memory now (or memory is held while no
     server runs, or after the launch died of a memory failure)."""
     if leftover_holders(facts, hits):
         return True
     if unmetered_holders(facts, hits):
+        return True
+    if freed_during_profiling(hits) is not None:
         return True
     # torch's OOM (of a relaunch) names a live earlier instance holding real memory
     if duplicate_instances(facts, list({o["id"]: o for o, _ in hits}.values())):
