@@ -48,3 +48,20 @@ def test_an_answer_with_no_call_and_no_text_is_refused(tmp_path: Path, given: di
     r = _answer(tmp_path, "00001", json.dumps(given))
     assert r.returncode != 0
     assert not (tmp_path / "resp" / "00001.json").exists()
+
+
+def test_pages_break_between_lines_so_no_quoted_line_straddles_two() -> None:
+    """A model session rejoined lines cut across `--page` boundaries by hand: pages now end at
+    line ends; only a line longer than a page is cut, on its own."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("llm_relay", RELAY)
+    assert spec and spec.loader
+    relay = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(relay)
+    lines = [f"line {i} " + "x" * (i % 37) for i in range(400)]
+    pages = relay.paginate("\n".join(lines), 500)
+    assert len(pages) > 1 and all(len(p) <= 500 for p in pages)
+    assert "\n".join(pages).split("\n") == lines  # every line whole, in order, on one page
+    long = relay.paginate("a" * 1200, 500)  # control: a line longer than a page is cut
+    assert [len(p) for p in long] == [500, 500, 200]
