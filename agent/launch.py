@@ -70,6 +70,8 @@ class Knowledge(BaseModel):
     companion_logs: list[Companion] = []
     launch_comms: list[str] = []
     shared_dirs: list[str] = []
+    script_prefixes: list[str] = []
+    script_setup: list[str] = []
 
 
 @lru_cache(maxsize=1)

@@ -11,65 +11,22 @@ from __future__ import annotations
 import posixpath
 import re
 import shlex
+from functools import lru_cache
+from pathlib import Path
 
-#: words that run something else or set up the shell: skipped to reach the program
-_PREFIX = {"exec", "nohup", "env", "time", "setsid", "stdbuf", "taskset", "numactl", "sudo"}
-#: lines that set the shell up rather than run a workload
-_SETUP = {
-    "source",
-    ".",
-    "export",
-    "cd",
-    "set",
-    "echo",
-    "printf",
-    "mkdir",
-    "rm",
-    "cp",
-    "mv",
-    "ln",
-    "sleep",
-    "trap",
-    "wait",
-    "kill",
-    "pkill",
-    "unset",
-    "ulimit",
-    "if",
-    "then",
-    "fi",
-    "for",
-    "do",
-    "done",
-    "while",
-    "case",
-    "esac",
-    "else",
-    "elif",
-    "local",
-    "declare",
-    "return",
-    "exit",
-    "cat",
-    "tee",
-    "ls",
-    "test",
-    "[",
-    "[[",
-    "true",
-    "false",
-    "chmod",
-    "chown",
-    "touch",
-    "pip",
-    "python3 -m pip",
-    "conda",
-    "ray",
-    "docker",
-    "podman",
-    "kubectl",
-    "nvidia-smi",
-}
+from tools import yamlio
+
+#: where the shell's words live (agent/launch.py reads the rest of this file)
+KNOWLEDGE = Path(__file__).with_name("knowledge") / "launch.yaml"
+
+
+@lru_cache(maxsize=1)
+def _shell_words() -> tuple[frozenset[str], frozenset[str]]:
+    """(words that run the next word, programs that set the shell up) from launch.yaml."""
+    raw = yamlio.safe_load(KNOWLEDGE.read_text(encoding="utf-8"))
+    return frozenset(raw["script_prefixes"]), frozenset(raw["script_setup"])
+
+
 _ASSIGN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 #: how many arguments after the program must agree (the model name is usually among them):
 #: at least MIN_ARGS, up to MATCH_ARGS where the script gives them
@@ -79,7 +36,9 @@ MATCH_ARGS = 3
 
 def commands(lines: list[str]) -> list[list[str]]:
     """The workload commands of a shell script: each logical line (backslash continuations
-    joined), cut at the first redirection, pipe or `;`/`&&`, prefixes and VAR=value dropped."""
+    joined), cut at the first redirection, pipe or `;`/`&&`, prefixes and VAR=value dropped
+    (the shell's words are knowledge/launch.yaml `script_prefixes`, `script_setup`)."""
+    prefixes, setup = _shell_words()
     out: list[list[str]] = []
     joined, buf = [], ""
     for ln in lines:
@@ -92,17 +51,18 @@ def commands(lines: list[str]) -> list[list[str]]:
     if buf:
         joined.append(buf)
     for ln in joined:
-        s = ln.split("#", 1)[0] if ln.lstrip().startswith("#") else ln
-        s = re.split(r"\s(?:\d?>>?|<|\|\|?|;|&&)\s*|\s&\s*$", " " + s.strip())[0].strip()
+        if ln.lstrip().startswith("#"):
+            continue
+        s = re.split(r"\s(?:\d?>>?|<|\|\|?|;|&&)\s*|\s&\s*$", " " + ln.strip())[0].strip()
         try:
             words = shlex.split(s)
         except ValueError:
             words = s.split()
         while words and (
-            words[0] in _PREFIX or _ASSIGN.match(words[0]) or words[0].startswith("-")
+            words[0] in prefixes or _ASSIGN.match(words[0]) or words[0].startswith("-")
         ):
             words = words[1:]
-        if len(words) <= MIN_ARGS or words[0] in _SETUP:
+        if len(words) <= MIN_ARGS or words[0] in setup:
             continue
         if "$" in words[0]:
             continue
@@ -125,7 +85,7 @@ def runs(command: list[str], ps_command: str) -> bool:
 
 def pattern(commands_: list[list[str]]) -> str:
     """A regex for the processes tool that finds any of these commands running (program by base
-    name, then its first MIN_ARGS arguments)."""
+    name, then its first MATCH_ARGS arguments)."""
     alts = [
         r"(?:^|/)"
         + re.escape(" ".join([posixpath.basename(c[0]), *c[1 : 1 + MATCH_ARGS]]))

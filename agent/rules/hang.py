@@ -201,20 +201,9 @@ def multi_rank(facts: Facts, observations: list[Observation]) -> bool:
     """Several ranks: two GPUs in use, two ranks named, or the log says so (NCCL, tp_size=2).
     A launch that states its own parallelism (tensor_parallel_size=1 in its args) is believed
     first: another user's busy GPU beside a one-GPU server is no peer of it."""
-    from agent.launch import first_value
-
-    text = "\n".join(
-        ln
-        for o in observations
-        if (o["tool"] in LOG_READS or o["tool"] == "processes") and o["ok"]
-        for ln in o["lines"][:400]
-    )
-    tp = first_value("tensor_parallel", text)
-    pp = re.search(r"\bpipeline_parallel_size=(\d+)|--pipeline-parallel-size[= ](\d+)", text)
-    if tp is not None and int(tp) == 1 and (pp is None or int(pp.group(1) or pp.group(2)) == 1):
-        return False
-    if tp is not None and int(tp) > 1:
-        return True  # the launch says so itself
+    size = launch_size(observations)
+    if size is not None:
+        return size > 1  # the launch says so itself
     if len([g for g in facts.gpus if (g.used_mib or 0) >= BUSY_MIB]) >= 2:
         return True
     if len(set(facts.log_ranks)) >= 2 or len(facts.server_worker_pids) >= 2:

@@ -39,17 +39,21 @@ def died_for_memory(hits: list[tuple[Observation, Match]]) -> bool:
     return any(m.strength == "fatal" and m.label in MEMORY_LABELS for _, m in hits)
 
 
-def leftover_holders(facts: Facts, hits: list[tuple[Observation, Match]]) -> dict[int, float]:
-    """GPU pids holding >= 1 GiB that are not the running server. After a memory failure, even
-    server-like processes (orphaned workers of an earlier launch) count: the launch is dead."""
-    # "less free memory than desired at startup", "memory unbalanced", "devices busy": the launch
-    # saw the memory taken before it allocated anything, so any holder is someone else
-    busy = any(
+def taken_before_start(hits: list[tuple[Observation, Match]]) -> bool:
+    """The engine saw GPU memory taken before it allocated anything ("less free memory than
+    desired at startup", "memory unbalanced", "devices busy"): any holder is someone else."""
+    return any(
         m.label == "stale_gpu_process"
         and m.strength in ("fatal", "strong")
         and m.signature not in OOM_NAMES_A_PID
         for _, m in hits
     )
+
+
+def leftover_holders(facts: Facts, hits: list[tuple[Observation, Match]]) -> dict[int, float]:
+    """GPU pids holding >= 1 GiB that are not the running server. After a memory failure, even
+    server-like processes (orphaned workers of an earlier launch) count: the launch is dead."""
+    busy = taken_before_start(hits)
     running = set(facts.server_pids)
     if busy:
         running = set()
@@ -67,13 +71,7 @@ def unmetered_holders(facts: Facts, hits: list[tuple[Observation, Match]]) -> li
     """Compute processes other than the launch on a GPU nvidia-smi cannot meter (unified
     memory: [N/A] for the GPU and each process), when the engine itself says the memory was
     taken before it allocated anything: they hold it, by an amount only the engine's line says."""
-    busy = any(
-        m.label == "stale_gpu_process"
-        and m.strength in ("fatal", "strong")
-        and m.signature not in OOM_NAMES_A_PID
-        for _, m in hits
-    )
-    if not busy:
+    if not taken_before_start(hits):
         return []
     return [p for p in facts.gpu_pids_unmetered if p not in facts.server_pids]
 

@@ -145,6 +145,20 @@ def test_an_engine_no_pattern_knows_is_alive_when_it_runs_the_scripts_command(
     assert ("killed_externally" in r.ruled_out) is alive, (r.ruled_out, r.hypotheses)
 
 
+def _commands_card(commands: dict[str, Any]) -> IncidentCard:
+    """A card whose host holds only these command outputs."""
+    return IncidentCard.model_validate(
+        {
+            "id": "made-up",
+            "title": "t",
+            "source": "test",
+            "engine": "vllm",
+            "symptom": "s",
+            "host": {"commands": commands},
+        }
+    )
+
+
 # -- download progress seen by du when the listing does not move ---------------------------------
 def test_du_parses_kib_and_human_units() -> None:
     assert parse_du("105906176\t/srv/hf/hub/models--o--m\n") == 105906176 * 1024
@@ -164,26 +178,17 @@ def test_a_hub_cache_that_grows_is_a_download_even_when_its_listing_looks_still(
         "-rw-r--r-- 1 u u 3998803560 Aug 27 10:03 aaa\n"
         "-rw-r--r-- 1 u u 1412431872 Aug 27 10:06 bbb.incomplete\n"
     )
-    card = IncidentCard.model_validate(
+    card = _commands_card(
         {
-            "id": "made-up",
-            "title": "t",
-            "source": "test",
-            "engine": "vllm",
-            "symptom": "s",
-            "host": {
-                "commands": {
-                    f"ls -l {blobs}": ls,
-                    "du -sk /srv/hf/hub/models--org--m": [
-                        {"at": 0, "text": "105906176\t/srv/hf/hub/models--org--m\n"},
-                        {
-                            "at": 20,
-                            "text": ("114294784" if grows else "105906176")
-                            + "\t/srv/hf/hub/models--org--m\n",
-                        },
-                    ],
-                }
-            },
+            f"ls -l {blobs}": ls,
+            "du -sk /srv/hf/hub/models--org--m": [
+                {"at": 0, "text": "105906176\t/srv/hf/hub/models--org--m\n"},
+                {
+                    "at": 20,
+                    "text": ("114294784" if grows else "105906176")
+                    + "\t/srv/hf/hub/models--org--m\n",
+                },
+            ],
         }
     )
     res = download_progress.run(
@@ -197,19 +202,8 @@ def test_a_hub_cache_that_grows_is_a_download_even_when_its_listing_looks_still(
 
 # -- the replay answers the question asked --------------------------------------------------------
 def test_a_replayed_listener_query_is_not_answered_with_established_connections() -> None:
-    card = IncidentCard.model_validate(
-        {
-            "id": "made-up",
-            "title": "t",
-            "source": "test",
-            "engine": "vllm",
-            "symptom": "s",
-            "host": {
-                "commands": {
-                    "ss -tnp state established '( dport = :443 )'": "Recv-Q Send-Q Local Address:Port\n"
-                }
-            },
-        }
+    card = _commands_card(
+        {"ss -tnp state established '( dport = :443 )'": "Recv-Q Send-Q Local Address:Port\n"}
     )
     assert ReplayHost(card).run("ss -ltnp").rc is None  # not recorded: unknown, not "no listeners"
     # control: a recorded listener query answers a listener query
