@@ -100,7 +100,15 @@ def test_kill_9_during_the_combination_then_resume(state: Path, tmp_path: Path) 
     from tests.loop.test_resume import _loop, _phase_of
 
     plan = make_plan(state, EXPERIMENTS[:2], load_s=0.3, tokens=150)
-    plan.baseline.benchmark.command += " --clock model"
+    # the combination's benchmark waits while a hold file exists, so the kill lands inside it
+    # however loaded the box (a 20 ms poll could miss a sub-second phase); the file is made
+    # while the combination is still before its benchmark, so no earlier row ever waits
+    hold = tmp_path / "hold"
+    plan.baseline.benchmark.command = (
+        f"while [ -e {hold} ]; do sleep 0.05; done; "
+        + plan.baseline.benchmark.command
+        + " --clock model"
+    )
     plan_file = tmp_path / "plan.yaml"
     plan_file.write_text(yaml.safe_dump(plan.model_dump(mode="json")))
     cfg = Path(plan.baseline.config_file or "")
@@ -112,14 +120,18 @@ def test_kill_9_during_the_combination_then_resume(state: Path, tmp_path: Path) 
     deadline, seen = time.monotonic() + 90, None
     while time.monotonic() < deadline and proc.poll() is None:
         seen = _phase_of(db, COMBINED)
-        if seen == "benchmark":
+        if seen in ("preflight", "apply", "launch", "ready") and not hold.exists():
+            hold.touch()
+        if seen == "benchmark" and hold.exists():
             break
         time.sleep(0.02)
-    assert seen == "benchmark", (
+    assert seen == "benchmark" and hold.exists(), (
         proc.stderr.read() if proc.poll() is not None and proc.stderr else ""
     )
+    time.sleep(0.3)  # well inside the held benchmark
     proc.send_signal(signal.SIGKILL)
     proc.wait(5)
+    hold.unlink()
     done = subprocess.run(
         _loop(plan_file, state), cwd=REPO, capture_output=True, text=True, timeout=120
     )
