@@ -7,6 +7,8 @@ evidence.py: kept in evidence.py it made the two import each other.
 
 from __future__ import annotations
 
+import re
+
 from agent.evidence import (
     LOG_TOOLS,
     earlier_run_logs,
@@ -18,6 +20,7 @@ from agent.evidence import (
 from agent.kills import bystander_kills
 from agent.signatures import Match, scan
 from agent.state import Observation
+from tools import logtime
 from tools.logfile import rotation_of
 
 #: what an earlier run's log cannot say about this one: that it is ready, or still going
@@ -92,9 +95,48 @@ def set_aside_logs(observations: list[Observation]) -> set[str]:
 def _set_aside(
     observations: list[Observation], latest: list[Observation], old_logs: set[str]
 ) -> set[str]:
-    return _superseded_rotations(observations, latest, old_logs) | _before_the_given_log(
-        observations, latest, old_logs
+    return (
+        _superseded_rotations(observations, latest, old_logs)
+        | _before_the_given_log(observations, latest, old_logs)
+        | _before_the_runtime_log(latest)
     )
+
+
+#: a pod whose container has restarted: its earlier instances' logs are the loop's story
+_RESTARTED = re.compile(r"^\s*Restart Count:\s*[1-9]")
+
+
+def _before_the_runtime_log(latest: list[Observation]) -> set[str]:
+    """Log files that ended before the launch's own pod log began its launch: `kubectl logs`
+    of the pod the operator named is this launch's, so a file on the box whose last line is
+    older than that start (an operator's saved copy of the pod before, stopped by a rollout) is
+    an earlier run's, none of it this launch's. A pod found by a cluster-wide search is not
+    known to be the launch, and a pod whose container restarted is in a loop whose earlier
+    instances' logs are its story: neither sets anything aside."""
+    starts = []
+    for o in latest:
+        if o["tool"] != "service_logs" or not o["ok"] or not o["args"].get("name"):
+            continue
+        if o["args"].get("pattern") or o["args"].get("previous"):
+            continue
+        if any(_RESTARTED.match(ln) for ln in o["lines"]):
+            continue
+        lines = text_lines(o)
+        marks = [i for i, ln in enumerate(lines) if launch_line(ln)]
+        sp = logtime.span(lines[marks[-1] :]) if marks else None
+        if sp is not None:
+            starts.append(sp[0])
+    if not starts:
+        return set()
+    out = set()
+    for o in latest:
+        path = str(o["args"].get("path") or "")
+        if o["tool"] not in LOG_TOOLS or not path:
+            continue
+        sp = logtime.span(text_lines(o))
+        if sp is not None and all(logtime.before(sp[1], first) for first in starts):
+            out.add(path)
+    return out
 
 
 def earlier_runs_set_aside(observations: list[Observation]) -> set[str]:

@@ -160,6 +160,11 @@ def sweep(state: State, runtime: Runtime[RunContext]) -> dict[str, Any]:
         # no log file: the server may log to docker/k8s/journald (the unit named, when it is)
         unit = service_logs.unit_named(state.get("symptom", ""), list(ctx.extra_configs))
         wave2.append(("service_logs", {"kind": "journalctl", "name": unit} if unit else {}))
+    elif not ctx.extra_logs and "service_logs" in TOOLS and _server_pods(obs1):
+        # a cluster this host reaches runs an inference server's pod: its log is `kubectl logs`,
+        # whatever files lie about (an operator's saved copy of an earlier pod's log is not it)
+        named = _pod_named(state.get("symptom", ""), _server_pods(obs1))
+        wave2.append(("service_logs", {"kind": "kubectl", **({"name": named} if named else {})}))
     done: list[str] = []
     oom = next((c for c in catalogue() if c["id"] == "oom_search"), None)
     if logs and oom and "log_search" in TOOLS:
@@ -198,6 +203,39 @@ def sweep(state: State, runtime: Runtime[RunContext]) -> dict[str, Any]:
         "rounds": 0,
         "done_checks": done,
     }
+
+
+#: a pod named in `kubectl get events` / `kubectl describe pods` (`pod/NAME`, `Name: NAME`)
+_EVENT_POD = re.compile(r"\bpod/([a-z0-9][a-z0-9.-]*)|^Name:\s+([a-z0-9][a-z0-9.-]*)\s*$")
+
+
+def _server_pods(obs1: list[Observation]) -> list[str]:
+    """Pods that look like an inference server's, from the sweep's cluster view (host_facts'
+    kubectl sections, read only where kubectl reaches a cluster)."""
+    out: list[str] = []
+    for o in obs1:
+        if o["tool"] != "host_facts" or not o["ok"]:
+            continue
+        for sec in o["data"].get("sections") or []:
+            if sec.get("name") not in ("kubectl", "pods") or not sec.get("ok"):
+                continue
+            for ln in sec.get("lines") or []:
+                m = _EVENT_POD.search(ln.strip())
+                name = m and (m.group(1) or m.group(2))
+                if name and service_logs.SERVER_NAME.search(name):
+                    out.append(name)
+    return list(dict.fromkeys(out))
+
+
+def _pod_named(symptom: str, pods: list[str]) -> str | None:
+    """The newest listed pod the operator named: by its name, or by its Deployment's or
+    StatefulSet's (`deploy/vllm-llama70b` names `vllm-llama70b-6d9c8f7b5d-x2k4q`)."""
+    words = set(re.findall(r"[a-z0-9][a-z0-9.-]{3,}", symptom.lower()))
+    for pod in reversed(pods):  # events list oldest first
+        stems = {pod, pod.rsplit("-", 1)[0], pod.rsplit("-", 2)[0]}
+        if words & stems:
+            return pod
+    return None
 
 
 def _read_inside(inside: Host, obs1: list[Observation], extra_logs: list[str]) -> list[Observation]:

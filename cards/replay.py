@@ -529,7 +529,8 @@ class ReplayHost:
     ) -> str | None:
         """A card records the command its author typed; ours may differ in flags or pipes."""
         commands = self._snap.commands if commands is None else commands
-        best: tuple[int, str] | None = None
+        want = _option(args, "--tail")
+        best: tuple[tuple[bool, int], str] | None = None
         for key in commands:
             ktoks = _tokens(key)
             if not ktoks or posixpath.basename(ktoks[0]) != prog:
@@ -561,11 +562,17 @@ class ReplayHost:
                 continue  # a GPU query's rows (index, name, 8.6) are no compute-apps rows
             if score == 0 and (_words(args) or _words(kargs)):
                 continue  # `docker ps` is not `docker logs X`
-            if best is None or score > best[0]:
-                best = (score, key)
+            # a recording of fewer last lines than ours (`--tail=20` for our `--tail=200`) holds
+            # less than the live host would print: any fuller recording answers first
+            have = _option(kargs, "--tail")
+            rank = (want is None or have is None or have >= want, score)
+            if best is None or rank > best[0]:
+                best = (rank, key)
         if best is None:
             return None
         text = self._cursor.read(f"cmd:{best[1]}", commands[best[1]], t)
+        if want is not None:
+            text = _tail(text, want)  # a whole log recorded answers our `--tail=N` with N lines
         if prog == "free":
             # the card's `free -g` answers our `free -m` in our unit, as the live host would:
             # 1007 GiB served as "1007" under a MiB reading told a model the box had 1 GiB

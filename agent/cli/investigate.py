@@ -213,6 +213,15 @@ def investigate(
             as_json=as_json,
             container=container,
         )
+    if replay and not resume:
+        # a card freezes what the operator passed besides the symptom (its log, config,
+        # container): replayed without flags of its own, the run gets them, as `pivot eval` does
+        from cards.model import load_card
+
+        said = load_card(replay).invocation
+        container = container or said.container
+        log = log or ([said.log] if said.log else None)
+        config = config or ([said.config] if said.config else None)
     console = Console(stderr=as_json)
     h = prefetch = None
     early = None

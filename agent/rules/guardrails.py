@@ -133,11 +133,24 @@ def _progress_after(obs: Observation, index: int, hits: Hits) -> str | None:
     return later[-1].line if later else None
 
 
+def _restarted_after(obs: Observation, index: int, facts: Facts) -> bool:
+    """The line ended an instance of a container that its restart policy launched again: the
+    container restarted, and a launch line follows the cited one in the same read. What the
+    live instance prints after that is the next round of the same launch, not this one going on
+    (an appended log of runs an operator started by hand has no restart count: it stays noise)."""
+    c = facts.container
+    if c is None or c.restart_count <= 0:
+        return False
+    return any(launch_line(ln) for ln in obs["lines"][index + 1 :])
+
+
 def crash_shown(obs: Observation, index: int, kind: str, facts: Facts, hits: Hits) -> str | None:
     """None when the crash is shown: the server gone (or not known to live), a traceback that
     ended a component (a scheduler may die while the HTTP front-end answers on), or nothing but
     more errors after the fatal line. Otherwise why the line is noise."""
     if facts.server_alive is not True or kind == "traceback":
+        return None
+    if _restarted_after(obs, index, facts):
         return None
     after = _progress_after(obs, index, hits)
     path = str(obs["args"].get("path", ""))

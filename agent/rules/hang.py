@@ -93,6 +93,7 @@ def _last_real_line(observations: list[Observation], test) -> str | None:  # typ
                 or ln.startswith("# ")
                 or proof.wait_message(ln)
                 or proof.frontend_only(ln)  # probes answered meanwhile say nothing of the phase
+                or proof.phase_warning(ln)  # a warning inside the phase names no phase
             ):
                 continue
             if test(ln):

@@ -58,6 +58,7 @@ class _Structure(BaseModel):
     crashed_pod: list[str] = []
     error_shaped: list[str] = []
     column_header: list[str] = []
+    phase_warning: list[str] = []
 
 
 def _any(patterns: list[str]) -> re.Pattern[str]:
@@ -106,6 +107,7 @@ def _rx() -> dict[str, re.Pattern[str]]:
         "served_request": _any(s.served_request or ["(?!x)x"]),
         "error_shaped": _any(s.error_shaped or ["(?!x)x"]),
         "column_header": _any(s.column_header or ["(?!x)x"]),
+        "phase_warning": _any(s.phase_warning or ["(?!x)x"]),
     }
 
 
@@ -267,6 +269,12 @@ def peer_lost(line: str) -> bool:
     """A survivor's error that only says its peer went away (gloo's "Connection closed by peer",
     NCCL's "remote process exited"): a consequence, never the process's own cause."""
     return bool(_rx()["peer_lost"].search(line))
+
+
+def phase_warning(line: str) -> bool:
+    """A warning-level line that is no error: printed inside a phase (a workspace grown, a
+    fallback taken), it names no phase of its own, so the phase is the line before it."""
+    return bool(_rx()["phase_warning"].search(line)) and not error_shaped(line)
 
 
 def wait_message(line: str) -> bool:

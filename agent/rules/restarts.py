@@ -3,7 +3,8 @@
 Every other rule reads a log from its last launch on, so a container that restarts itself
 (`restart: always`) and is loading again shows nothing wrong: the error that ended the instance
 before is above the last launch line. With the container's own restart count above zero and its
-log holding that earlier launch's end, that end is why the container keeps restarting: weighed
+log holding that earlier launch's end (a traceback's last line, or a fatal line a signature
+knows near the end, such as a failed bind followed by an orderly shutdown), that end is why the container keeps restarting: weighed
 for its label (a signature's, or the words of the line), and the current try is no sign of a
 launch that is merely starting. Not when the current instance has failed on its own (then its
 own error speaks) or the log holds one launch only.
@@ -15,7 +16,7 @@ from agent.evidence import launch_line, text_lines
 from agent.facts import Facts
 from agent.rules import proof
 from agent.rules.common import PHASE_PREFIX, F
-from agent.rules.passed import own_end
+from agent.rules.passed import END_WINDOW, own_end, stages
 from agent.signatures import scan
 from agent.state import Observation
 
@@ -42,9 +43,6 @@ def restart_rules(facts: Facts, observations: list[Observation], add) -> None:  
     earlier, current = lines[starts[-2] : starts[-1]], lines[starts[-1] :]
     if own_end(current) is not None:
         return  # the current instance failed on its own: its error is weighed by the others
-    end = own_end(earlier)
-    if end is None:
-        return
     named = [
         m
         for m in scan(earlier)
@@ -52,6 +50,9 @@ def restart_rules(facts: Facts, observations: list[Observation], add) -> None:  
         and m.strength in ("fatal", "strong")
         and not m.signature.startswith(PHASE_PREFIX)
     ]
+    end = own_end(earlier) or _fatal_near_end(earlier, named)
+    if end is None:
+        return
     hit = next((m for m in named if m.line == end), named[-1] if named else None)
     label = hit.label if hit is not None else proof.label_hint(end)
     if label is None:
@@ -61,5 +62,37 @@ def restart_rules(facts: Facts, observations: list[Observation], add) -> None:  
         f"the container restarted {c.restart_count} times; the instance before this one died "
         "of this, and the current one repeats the same launch"
     )
-    add(label, "fact", F.supports_clearly, o["id"], line, why)
-    add("still_starting", "fact", F.refutes, o["id"], line, why)
+    # a signature's fatal line ended the instance before, and the restart policy runs the same
+    # launch again: that names the loop's cause as surely as a fatal line of the current one;
+    # the current instance's progress (memory moving, shards loading) is the next round of it
+    known = hit is not None and hit.strength == "fatal"
+    add(label, "fact", F.proves if known else F.supports_clearly, o["id"], line, why)
+    add("still_starting", "fact", F.refutes_strongly if known else F.refutes, o["id"], line, why)
+    # the instances run one launch: the stages the one before got through, this one gets through
+    for stage, rx in stages():
+        passed = next((ln for ln in earlier if rx.search(ln)), None)
+        if passed is not None:
+            for other in stage.refutes:
+                if other != label:
+                    add(
+                        other,
+                        "stage",
+                        F.refutes,
+                        o["id"],
+                        passed,
+                        f"the instance before got past {stage.name}",
+                    )
+
+
+def _fatal_near_end(lines: list[str], named: list) -> str | None:  # type: ignore[type-arg]
+    """A fatal line a signature knows among the earlier instance's last lines that is its own
+    (a server's error line is not always a traceback: uvicorn's failed bind is one line, then an
+    orderly shutdown); a line saying a peer or a signal ended it is not."""
+    tail = set(lines[-END_WINDOW:])
+    for m in reversed(named):
+        if m.strength != "fatal" or m.line not in tail:
+            continue
+        if proof.external_end(m.line) or proof.peer_lost(m.line) or proof.is_wrapper(m.line):
+            continue
+        return m.line
+    return None
