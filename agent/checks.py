@@ -183,12 +183,15 @@ def primary_log(
         for p, pids in facts.log_writers.items()
         if pids and set(pids) <= others and p not in written
     }
+    from agent.hits import set_aside_logs
+
+    aside = set_aside_logs(observations)  # an earlier run's story (rotated, or before the pod's)
     best: tuple[str | None, Observation | None] = (None, None)
     rank: tuple[int, int] = (-1, 0)
     for o in observations:
         if o["tool"] == "log_tail" and o["ok"]:
             path = str(o["args"].get("path"))
-            if path in foreign:
+            if path in foreign or path in aside:
                 continue
             text = [ln for ln in o["lines"] if not ln.startswith("# ")]
             # the server's own log, not a wrapper's one-line "failed to become healthy"
@@ -466,6 +469,24 @@ def options(
             args = (
                 dict(c.get("args") or {})
                 if running and (not log_path or not _engine_lines(log_obs))
+                else None
+            )
+        elif need == "live_pod":
+            pod = next(
+                (
+                    o
+                    for o in reversed(observations)
+                    if o["tool"] == "service_logs" and o["ok"] and o["args"].get("name")
+                ),
+                None,
+            )
+            args = (
+                {
+                    "kind": str(pod["data"].get("kind") or "kubectl"),
+                    "name": str(pod["data"].get("name") or pod["args"]["name"]),
+                    **(c.get("args") or {}),
+                }
+                if pod is not None and facts.pod_running and not pod["data"].get("watched")
                 else None
             )
         elif need == "crashed_pod":

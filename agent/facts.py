@@ -31,6 +31,7 @@ from tools import (
     log_tail,
     ports,
     processes,
+    service_logs,
 )
 from tools.container_inspect import ContainerState
 
@@ -208,10 +209,16 @@ class Facts(BaseModel):
     container_obs: str | None = None
     container_lines: list[str] = Field(default_factory=list)
 
+    #: the named pod's container is Running (its record, `kubectl describe pod`): where no
+    #: process table is readable (a cluster's bastion), that is the server alive
+    pod_running: bool | None = None
+    pod_obs: str | None = None
+    pod_line: str = ""
+
     @property
     def server_alive(self) -> bool | None:
         if not self.ps_available:
-            return None
+            return True if self.pod_running else None
         if self.server_pids:
             return True
         # a busy process no engine pattern knows may be the workload: gone is not proven
@@ -815,6 +822,30 @@ def _container_logs(f: Facts, o: Observation, log_reads: LogReads) -> None:
         f.log_watch[key] = res.grew
 
 
+#: a container's state in `kubectl describe pod` ("    State:          Running")
+_POD_STATE = re.compile(r"^\s+State:\s+(Running|Waiting|Terminated)\b")
+
+
+def _service_logs(f: Facts, o: Observation, log_reads: LogReads) -> None:
+    """A pod's log read (`kubectl logs` of the pod the operator named): like a file's, keyed by
+    the pod, its size the line count; its record says whether its container runs. A pod found
+    by a cluster-wide search is not known to be the launch: its state says nothing of it."""
+    if not o["ok"] or o["args"].get("pattern") or o["args"].get("previous"):
+        return
+    if not o["args"].get("name"):
+        return
+    res = typed(o, service_logs.Result)
+    key = f"pod:{res.name or o['args'].get('name')}"
+    log_reads.setdefault(key, []).append((o["id"], len(res.tail), list(res.tail)))
+    if res.grew is not None:
+        f.log_watch[key] = res.grew
+    states = [(m.group(1), ln) for ln in res.describe if (m := _POD_STATE.match(ln))]
+    if states:
+        f.pod_running = all(st == "Running" for st, _ in states)
+        line = next(ln for ln in o["lines"] if ln == states[0][1])  # only printed lines are cited
+        f.pod_obs, f.pod_line = o["id"], line
+
+
 _DIGITS = re.compile(r"\d+")
 
 
@@ -1359,6 +1390,7 @@ READERS: dict[str, Callable[[Facts, Observation, LogReads], None]] = {
     "ports": _ports,
     "log_tail": _log_tail,
     "container_logs": _container_logs,
+    "service_logs": _service_logs,
     "host_facts": _host_facts,
     "container_inspect": _container,
     "config_read": _config,

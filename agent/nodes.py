@@ -156,15 +156,16 @@ def sweep(state: State, runtime: Runtime[RunContext]) -> dict[str, Any]:
     if logs and not ctx.extra_logs and "processes" in TOOLS:
         # now that the logs are known, tie each to the process writing it (/proc/PID/fd)
         wave2.append(("processes", {"logs": logs[:MAX_LOGS]}))
-    if not logs and "service_logs" in TOOLS:
+    pods = _server_pods(obs1) if not ctx.extra_logs and "service_logs" in TOOLS else []
+    if pods:
+        # a cluster this host reaches runs an inference server's pod: its log is `kubectl logs`,
+        # whatever files lie about (an operator's saved copy of an earlier pod's log is not it)
+        named = _pod_named(state.get("symptom", ""), pods)
+        wave2.append(("service_logs", {"kind": "kubectl", **({"name": named} if named else {})}))
+    elif not logs and "service_logs" in TOOLS:
         # no log file: the server may log to docker/k8s/journald (the unit named, when it is)
         unit = service_logs.unit_named(state.get("symptom", ""), list(ctx.extra_configs))
         wave2.append(("service_logs", {"kind": "journalctl", "name": unit} if unit else {}))
-    elif not ctx.extra_logs and "service_logs" in TOOLS and _server_pods(obs1):
-        # a cluster this host reaches runs an inference server's pod: its log is `kubectl logs`,
-        # whatever files lie about (an operator's saved copy of an earlier pod's log is not it)
-        named = _pod_named(state.get("symptom", ""), _server_pods(obs1))
-        wave2.append(("service_logs", {"kind": "kubectl", **({"name": named} if named else {})}))
     done: list[str] = []
     oom = next((c for c in catalogue() if c["id"] == "oom_search"), None)
     if logs and oom and "log_search" in TOOLS:

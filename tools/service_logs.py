@@ -18,6 +18,14 @@ from tools import engines
 from tools.base import ToolResult, ToolSpec, bound_lines
 from tools.host import Host
 from tools.launch_env import STEERING, is_secret
+from tools.log_window import (
+    Progress,
+    cap_note,
+    last_progress,
+    max_window_s,
+    poll_interval,
+    window_for,
+)
 from tools.textclean import clean_lines
 
 Kind = Literal["docker", "kubectl", "oc", "journalctl"]
@@ -61,6 +69,14 @@ class Args(BaseModel):
     name: str | None = Field(None, description="container / pod / unit name; found when omitted")
     lines: int = Field(200, ge=1, le=2000)
     previous: bool = Field(False, description="kubectl: the previous (crashed) container's log")
+    watch_s: float | None = Field(
+        None,
+        ge=0,
+        le=600,
+        description="liveness: read again over this window (longer for a progress bar) until "
+        "the log grows; capped at PIVOT_LIVENESS_MAX_S (30 s by default). The result says "
+        "whether it grew and how long was waited",
+    )
 
 
 class Result(ToolResult):
@@ -75,11 +91,25 @@ class Result(ToolResult):
     #: the log of a container of the pod that keeps failing and is not the one read (an init
     #: container: the server's own container waits, "PodInitializing", and has no log at all)
     failing: dict[str, list[str]] = Field(default_factory=dict)
+    watched: bool = Field(False, description="read over a window (watch_s given)")
+    grew: bool | None = Field(None, description="new lines arrived during the window")
+    waited_s: float = 0.0
+    window_s: float = Field(0.0, description="how long the watch was allowed to wait")
+    asked_s: float | None = Field(None, description="the watch_s asked for")
+    last_progress: Progress | None = Field(
+        None, description="the newest progress bar in the last lines, with its pace and ETA"
+    )
 
     def lines(self) -> list[str]:
         if self.error:
             return super().lines()
-        out = [f"# {self.kind} log of {self.name} ($ {self.command})", *bound_lines(self.tail)]
+        out = [f"# {self.kind} log of {self.name} ($ {self.command})"]
+        if self.watched:
+            out.append(
+                f"# watched it for {self.waited_s:.1f} s{cap_note(self.asked_s, self.window_s)}: "
+                + ("new lines arrived" if self.grew else "no new line")
+            )
+        out += bound_lines(self.tail)
         for ctr, tail in self.failing.items():
             out += [f"# log of its failing container {ctr} ({self.kind} logs -c {ctr})"]
             out += bound_lines(tail)
@@ -240,6 +270,34 @@ def _steering_env(line: str) -> bool:
 
 
 def run(host: Host, args: Args) -> Result:
+    """One read, or with watch_s a read polled over a window until the log grows (the same
+    window a file's or a container's watch gets: a pod loading shards every 30 s is alive)."""
+    if args.watch_s is None:
+        return read_once(host, args)
+    t0 = host.clock()
+    res = read_once(host, args)
+    if not res.ok:
+        return res
+    base = res.tail[-3:]
+    limit = max(max_window_s(), 0.0)
+    bar = last_progress(res.tail[-5:])
+    window = window_for(float(args.watch_s), bar, limit, None)
+    while res.tail[-3:] == base and host.clock() - t0 < window:
+        elapsed = host.clock() - t0
+        host.sleep(min(poll_interval(elapsed, heavy=True), window - elapsed))
+        nxt = read_once(host, args.model_copy(update={"name": res.name, "kind": res.kind}))
+        if not nxt.ok:
+            break
+        res = nxt
+    res.watched, res.grew = True, res.tail[-3:] != base
+    res.waited_s = round(host.clock() - t0, 3)
+    res.window_s = round(window, 3)
+    res.asked_s = float(args.watch_s)
+    res.last_progress = last_progress(res.tail[-5:])
+    return res
+
+
+def read_once(host: Host, args: Args) -> Result:
     if args.name is not None and not SAFE_NAME.match(args.name):
         return Result(
             host=host.name,
@@ -298,4 +356,5 @@ SPEC = ToolSpec(
     fn=run,
     scanned=True,
     launch_log=True,
+    facts=("log_growth", "log_watch", "pod_running"),
 )

@@ -65,7 +65,14 @@ def liveness_rules(facts: Facts, observations: list[Observation], hits, add) -> 
         _downloading(observations, add)
         _reading_storage(facts, observations, add)
     if facts.server_alive:
-        pid = facts.server_pids[0]
+        pid = facts.server_pids[0] if facts.server_pids else None
+        # the witness of a live server: its ps line, or (no process table, a cluster's bastion)
+        # the named pod's record saying its container runs
+        alive_obs, alive_line, alive = (
+            (facts.ps_obs, facts.procs.get(pid, ""), f"server pid {pid} is alive")
+            if pid is not None
+            else (facts.pod_obs, facts.pod_line, "the pod's container is running")
+        )
         growing = [p for p, g in facts.log_growth.items() if g]
         stalled = [p for p, g in facts.log_growth.items() if not g]
         if growing and not fatal:
@@ -89,9 +96,9 @@ def liveness_rules(facts: Facts, observations: list[Observation], hits, add) -> 
                 "still_starting",
                 "fact",
                 F.leans,
-                facts.ps_obs,
-                facts.procs.get(pid, ""),
-                f"server pid {pid} is alive",
+                alive_obs,
+                alive_line,
+                alive,
             )
             # a hang is a stop: a log that moves forward now is no collective stuck now (the
             # stage rules keep it where an NCCL line of its own supports it)
@@ -116,18 +123,18 @@ def liveness_rules(facts: Facts, observations: list[Observation], hits, add) -> 
                 "host_oom_killed",
                 "fact",
                 F.refutes_firmly,
-                facts.ps_obs,
-                facts.procs.get(pid, ""),
-                f"server pid {pid} is alive: the OOM killer did not end it",
+                alive_obs,
+                alive_line,
+                f"{alive}: the OOM killer did not end it",
             )
         if not fatal and not killed_sig and not facts.ranks_gone and not facts.core_gone_line:
             add(
                 "killed_externally",
                 "fact",
                 F.refutes_firmly,
-                facts.ps_obs,
-                facts.procs.get(pid, ""),
-                f"server pid {pid} is alive: nothing killed it",
+                alive_obs,
+                alive_line,
+                f"{alive}: nothing killed it",
             )
         from agent.rules.hang import quiet_phase_line
 
