@@ -24,7 +24,7 @@ from agent.at_work import working_on_logged_file
 from agent.board import related
 from agent.evidence import LOG_TOOLS, last_launch, launch_line, text_lines
 from agent.facts import Facts, launch_reads
-from agent.hits import signature_hits
+from agent.hits import set_aside_logs, signature_hits
 from agent.rules import causes as rules_causes
 from agent.rules import hang as rules_hang
 from agent.rules import liveness as rules_liveness
@@ -101,9 +101,12 @@ def crash_lines(
     # the kernel's line that the launch's own process died of a fault (a segfault, a divide
     # error) reports its crash as surely as a line the process printed
     crash = kills.own_crash(list(by_id.values())) if evidence else None
+    # a log set aside as an earlier run's (a rotation, a copy of the pod before) holds none of
+    # this launch's crashes, whatever it says
+    aside = set_aside_logs(list(by_id.values())) if evidence else set()
     for ev in evidence:
         obs = by_id.get(str(ev.get("observation", "")))
-        if obs is None:
+        if obs is None or str(obs["args"].get("path") or "") in aside:
             continue
         lines = obs["lines"]
         i = proof.locate(str(ev.get("line", "")), lines)
@@ -474,16 +477,41 @@ def positive_external_sign(
 ) -> tuple[str, str] | None:
     """A line showing the process was ended from outside: a signal, a probe, a timeout kill
     (by structure, or a killed_externally signature)."""
+    pod_named = _named_pod(observations)
     for o, m in hits if hits is not None else signature_hits(observations):
-        if m.label == "killed_externally" and m.strength in ("fatal", "strong"):
+        if (
+            m.label == "killed_externally"
+            and m.strength in ("fatal", "strong")
+            and not _other_pod(m.line, pod_named)
+        ):
             return o["id"], m.line
+    aside = set_aside_logs(observations)
+    pod = pod_named
     for o in observations:
-        if not o["ok"]:
+        if not o["ok"] or str(o["args"].get("path") or "") in aside:
             continue
         for ln in text_lines(o):
-            if proof.external_end(ln) and not OOM_KILL.search(ln):
+            if proof.external_end(ln) and not OOM_KILL.search(ln) and not _other_pod(ln, pod):
                 return o["id"], ln
     return None
+
+
+#: a cluster event's object (`pod/NAME` in `kubectl get events`)
+_EVENT_POD = re.compile(r"\bpod/([a-z0-9][a-z0-9.-]*)")
+
+
+def _named_pod(observations: list[Observation]) -> str | None:
+    """The pod the operator named, as its log was read (`kubectl logs NAME`)."""
+    for o in observations:
+        if o["tool"] == "service_logs" and o["ok"] and o["args"].get("name"):
+            return str(o["args"]["name"]).rsplit("/", 1)[-1]
+    return None
+
+
+def _other_pod(line: str, pod: str | None) -> bool:
+    """An event about another pod (the one a rollout replaced) is no sign about this one."""
+    m = _EVENT_POD.search(line)
+    return bool(pod and m and m.group(1) != pod)
 
 
 def _cited_writer_gone(action: Action, by_id: dict[str, Observation], facts: Facts) -> bool:

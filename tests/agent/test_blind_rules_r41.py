@@ -153,3 +153,30 @@ def test_a_pod_log_answers_a_longer_tail_from_the_fuller_recording() -> None:
         }
     )
     assert ReplayHost(only).run("kubectl -n llm logs --tail=200 pod-1").stdout == short
+
+
+def test_a_readiness_probe_ends_nothing_and_another_pods_kill_is_not_this_ones() -> None:
+    """A 70B pod loading for minutes fails its readiness probe all along; the Killing events
+    were of the pods the operator's rollouts replaced. A model session concluded
+    killed_externally from them and the gate let it through."""
+    from agent.rules.guardrails import positive_external_sign
+
+    ready = 'Warning  Unhealthy  61s  kubelet  Readiness probe failed: Get "http://10.0.0.7:8000/health"'
+    assert not proof.external_end(ready)
+    # control: a liveness or startup probe failure gets the container restarted
+    assert proof.external_end(ready.replace("Readiness", "Liveness"))
+    assert proof.external_end(ready.replace("Readiness", "Startup"))
+    events = _obs(
+        "o1",
+        "host_facts",
+        {},
+        ["17m   Normal   Killing   pod/vllm-x-old   Stopping container vllm"],
+    )
+    named = _obs("o2", "service_logs", {"kind": "kubectl", "name": "vllm-x-new"}, ["INFO up"])
+    assert positive_external_sign([events, named], hits=[]) is None  # type: ignore[list-item]
+    # control: the named pod's own Killing event is a sign; so is any when no pod is named
+    own = _obs(
+        "o1", "host_facts", {}, ["1m   Normal   Killing   pod/vllm-x-new   Stopping container vllm"]
+    )
+    assert positive_external_sign([own, named], hits=[]) is not None  # type: ignore[list-item]
+    assert positive_external_sign([events], hits=[]) is not None  # type: ignore[list-item]
