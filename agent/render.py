@@ -48,7 +48,8 @@ def live_printer(console: Console):  # type: ignore[no-untyped-def]
                 highlight=False,
             )
         elif ev.type == "error":
-            console.print(f"[red]refused[/]: {d}", highlight=False, markup=False)
+            # host text is data: the refusal is printed as text, its word styled, never markup
+            console.print(Text("refused", style="red") + Text(f": {d}"), highlight=False)
 
     return show
 
