@@ -192,6 +192,23 @@ def _words(args: list[str]) -> set[str]:
     return set(_plain(args))
 
 
+#: `kubectl logs deployment/NAME`: a workload's log is the log of one of its pods
+_WORKLOAD = re.compile(
+    r"^(?:deployments?|deploy|statefulsets?|sts|daemonsets?|ds|jobs?|pods?)/(.+)$"
+)
+
+
+def _workload_pod(word: str, ours: set[str]) -> str:
+    """A recorded `deployment/NAME` (`pod/NAME`) read as the pod of ours it stands for: the live
+    cluster answers `kubectl logs POD` of a Deployment's pod (NAME-<hash>-<hash>) with what the
+    card recorded for the Deployment."""
+    m = _WORKLOAD.match(word)
+    if m is None:
+        return word
+    name = m.group(1)
+    return next((w for w in ours if w == name or w.startswith(name + "-")), word)
+
+
 def _names(args: list[str]) -> set[str]:
     """The words a command names (sub-commands, pods, pids), plural or not. A recorded command
     answers ours when one's names are among the other's (`pip show vllm` answers part of our
@@ -550,6 +567,8 @@ class ReplayHost:
             if prog in _SUBCOMMAND_PROGS and _verb(args) and _verb(kargs) != _verb(args):
                 continue  # `kubectl logs POD` is not `kubectl get pod POD -o jsonpath=...`
             mine_n, its_n = _names(args), _names(kargs)
+            if prog in ("kubectl", "oc"):
+                its_n = {_workload_pod(w, mine_n) for w in its_n}
             if not (mine_n <= its_n or its_n <= mine_n):
                 continue  # `kubectl logs vllm-1-1` is not `vllm-1`'s; `--pid 1` is not `--pid 153`
             if _verb(args) and _verb(args) == _verb(kargs):

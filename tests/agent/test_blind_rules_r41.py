@@ -180,3 +180,29 @@ def test_a_readiness_probe_ends_nothing_and_another_pods_kill_is_not_this_ones()
     )
     assert positive_external_sign([own, named], hits=[]) is not None  # type: ignore[list-item]
     assert positive_external_sign([events], hits=[]) is not None  # type: ignore[list-item]
+
+
+def test_a_deployments_recorded_log_answers_the_read_of_its_pod() -> None:
+    """A card recorded `kubectl logs deployment/vllm-tpu`; Pivot reads `kubectl logs POD` of the
+    Deployment's pod, which a live cluster answers with the same log. The replay had answered
+    nothing, so both brains saw no log at all."""
+    card = IncidentCard.model_validate(
+        {
+            "id": "made-up",
+            "title": "t",
+            "source": "test",
+            "engine": "vllm",
+            "symptom": "s",
+            "host": {
+                "commands": {
+                    "kubectl logs deployment/vllm-tpu": "OSError: [Errno 28] No space left on device\n",
+                    "kubectl logs deployment/other": "fine\n",
+                }
+            },
+        }
+    )
+    host = ReplayHost(card)
+    out = host.run("kubectl logs --tail=200 vllm-tpu-5c8b7f9d64-xq7nr").stdout
+    assert "No space left" in out
+    # control: another workload's pod is not answered by this one's log
+    assert "No space left" not in host.run("kubectl logs --tail=200 embed-7f8c9d6b4-hq2zr").stdout
