@@ -85,6 +85,7 @@ while True:
 #: into the container at run time (the image stays as built). Its own modes, on top of ENGINE's:
 #:   nogpu     - what vLLM prints when CUDA finds no device (no nvidia-smi, no /dev/nvidia*), exit 1
 #:   slow-load - a loader printing one shard every 2 s: a log that keeps growing
+#:   bind-loop - loads for 8 s, then cannot bind $PIVOT_TEST_PORT (held outside): exit 1
 #:   shm-stay  - the engine's /dev/shm failure in a worker, while the API server stays up (as
 #:               vLLM's frontend lingers after its engine core dies): the container keeps running
 #: Outside a container (no /engine.py) any mode only prints a start line and sleeps: a host launch.
@@ -112,6 +113,28 @@ if mode == "slow-load":
         log("Loading safetensors checkpoint shards: %d%% Completed | %d/50 [00:%02d<01:40, 2.0s/it]"
             % (2 * k, k, 2 * k))
         time.sleep(2)
+if mode == "bind-loop":
+    # loads, then fails to bind the port another server on the machine holds (host networking),
+    # as uvicorn says it: one ERROR line, then an orderly shutdown; a restart policy runs it again
+    import socket
+    port = int(os.environ["PIVOT_TEST_PORT"])
+    log("INFO:     Started server process [%d]" % os.getpid())
+    log("INFO vllm.engine: Initializing an LLM engine (v0.6.3) with config: model='/models/tiny'")
+    for k in range(1, 5):
+        log("Loading safetensors checkpoint shards: %d%% Completed | %d/4 [00:%02d<00:06, 2.0s/it]"
+            % (25 * k, k, 2 * k))
+        time.sleep(2)
+    log("INFO:     Application startup complete.")
+    try:
+        socket.socket().bind(("0.0.0.0", port))
+    except OSError as exc:
+        log("ERROR:    [Errno %d] error while attempting to bind on address ('0.0.0.0', %d): %s"
+            % (exc.errno, port, exc.strerror.lower()))
+        log("INFO:     Waiting for application shutdown.")
+        log("INFO:     Application shutdown complete.")
+        sys.exit(1)
+    while True:
+        time.sleep(1)
 if mode == "shm-stay":
     subprocess.run([sys.executable, "/engine.py", "shm"])
     log("ERROR vllm.engine: Engine core died; the API server keeps running")
