@@ -93,8 +93,10 @@ def test_chat_replays_a_card_answers_why_and_resumes_the_approval(
 
     # a second terminal: the todo is carried, /resume finds the waiting change, y applies it
     w2 = term.start(_pivot("--card", card))
-    screen = term.wait_for(w2, "Describe what you saw")
-    assert "open todo #1: relaunch with --mem-fraction-static 0.85" in screen
+    # the greeting is drawn first and the host's open todos after it: wait for the todo itself
+    # (waiting for the greeting alone could read the screen between the two lines)
+    screen = term.wait_for(w2, "open todo #1: relaunch with --mem-fraction-static 0.85")
+    assert flat(screen).index("Describe what you saw") < flat(screen).index("open todo #1")
     term.type(w2, f"/resume {sid}")
     screen = term.wait_for(w2, APPROVE)
     assert f"Resumed {sid}" in screen and "NCCL_MIN_NCHANNELS" in screen
