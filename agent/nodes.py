@@ -206,10 +206,6 @@ def sweep(state: State, runtime: Runtime[RunContext]) -> dict[str, Any]:
     }
 
 
-#: a pod named in `kubectl get events` / `kubectl describe pods` (`pod/NAME`, `Name: NAME`)
-_EVENT_POD = re.compile(r"\bpod/([a-z0-9][a-z0-9.-]*)|^Name:\s+([a-z0-9][a-z0-9.-]*)\s*$")
-
-
 def _server_pods(obs1: list[Observation]) -> list[str]:
     """Pods that look like an inference server's, from the sweep's cluster view (host_facts'
     kubectl sections, read only where kubectl reaches a cluster)."""
@@ -221,8 +217,7 @@ def _server_pods(obs1: list[Observation]) -> list[str]:
             if sec.get("name") not in ("kubectl", "pods") or not sec.get("ok"):
                 continue
             for ln in sec.get("lines") or []:
-                m = _EVENT_POD.search(ln.strip())
-                name = m and (m.group(1) or m.group(2))
+                name = service_logs.pod_named_in(ln)
                 if name and service_logs.SERVER_NAME.search(name):
                     out.append(name)
     return list(dict.fromkeys(out))

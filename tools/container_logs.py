@@ -19,7 +19,7 @@ from pydantic import BaseModel, Field
 from tools.base import ToolResult, ToolSpec, bound_lines, failed
 from tools.container_inspect import parse_inspect, target
 from tools.host import Host
-from tools.log_window import Progress
+from tools.log_window import Watched, watch
 from tools.logfile import to_ere
 from tools.textclean import clean_lines
 
@@ -50,7 +50,7 @@ class LogLine(BaseModel):
     previous: bool = False
 
 
-class Result(ToolResult):
+class Result(ToolResult, Watched):
     cli: str = ""
     container: str = ""
     command: str = ""
@@ -58,14 +58,6 @@ class Result(ToolResult):
     restart_count: int = 0
     entries: list[LogLine] = Field(default_factory=list)
     previous_lines: int = Field(0, description="lines from instances before the current one")
-    watched: bool = Field(False, description="read over a window (watch_s given)")
-    grew: bool | None = Field(None, description="new lines arrived during the window")
-    waited_s: float = 0.0
-    window_s: float = Field(0.0, description="how long the watch was allowed to wait")
-    asked_s: float | None = Field(None, description="the watch_s asked for")
-    last_progress: Progress | None = Field(
-        None, description="the newest progress bar in the last lines, with its pace and ETA"
-    )
     pattern: str | None = Field(None, description="the search it was, if one (pattern=)")
 
     def lines(self) -> list[str]:
@@ -138,31 +130,17 @@ def _key(res: Result) -> tuple[int, str, str]:
 def run(host: Host, args: Args) -> Result:
     if args.watch_s is None:
         return read_once(host, args)
-    from tools.log_window import last_progress, max_window_s, poll_interval, window_for
-
-    t0 = host.clock()
     res = read_once(host, args)
     if not res.ok:
         return res
-    base = _key(res)
-    limit = max(max_window_s(), 0.0)
-    # a progress bar as the last line (a download, a shard load) earns the longer window, as
-    # a log file's watch gives it: the bar's own rate says when it moves next
-    bar = last_progress([e.text for e in res.entries[-5:]])
-    window = window_for(float(args.watch_s), bar, limit, None)
-    while _key(res) == base and host.clock() - t0 < window:
-        elapsed = host.clock() - t0
-        host.sleep(min(poll_interval(elapsed), window - elapsed))
-        nxt = read_once(host, args)
-        if not nxt.ok:
-            break
-        res = nxt
-    res.watched, res.grew = True, _key(res) != base
-    res.waited_s = round(host.clock() - t0, 3)
-    res.window_s = round(window, 3)
-    res.asked_s = float(args.watch_s)
-    res.last_progress = last_progress([e.text for e in res.entries[-5:]])
-    return res
+    return watch(
+        host,
+        res,
+        lambda: read_once(host, args),
+        _key,
+        lambda r: [e.text for e in r.entries],
+        float(args.watch_s),
+    )
 
 
 def read_once(host: Host, args: Args) -> Result:

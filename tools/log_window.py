@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, Field
 
@@ -206,3 +208,52 @@ def poll_interval(elapsed_s: float, heavy: bool = False) -> float:
     if heavy:
         return HEAVY_FAST_S if elapsed_s < HEAVY_FAST_PHASE_S else HEAVY_SLOW_S
     return POLL_FAST_S if elapsed_s < FAST_PHASE_S else POLL_SLOW_S
+
+
+class Watched(BaseModel):
+    """What a read watched over a window says of it (a container's or a pod's log)."""
+
+    watched: bool = Field(False, description="read over a window (watch_s given)")
+    grew: bool | None = Field(None, description="new lines arrived during the window")
+    waited_s: float = 0.0
+    window_s: float = Field(0.0, description="how long the watch was allowed to wait")
+    asked_s: float | None = Field(None, description="the watch_s asked for")
+    last_progress: Progress | None = Field(
+        None, description="the newest progress bar in the last lines, with its pace and ETA"
+    )
+
+
+W = TypeVar("W", bound=Watched)
+
+
+def watch(
+    host: Any,
+    first: W,
+    again: Callable[[], W],
+    key: Callable[[W], Any],
+    tail: Callable[[W], list[str]],
+    watch_s: float,
+    heavy: bool = False,
+) -> W:
+    """Read `again()` over a window from `first` until `key` changes (a progress bar as the last
+    line earns the longer window, its own pace saying when it moves next), through the host's
+    clock and sleep; the result says whether it grew and how long was waited. A failed re-read
+    ends the watch with the last good read."""
+    t0 = host.clock()
+    res, base = first, key(first)
+    window = window_for(
+        float(watch_s), last_progress(tail(first)[-5:]), max(max_window_s(), 0.0), None
+    )
+    while key(res) == base and host.clock() - t0 < window:
+        elapsed = host.clock() - t0
+        host.sleep(min(poll_interval(elapsed, heavy=heavy), window - elapsed))
+        nxt = again()
+        if not getattr(nxt, "ok", True):
+            break
+        res = nxt
+    res.watched, res.grew = True, key(res) != base
+    res.waited_s = round(host.clock() - t0, 3)
+    res.window_s = round(window, 3)
+    res.asked_s = float(watch_s)
+    res.last_progress = last_progress(tail(res)[-5:])
+    return res

@@ -18,14 +18,7 @@ from tools import engines
 from tools.base import ToolResult, ToolSpec, bound_lines
 from tools.host import Host
 from tools.launch_env import STEERING, is_secret
-from tools.log_window import (
-    Progress,
-    cap_note,
-    last_progress,
-    max_window_s,
-    poll_interval,
-    window_for,
-)
+from tools.log_window import Watched, cap_note, watch
 from tools.textclean import clean_lines
 
 Kind = Literal["docker", "kubectl", "oc", "journalctl"]
@@ -47,6 +40,17 @@ _UNIT_SAID = re.compile(
     r"\bsystemctl\s+(?:--user\s+)?(?:re)?(?:start|stop|status|load|try-restart)\s+"
     r"([A-Za-z0-9][\w@.:-]*)"
 )
+
+
+#: a pod a cluster's own text names: an event's object (`pod/NAME` in `kubectl get events`) or
+#: a record's `Name:` line (`kubectl describe pod`)
+_POD_NAMED = re.compile(r"\bpod/([a-z0-9][a-z0-9.-]*)|^\s*Name:\s+([a-z0-9][a-z0-9.-]*)\s*$")
+
+
+def pod_named_in(line: str) -> str | None:
+    """The pod a line of `kubectl get events` / `kubectl describe pod` is about, or None."""
+    m = _POD_NAMED.search(line)
+    return (m.group(1) or m.group(2)) if m else None
 
 
 def unit_named(symptom: str, configs: list[str]) -> str | None:
@@ -79,7 +83,7 @@ class Args(BaseModel):
     )
 
 
-class Result(ToolResult):
+class Result(ToolResult, Watched):
     kind: str = ""
     name: str = ""
     command: str = ""
@@ -91,14 +95,6 @@ class Result(ToolResult):
     #: the log of a container of the pod that keeps failing and is not the one read (an init
     #: container: the server's own container waits, "PodInitializing", and has no log at all)
     failing: dict[str, list[str]] = Field(default_factory=dict)
-    watched: bool = Field(False, description="read over a window (watch_s given)")
-    grew: bool | None = Field(None, description="new lines arrived during the window")
-    waited_s: float = 0.0
-    window_s: float = Field(0.0, description="how long the watch was allowed to wait")
-    asked_s: float | None = Field(None, description="the watch_s asked for")
-    last_progress: Progress | None = Field(
-        None, description="the newest progress bar in the last lines, with its pace and ETA"
-    )
 
     def lines(self) -> list[str]:
         if self.error:
@@ -270,34 +266,25 @@ def _steering_env(line: str) -> bool:
 
 
 def run(host: Host, args: Args) -> Result:
-    """One read, or with watch_s a read polled over a window until the log grows (the same
-    window a file's or a container's watch gets: a pod loading shards every 30 s is alive)."""
-    if args.watch_s is None:
-        return read_once(host, args)
-    t0 = host.clock()
+    """One read, or with watch_s a read polled over a window until the log grows (the window a
+    file's or a container's watch gets: a pod loading shards every 30 s is alive). The polls
+    read the log only: the pod's record and its failing containers' logs were read once."""
     res = read_once(host, args)
-    if not res.ok:
+    if args.watch_s is None or not res.ok:
         return res
-    base = res.tail[-3:]
-    limit = max(max_window_s(), 0.0)
-    bar = last_progress(res.tail[-5:])
-    window = window_for(float(args.watch_s), bar, limit, None)
-    while res.tail[-3:] == base and host.clock() - t0 < window:
-        elapsed = host.clock() - t0
-        host.sleep(min(poll_interval(elapsed, heavy=True), window - elapsed))
-        nxt = read_once(host, args.model_copy(update={"name": res.name, "kind": res.kind}))
-        if not nxt.ok:
-            break
-        res = nxt
-    res.watched, res.grew = True, res.tail[-3:] != base
-    res.waited_s = round(host.clock() - t0, 3)
-    res.window_s = round(window, 3)
-    res.asked_s = float(args.watch_s)
-    res.last_progress = last_progress(res.tail[-5:])
-    return res
+    same = args.model_copy(update={"name": res.name, "kind": res.kind})
+
+    def again() -> Result:
+        nxt = read_once(host, same, record=False)
+        return nxt.model_copy(update={"describe": res.describe, "failing": res.failing})
+
+    return watch(
+        host, res, again, lambda r: r.tail[-3:], lambda r: r.tail, float(args.watch_s), heavy=True
+    )
 
 
-def read_once(host: Host, args: Args) -> Result:
+def read_once(host: Host, args: Args, record: bool = True) -> Result:
+    """`record`: also read a pod's record and its failing containers' logs."""
     if args.name is not None and not SAFE_NAME.match(args.name):
         return Result(
             host=host.name,
@@ -322,7 +309,7 @@ def read_once(host: Host, args: Args) -> Result:
             tail = [ln for ln in tail if not JOURNAL_META.match(ln)]
         # a pod's record says how its container last ended (and, for one that never ran, is
         # all there is) and what its spec set in the environment
-        describe = _describe(host, kind, name) if kind in KUBE else []
+        describe = _describe(host, kind, name) if kind in KUBE and record else []
         failing = _failing_logs(host, kind, name, describe, args) if describe else {}
         if tail or describe:
             return Result(

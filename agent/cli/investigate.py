@@ -213,12 +213,14 @@ def investigate(
             as_json=as_json,
             container=container,
         )
+    card = None
     if replay and not resume:
         # a card freezes what the operator passed besides the symptom (its log, config,
         # container): replayed without flags of its own, the run gets them, as `pivot eval` does
         from cards.model import load_card
 
-        said = load_card(replay).invocation
+        card = load_card(replay)
+        said = card.invocation
         container = container or said.container
         log = log or ([said.log] if said.log else None)
         config = config or ([said.config] if said.config else None)
@@ -248,10 +250,8 @@ def investigate(
             report = runner.resume(h, resume, Decision(approve=approve, reason="cli"), on_event)
         else:
             text = symptom
-            if not text and replay:
-                from cards.model import load_card
-
-                text = load_card(replay).symptom
+            if not text and card is not None:
+                text = card.symptom
             report = runner.start(
                 h,
                 text or DEFAULT_SYMPTOM,

@@ -35,6 +35,7 @@ from agent.rules.own_fatal import OOM_KILL, own_fatal_since_launch
 from agent.signatures import Match
 from agent.state import Action, Observation
 from cards.taxonomy import LABELS
+from tools import service_logs
 
 Hits = list[tuple[Observation, Match]]
 #: Inferred-from-absence conclusions are capped here: the check that would confirm them is named.
@@ -496,10 +497,6 @@ def positive_external_sign(
     return None
 
 
-#: a cluster event's object (`pod/NAME` in `kubectl get events`)
-_EVENT_POD = re.compile(r"\bpod/([a-z0-9][a-z0-9.-]*)")
-
-
 def _named_pod(observations: list[Observation]) -> str | None:
     """The pod the operator named, as its log was read (`kubectl logs NAME`)."""
     for o in observations:
@@ -510,8 +507,8 @@ def _named_pod(observations: list[Observation]) -> str | None:
 
 def _other_pod(line: str, pod: str | None) -> bool:
     """An event about another pod (the one a rollout replaced) is no sign about this one."""
-    m = _EVENT_POD.search(line)
-    return bool(pod and m and m.group(1) != pod)
+    other = service_logs.pod_named_in(line)
+    return bool(pod and other and other != pod)
 
 
 def _cited_writer_gone(action: Action, by_id: dict[str, Observation], facts: Facts) -> bool:

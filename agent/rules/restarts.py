@@ -17,7 +17,7 @@ from agent.facts import Facts
 from agent.rules import proof
 from agent.rules.common import PHASE_PREFIX, F
 from agent.rules.passed import END_WINDOW, own_end, stages
-from agent.signatures import scan
+from agent.signatures import Match, scan
 from agent.state import Observation
 
 
@@ -84,7 +84,7 @@ def restart_rules(facts: Facts, observations: list[Observation], add) -> None:  
                     )
 
 
-def _fatal_near_end(lines: list[str], named: list) -> str | None:  # type: ignore[type-arg]
+def _fatal_near_end(lines: list[str], named: list[Match]) -> str | None:
     """A fatal line a signature knows among the earlier instance's last lines that is its own
     (a server's error line is not always a traceback: uvicorn's failed bind is one line, then an
     orderly shutdown); a line saying a peer or a signal ended it is not."""

@@ -3,17 +3,24 @@ that must not trigger it: a fix is a general form or fact, never an answer keyed
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
+from agent.facts import Facts
 from agent.hits import set_aside_logs
 from agent.rules import proof
 from agent.rules.restarts import restart_rules
 from cards.model import IncidentCard
 from cards.replay import ReplayHost
+from tests.cardkit import minimal_card
+from tools.container_inspect import ContainerState
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+def _commands_host(commands: dict[str, str]) -> ReplayHost:
+    """A replayed host holding only these command outputs."""
+    return ReplayHost(IncidentCard.model_validate(minimal_card({"commands": commands})))
 
 
 def _obs(oid: str, tool: str, args: dict[str, Any], lines: list[str], **data: Any) -> dict:
@@ -41,16 +48,6 @@ CURRENT = [
 ]
 
 
-class _Ctr:
-    def __init__(self, restarts: int) -> None:
-        self.restart_count = restarts
-
-
-class _Facts:
-    def __init__(self, restarts: int) -> None:
-        self.container = _Ctr(restarts)
-
-
 def _restart_findings(restarts: int, earlier: list[str]) -> list[tuple[str, float, str]]:
     got: list[tuple[str, float, str]] = []
 
@@ -58,7 +55,8 @@ def _restart_findings(restarts: int, earlier: list[str]) -> list[tuple[str, floa
         got.append((label, strength, line))
 
     obs = [_obs("o1", "container_logs", {}, [*earlier, *CURRENT])]
-    restart_rules(_Facts(restarts), obs, add)  # type: ignore[arg-type]
+    facts = Facts(container=ContainerState(name="c", running=True, restart_count=restarts))
+    restart_rules(facts, obs, add)  # type: ignore[arg-type]
     return got
 
 
@@ -125,34 +123,16 @@ def test_a_pod_log_answers_a_longer_tail_from_the_fuller_recording() -> None:
     `--tail=200` with the twenty lines: the live host prints the banner too."""
     full = "".join(f"line {i}\n" for i in range(60))
     short = "".join(f"line {i}\n" for i in range(40, 60))
-    card = IncidentCard.model_validate(
-        {
-            "id": "made-up",
-            "title": "t",
-            "source": "test",
-            "engine": "vllm",
-            "symptom": "s",
-            "host": {
-                "commands": {
-                    "kubectl -n llm logs pod-1 --tail=20": short,
-                    "kubectl -n llm logs pod-1": full,
-                }
-            },
-        }
+    host = _commands_host(
+        {"kubectl -n llm logs pod-1 --tail=20": short, "kubectl -n llm logs pod-1": full}
     )
-    host = ReplayHost(card)
     assert host.run("kubectl -n llm logs --tail=200 pod-1").stdout == full
     assert host.run("kubectl -n llm logs --tail=5 pod-1").stdout.splitlines() == [
         f"line {i}" for i in range(55, 60)
     ]
     # control: with only the short recording, it still answers (what the card has)
-    only = IncidentCard.model_validate(
-        {
-            **json.loads(card.model_dump_json()),
-            "host": {"commands": {"kubectl -n llm logs pod-1 --tail=20": short}},
-        }
-    )
-    assert ReplayHost(only).run("kubectl -n llm logs --tail=200 pod-1").stdout == short
+    only = _commands_host({"kubectl -n llm logs pod-1 --tail=20": short})
+    assert only.run("kubectl -n llm logs --tail=200 pod-1").stdout == short
 
 
 def test_a_readiness_probe_ends_nothing_and_another_pods_kill_is_not_this_ones() -> None:
@@ -186,22 +166,12 @@ def test_a_deployments_recorded_log_answers_the_read_of_its_pod() -> None:
     """A card recorded `kubectl logs deployment/vllm-tpu`; Pivot reads `kubectl logs POD` of the
     Deployment's pod, which a live cluster answers with the same log. The replay had answered
     nothing, so both brains saw no log at all."""
-    card = IncidentCard.model_validate(
+    host = _commands_host(
         {
-            "id": "made-up",
-            "title": "t",
-            "source": "test",
-            "engine": "vllm",
-            "symptom": "s",
-            "host": {
-                "commands": {
-                    "kubectl logs deployment/vllm-tpu": "OSError: [Errno 28] No space left on device\n",
-                    "kubectl logs deployment/other": "fine\n",
-                }
-            },
+            "kubectl logs deployment/vllm-tpu": "OSError: [Errno 28] No space left on device\n",
+            "kubectl logs deployment/other": "fine\n",
         }
     )
-    host = ReplayHost(card)
     out = host.run("kubectl logs --tail=200 vllm-tpu-5c8b7f9d64-xq7nr").stdout
     assert "No space left" in out
     # control: another workload's pod is not answered by this one's log
