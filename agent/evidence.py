@@ -59,10 +59,37 @@ def launch_line(line: str) -> bool:
     return bool(_launch_markers().search(line))
 
 
+@lru_cache(maxsize=1)
+def _marker_kinds() -> tuple[re.Pattern[str], ...]:
+    return tuple(re.compile(p) for p in engines.launch_patterns())
+
+
+def _marker_kind(line: str) -> int:
+    return next(k for k, rx in enumerate(_marker_kinds()) if rx.search(line))
+
+
+def launch_starts(lines: list[str]) -> list[int]:
+    """Where each launch in an appended log starts. One launch prints several markers (vLLM's
+    banner, its non-default args, its engine's init): a marker begins the next launch only when
+    its kind was already printed by the launch it follows, so the header of one run is never
+    read as two runs, and a restarted container's log splits where the relaunch begins."""
+    starts: list[int] = []
+    seen: set[int] = set()
+    for i, ln in enumerate(lines):
+        if not launch_line(ln):
+            continue
+        kind = _marker_kind(ln)
+        if not starts or kind in seen:
+            starts.append(i)
+            seen = set()
+        seen.add(kind)
+    return starts
+
+
 def last_launch(lines: list[str]) -> int:
     """Index where the last of several launches in an appended log starts (0 if one or none)."""
-    marks = [i for i, ln in enumerate(lines) if launch_line(ln)]
-    return marks[-1] if len(marks) >= 2 else 0
+    starts = launch_starts(lines)
+    return starts[-1] if len(starts) >= 2 else 0
 
 
 def earlier_run_logs(latest: list[Observation]) -> set[str]:

@@ -178,6 +178,11 @@ class Facts(BaseModel):
     shm_mib: float | None = None
     shm_use_pct: float | None = None
     shm_line: str = ""
+    #: the /dev/shm the launch's log says it maps (vLLM's message-queue ring), the line and
+    #: its read: a need bigger than /dev/shm is the shortfall in numbers
+    shm_need_mib: float | None = None
+    shm_need_line: str = ""
+    shm_need_obs: str = ""
     #: the row of the fullest filesystem df listed (mount, pct, line): the one that refutes a
     #: full disk when even it has room
     fullest_mount: tuple[str, float, str] | None = None
@@ -322,6 +327,7 @@ def _derive(observations: list[Observation]) -> Facts:
         _tenancy(f)
     _launch_mounts(f, log_reads)
     _ran_elsewhere(f, log_reads)
+    _shm_need(f, log_reads)
     if f.dmesg_available and f.server_alive:
         from agent.kills import dependency_kill
 
@@ -339,6 +345,16 @@ def _derive(observations: list[Observation]) -> Facts:
             f.log_growth[path] = changed and advancing(t0, t1)
             f.log_growth_obs[path] = oid
     return f
+
+
+def _shm_need(f: Facts, log_reads: LogReads) -> None:
+    """The most /dev/shm a line of the launch's logs (their newest reads) says it maps."""
+    for reads in log_reads.values():
+        oid, _size, text = reads[-1]
+        for line in text:
+            need = proof.shm_need_bytes(line)
+            if need is not None and need / (1 << 20) > (f.shm_need_mib or 0):
+                f.shm_need_mib, f.shm_need_line, f.shm_need_obs = need / (1 << 20), line, oid
 
 
 _LAUNCHER = engines.workload_pattern()  # tools/engines.yaml common.workload_programs

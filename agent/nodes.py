@@ -611,6 +611,10 @@ def _right_log(
     theirs = {p: log_port(text_lines(o)) for p, o in read.items() if p in given}
     if not theirs or any(v is None or v == port for v in theirs.values()):
         return []
+    if any(_shows_the_failure(symptom, text_lines(read[p])) for p in theirs):
+        # "my server on 8000 is fine, but the new launch dies with '...'": the port is the
+        # neighbour's, the log the operator named printed the failure they quote
+        return []
     cand_obs = _read_other_logs(host, obs, obs1, read)
     match = next((o for o in cand_obs if o["ok"] and log_port(text_lines(o)) == port), None)
     if match is None:
@@ -712,6 +716,20 @@ def _pointed_logs(host: Host, obs: list[Observation], given: list[str]) -> list[
         # it names none: the logs its launch script redirects the servers to (`> x.log`)
         out = _script_logs(host, obs)
     return out
+
+
+#: a phrase the operator quotes ("dies with "CUDA error: ..."")
+_QUOTED = re.compile(r"[\"\u201c`]([^\"\u201d`]{12,})[\"\u201d`]")
+
+
+def _shows_the_failure(symptom: str, lines: list[str]) -> bool:
+    """The log's newest launch holds an error the operator quotes, word for word: that log is
+    the one they are asking about, whatever port their words also name."""
+    from agent.evidence import last_launch
+
+    quotes = [q.strip().rstrip(".") for q in _QUOTED.findall(symptom)]
+    tail = lines[last_launch(lines) :]
+    return any(len(q) >= 12 and any(q in ln for ln in tail) for q in quotes)
 
 
 def _ends_fatal(lines: list[str]) -> bool:

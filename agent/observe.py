@@ -57,7 +57,13 @@ def run_many(
 ) -> list[Observation]:
     # one wave: a read two tools ask for at once is taken once (tools/shared_reads.py)
     with one_wave():
-        results = at_once(lambda c: call(host, c[0], c[1]), calls, MAX_PARALLEL, "pivot-wave")
+        results = at_once(
+            lambda c: call(host, c[0], c[1]),
+            calls,
+            MAX_PARALLEL,
+            "pivot-wave",
+            first=lambda c: c[0] in TOOLS and TOOLS[c[0]].long_pole,
+        )
     out: list[Observation] = []
     for i, ((tool, args), (ok, lines, data)) in enumerate(zip(calls, results, strict=True)):
         out.append(

@@ -59,6 +59,9 @@ class ToolSpec(Generic[A, R]):
     first_sweep: int | None = None
     #: the arguments of that first-wave call (find_logs walks more roots than its default)
     first_sweep_args: dict[str, Any] = field(default_factory=dict)
+    #: the wave's long pole (it walks directory trees): started before the cheap reads, which
+    #: then finish in its shadow; the observations keep the sweep's order
+    long_pole: bool = False
     #: it reads a container's record (inspect, logs): in the first sweep only with --container
     container_only: bool = False
     #: it reads the host's view of the processes (which container holds them): never inside one

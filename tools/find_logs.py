@@ -415,4 +415,5 @@ SPEC = ToolSpec(
     # /tensorrtllm_backend, /home/<user>/..., wherever the launch script ran
     first_sweep=7,
     first_sweep_args={"roots": [*DEFAULT_ROOTS, "/home", "/"], "max_depth": 6},
+    long_pole=True,
 )

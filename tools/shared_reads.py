@@ -92,18 +92,29 @@ def _forget_pools() -> None:
 os.register_at_fork(after_in_child=_forget_pools)
 
 
-def at_once(fn: Callable[[A], T], items: list[A], limit: int, pool: str) -> list[T]:
+def at_once(
+    fn: Callable[[A], T],
+    items: list[A],
+    limit: int,
+    pool: str,
+    first: Callable[[A], bool] | None = None,
+) -> list[T]:
     """`[fn(x) for x in items]`, at most `limit` at a time, each in a copy of the caller's
     context (so a wave reaches its reads), on threads the process keeps between calls: a wave
     that started its own eight threads spent ~5% of an eval's CPU starting and joining them.
     `pool` names the threads: a read that waits on reads of its own (host_facts inside a wave)
-    uses another pool than its caller's, so waiting never holds up what it waits for."""
+    uses another pool than its caller's, so waiting never holds up what it waits for.
+    `first` picks the items started before the rest (a wave's long pole: the cheap reads then
+    run in its shadow instead of delaying its start); the results keep the items' order."""
     if len(items) <= 1:
         return [fn(x) for x in items]
     executor = _pool(pool)
     out: list[Any] = [None] * len(items)
     errors: list[tuple[int, BaseException]] = []
-    queue = iter(enumerate(items))
+    order = list(enumerate(items))
+    if first is not None:
+        order.sort(key=lambda ix: not first(ix[1]))  # stable: the rest keep their order
+    queue = iter(order)
     running: dict[Future[T], int] = {}
 
     def start() -> None:

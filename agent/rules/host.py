@@ -134,7 +134,10 @@ _SHM_PATH = re.compile(r"/dev/shm/\S")
 
 
 def _shm_has_room_while_alive(facts: Facts, labels_hit: set[str | None]) -> bool:
-    """A small /dev/shm that the live launch uses little of, with no shared-memory error."""
+    """A small /dev/shm that the live launch uses little of, with no shared-memory error. Not
+    when the launch maps more than it holds (tmpfs takes pages as they are written: the space
+    runs out under traffic, not at start), nor when the container restarted (the instance
+    using it now is not the one that died)."""
     return (
         facts.shm_mib is not None
         and facts.shm_mib < THRESHOLDS.shm.small_mib
@@ -142,6 +145,17 @@ def _shm_has_room_while_alive(facts: Facts, labels_hit: set[str | None]) -> bool
         and facts.shm_use_pct < THRESHOLDS.shm.live_room_pct
         and facts.server_alive is True
         and "shm_too_small" not in labels_hit
+        and not _shm_short(facts)
+        and not (facts.container is not None and facts.container.restart_count > 0)
+    )
+
+
+def _shm_short(facts: Facts) -> bool:
+    """The launch's log says it maps more /dev/shm than there is: the shortfall in numbers."""
+    return (
+        facts.shm_need_mib is not None
+        and facts.shm_mib is not None
+        and facts.shm_need_mib > facts.shm_mib
     )
 
 
@@ -251,6 +265,16 @@ def host_rules(facts: Facts, hits, add, observations: list[Observation] | None =
                 err,
                 "nvidia-smi cannot reach the driver",
             )
+    if _shm_short(facts) and facts.shm_need_obs:
+        add(
+            "shm_too_small",
+            "fact",
+            F.supports_clearly,
+            facts.shm_need_obs,
+            facts.shm_need_line,
+            f"the launch maps {facts.shm_need_mib:.0f} MiB of shared memory and /dev/shm holds "
+            f"{facts.shm_mib:.0f} MiB: it runs out once traffic fills the ring (SIGBUS)",
+        )
     if facts.shm_mib is not None and facts.disk_obs:
         if _shm_has_room_while_alive(facts, labels_hit):
             # the launch's processes are alive and hold their segments, and half the space

@@ -59,6 +59,7 @@ class _Structure(BaseModel):
     error_shaped: list[str] = []
     column_header: list[str] = []
     phase_warning: list[str] = []
+    shm_need: list[str] = []
 
 
 def _any(patterns: list[str]) -> re.Pattern[str]:
@@ -269,6 +270,23 @@ def peer_lost(line: str) -> bool:
     """A survivor's error that only says its peer went away (gloo's "Connection closed by peer",
     NCCL's "remote process exited"): a consequence, never the process's own cause."""
     return bool(_rx()["peer_lost"].search(line))
+
+
+@lru_cache(maxsize=1)
+def _shm_need_rx() -> tuple[re.Pattern[str], ...]:
+    return tuple(re.compile(p) for p in _structure().shm_need)
+
+
+@lru_cache(maxsize=1 << 16)
+def shm_need_bytes(line: str) -> int | None:
+    """The bytes of /dev/shm a line says the launch maps (vLLM's message-queue ring: its chunk
+    size times its chunk count), or None. tmpfs hands pages out as they are written, so a
+    ring bigger than /dev/shm starts fine and dies of SIGBUS once traffic fills it."""
+    for rx in _shm_need_rx():
+        m = rx.search(line)
+        if m is not None:
+            return int(m.group("bytes")) * int(m.groupdict().get("count") or 1)
+    return None
 
 
 def phase_warning(line: str) -> bool:

@@ -12,7 +12,7 @@ own error speaks) or the log holds one launch only.
 
 from __future__ import annotations
 
-from agent.evidence import launch_line, text_lines
+from agent.evidence import launch_starts, text_lines
 from agent.facts import Facts
 from agent.rules import proof
 from agent.rules.common import PHASE_PREFIX, F
@@ -37,7 +37,7 @@ def restart_rules(facts: Facts, observations: list[Observation], add) -> None:  
         return
     o = reads[-1]
     lines = text_lines(o)
-    starts = [i for i, ln in enumerate(lines) if launch_line(ln)]
+    starts = launch_starts(lines)
     if len(starts) < 2:
         return
     earlier, current = lines[starts[-2] : starts[-1]], lines[starts[-1] :]

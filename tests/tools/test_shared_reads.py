@@ -59,3 +59,20 @@ def test_a_wave_reaches_its_reads_on_the_pools_threads() -> None:
         got = at_once(lambda _: shared(host, "gpu", read), [0, 1, 2, 3], 4, "test-pool")
     assert got == [7, 7, 7, 7] and len(taken) == 1
     assert shared(host, "gpu", read) == 7 and len(taken) == 2  # outside a wave: read afresh
+
+
+def test_at_once_starts_the_long_poles_first_and_keeps_the_order() -> None:
+    started: list[int] = []
+    lock = threading.Lock()
+
+    def read(x: int) -> int:
+        with lock:
+            started.append(x)
+        return x + 100
+
+    got = at_once(read, [0, 1, 2, 3, 4], 1, "test-pool", first=lambda x: x in (3, 4))
+    assert got == [100, 101, 102, 103, 104]
+    assert started == [3, 4, 0, 1, 2]
+    started.clear()
+    assert at_once(read, [0, 1, 2], 1, "test-pool") == [100, 101, 102]
+    assert started == [0, 1, 2]  # without `first`, in order

@@ -1,0 +1,144 @@
+"""Rules and knowledge after blind round 42 (scored before any change), each with a control
+that must not trigger it: a fix is a general form or fact, never an answer keyed to one card."""
+
+from __future__ import annotations
+
+import pytest
+
+from agent.evidence import last_launch, launch_starts
+from agent.facts import Facts
+from agent.nodes import _shows_the_failure
+from agent.rules.host import host_rules
+from agent.rules.proof import shm_need_bytes
+from agent.rules.restarts import restart_rules
+from tools.container_inspect import ContainerState
+
+BANNER = "(APIServer pid=1) INFO 07-15 08:59:47 [api_server.py:1896] vLLM API server version 0.27.1"
+ARGS = "(APIServer pid=1) INFO 07-15 08:59:47 [utils.py:328] non-default args: {'tensor_parallel_size': 2}"
+INIT = (
+    "(EngineCore_DP0 pid=108) INFO 07-15 09:00:04 [core.py:93] Initializing a V1 LLM engine "
+    "(v0.27.1) with config: model='m'"
+)
+RING = (
+    "(EngineCore_DP0 pid=108) INFO 07-15 09:00:04 [shm_broadcast.py:313] vLLM message queue "
+    "communication handle: Handle(local_reader_ranks=[0, 1], buffer_handle=(2, 25165824, 10, "
+    "'psm_3c0f7e12'), local_subscribe_addr='ipc:///tmp/6e2b', remote_subscribe_addr=None)"
+)
+DIED = (
+    "(EngineCore_DP0 pid=108) ERROR 07-15 11:47:36 [multiproc_executor.py:240] Worker proc "
+    "VllmWorker-1 died unexpectedly, shutting down executor."
+)
+TRACE = [
+    "(EngineCore_DP0 pid=108) ERROR 07-15 11:47:36 [core.py:955] Traceback (most recent call last):",
+    '(EngineCore_DP0 pid=108) ERROR 07-15 11:47:36 [core.py:955]   File "core.py", line 946, in run_engine_core',
+    "(EngineCore_DP0 pid=108) ERROR 07-15 11:47:36 [core.py:955] RuntimeError: Executor failed.",
+]
+SERVING = (
+    '(APIServer pid=1) INFO:     172.17.0.1:41830 - "POST /v1/chat/completions HTTP/1.1" 200 OK'
+)
+SHM_LINE = "shm              64M  9.8M   55M  16% /dev/shm"
+
+
+def test_one_launchs_header_is_one_launch_and_a_relaunch_starts_the_next() -> None:
+    """vLLM prints three launch markers as it starts (banner, non-default args, engine init):
+    they were read as three launches, so "from the last launch on" cut the first lines of the
+    only run, and a restarted container's earlier instance was the one line between two markers
+    of the relaunch's own header. Control: a relaunch (the banner again) starts the next."""
+    one = [BANNER, ARGS, INIT, "loading", SERVING]
+    assert launch_starts(one) == [0] and last_launch(one) == 0
+    two = [*one, DIED, "Shutting down", BANNER, ARGS, INIT, SERVING]
+    assert launch_starts(two) == [0, 7] and last_launch(two) == 7
+
+
+def test_a_restarted_containers_earlier_instance_is_split_where_the_relaunch_begins() -> None:
+    got: list[tuple[str, float]] = []
+    lines = [
+        BANNER,
+        ARGS,
+        INIT,
+        SERVING,
+        DIED,
+        *TRACE,
+        "Shutting down",
+        BANNER,
+        ARGS,
+        INIT,
+        SERVING,
+    ]
+    obs = [
+        {"id": "o9", "tool": "container_logs", "args": {}, "ok": True, "lines": lines, "data": {}}
+    ]
+    facts = Facts(container=ContainerState(name="qwen-vl", running=True, restart_count=1))
+    restart_rules(facts, obs, lambda lb, k, w, o, ln, n: got.append((lb, w)))  # type: ignore[arg-type]
+    assert any(lb == "still_starting" and w < 0 for lb, w in got), got
+    got.clear()  # control: the same log of a container that never restarted
+    restart_rules(
+        Facts(container=ContainerState(name="q", running=True)), obs, lambda *a: got.append(a)
+    )  # type: ignore[arg-type]
+    assert got == []
+
+
+def _shm_said(need_line: str | None, shm_mib: float, restarts: int = 0) -> list[tuple[str, float]]:
+    facts = Facts(
+        shm_mib=shm_mib,
+        shm_use_pct=16.0,
+        shm_line=SHM_LINE,
+        disk_obs="o4",
+        ps_available=True,
+        server_pids=[1],
+        container=ContainerState(name="c", running=True, restart_count=restarts),
+    )
+    if need_line is not None:
+        need = shm_need_bytes(need_line)
+        assert need is not None
+        facts.shm_need_mib, facts.shm_need_line, facts.shm_need_obs = need / 2**20, need_line, "o9"
+    said: list[tuple[str, float]] = []
+    host_rules(facts, [], lambda lb, k, w, o, ln, n: said.append((lb, w)))
+    return [(lb, w) for lb, w in said if lb == "shm_too_small"]
+
+
+def test_a_ring_bigger_than_dev_shm_is_the_shortfall_in_numbers() -> None:
+    """vLLM's TP message queue maps max_chunks x max_chunk_bytes of /dev/shm (10 x 24 MiB):
+    tmpfs hands pages out as they are written, so in Docker's 64 MiB default it starts fine,
+    serves text, and a worker dies of SIGBUS with no traceback once image payloads fill the
+    ring. The live instance's 16% use had refuted shm_too_small. Controls: the same ring in a
+    16 GiB /dev/shm supports nothing; a small /dev/shm with no ring line and no restart is
+    still refuted by the live launch's room."""
+    assert shm_need_bytes(RING) == 10 * 25165824
+    assert shm_need_bytes(INIT) is None
+    said = _shm_said(RING, 64.0)
+    assert said and all(w > 0 for _, w in said), said
+    assert not any(w > 0 for _, w in _shm_said(RING, 16384.0))
+    assert all(w < 0 for _, w in _shm_said(None, 64.0))
+
+
+def test_a_restarted_containers_dev_shm_use_now_says_nothing_of_the_death() -> None:
+    """The instance that uses /dev/shm now is not the one that died: its room refutes nothing.
+    Control: the same container without a restart."""
+    assert not any(w < 0 for _, w in _shm_said(None, 64.0, restarts=1))
+    assert any(w < 0 for _, w in _shm_said(None, 64.0, restarts=0))
+
+
+@pytest.mark.parametrize(
+    ("symptom", "shows"),
+    [
+        (
+            'my server on port 8000 is fine, but the new launch dies with "CUDA error: the provided PTX was compiled with an unsupported toolchain"',
+            True,
+        ),
+        ("my server on port 8000 is fine, but the new launch dies with a CUDA error", False),
+        ('the new launch dies with "no such error anywhere in this log"', False),
+    ],
+)
+def test_the_log_that_shows_the_quoted_failure_is_the_one_asked_about(
+    symptom: str, shows: bool
+) -> None:
+    """The operator names the port of a neighbour that works and quotes the error of the launch
+    whose log they passed: that log is not set aside for the neighbour's. Controls: no quote, or
+    a quote the log does not hold (the port then decides, as before)."""
+    log = [
+        BANNER,
+        "(APIServer pid=7) INFO [utils.py:233] non-default args: {'port': 8001}",
+        "RuntimeError: CUDA error: the provided PTX was compiled with an unsupported toolchain.",
+    ]
+    assert _shows_the_failure(symptom, log) is shows
