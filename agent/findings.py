@@ -22,6 +22,7 @@ from agent.rules.common import (
     OTHER_PROC_MEM,
     PHASE_PREFIX,
     STRONG_CAP,
+    WEAK_CAP,
     WEIGHT,
 )
 from agent.rules.hang import earlier_instance_hits, hang_rules
@@ -198,6 +199,7 @@ def _compute(observations: list[Observation]) -> tuple[list[Finding], Facts]:
     fatal_lines = [(o, m) for o, m in hits if m.strength == "fatal"]
     first_fatal = fatal_lines[0][1].line if fatal_lines else None
     strong_sum: dict[str, float] = {}
+    weak_sum: dict[str, float] = {}
     ended: dict[str, set[str]] = {}
     stale_possible = stale_gpu_possible(facts, hits)
     for o, m in hits:
@@ -283,6 +285,10 @@ def _compute(observations: list[Observation]) -> tuple[list[Finding], Facts]:
         if m.signature == "transformers-too-old-for-model" and unknown_model_type([(o, m)]):
             # no release knows the model type: not a version to upgrade (causes.py says what)
             w = min(w, WEIGHT["weak"])
+        if m.strength == "weak":
+            if weak_sum.get(label, 0.0) >= WEAK_CAP:
+                continue
+            weak_sum[label] = weak_sum.get(label, 0.0) + w
         if m.strength == "strong":
             if strong_sum.get(label, 0.0) >= STRONG_CAP:
                 continue

@@ -110,6 +110,7 @@ class Nodes(_Strict):
 class Thresholds(_Strict):
     signature_weight: SignatureWeight
     strong_cap: float
+    weak_cap: float
     board: Board
     fact: Fact
     structure: Structure

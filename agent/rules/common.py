@@ -14,6 +14,7 @@ from tools import engines
 #: signature weights and the cap on repeated strong lines: agent/knowledge/thresholds.yaml
 WEIGHT = THRESHOLDS.signature_weight.model_dump()
 STRONG_CAP = THRESHOLDS.strong_cap  # repeated warnings must not outweigh one fatal line
+WEAK_CAP = THRESHOLDS.weak_cap  # repeated notices must not make a label supported
 F = THRESHOLDS.fact
 PHASE_PREFIX = "phase-"  # knowledge/signatures: lines that tell which start-up phase ran
 OOM_LABELS = {"gpu_oom_weights", "cuda_oom_runtime"}

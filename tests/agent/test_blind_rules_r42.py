@@ -142,3 +142,49 @@ def test_the_log_that_shows_the_quoted_failure_is_the_one_asked_about(
         "RuntimeError: CUDA error: the provided PTX was compiled with an unsupported toolchain.",
     ]
     assert _shows_the_failure(symptom, log) is shows
+
+
+def _log_obs(lines: list[str]) -> list[dict]:
+    return [
+        {
+            "id": "o1",
+            "tool": "log_tail",
+            "args": {"path": "/srv/triton.log"},
+            "ok": True,
+            "lines": lines,
+            "data": {"host": "gpu-box", "path": "/srv/triton.log", "size": 4096, "tail": lines},
+            "round": 0,
+        }
+    ]
+
+
+NOTICES = [
+    f"[TensorRT-LLM][WARNING] {p} is not specified, will use default value"
+    for p in ("max_tokens_in_paged_kv_cache", "kv_cache_free_gpu_mem_fraction", "max_num_sequences")
+] + [
+    f"[TensorRT-LLM][WARNING] [json.exception.out_of_range.403] key '{k}' not found"
+    for k in ("version", "max_draft_len", "lora_rank", "beam_width", "gather_logits")
+]
+TOKENIZER = (
+    "E1030 09:08:33.484284 1399 backend_model.cc:634] ERROR: Failed to create instance: "
+    "ValueError: Tokenizer class BaichuanTokenizer does not exist or is not currently imported."
+)
+
+
+def test_repeated_notices_never_make_a_cause_that_takes_the_errors_belief() -> None:
+    """Eight "parameter not specified, default used" notices (a weak signature of
+    bad_launch_argument, 0.25 each) made it supported, and as a cause that explains
+    model_load_error it took the tokenizer failure's belief. Weak lines now add up to at most
+    `weak_cap`, below support. Control: the notices alone still weigh something (not nothing)."""
+    from agent.board import SUPPORTED_AT, build
+    from agent.findings import compute
+    from agent.rules.common import WEAK_CAP
+
+    findings, _ = compute(_log_obs([*NOTICES, TOKENIZER]))  # type: ignore[arg-type]
+    weak = sum(f["strength"] for f in findings if f["label"] == "bad_launch_argument")
+    assert 0 < weak <= WEAK_CAP < SUPPORTED_AT
+    board = build("triton fails to load all models", findings)
+    top = max(board.values(), key=lambda h: h["score"])
+    assert top["label"] == "model_load_error", {k: h["score"] for k, h in board.items()}
+    alone, _ = compute(_log_obs(NOTICES))  # type: ignore[arg-type]
+    assert any(f["label"] == "bad_launch_argument" and f["strength"] > 0 for f in alone)
