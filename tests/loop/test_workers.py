@@ -475,6 +475,13 @@ def test_a_frozen_worker_is_declared_lost_and_stands_down_when_it_wakes(
         "PIVOT_LOOP_LEASE_S": "3",
     }
     plan, cfgs = _plan(tmp_path / "shared")
+    # a benchmark waits while a hold file exists, so the stop lands inside slot-c's however
+    # loaded the box (between a 20 ms poll seeing the phase and the signal, a sub-second
+    # benchmark could end); the file is made while slot-c's experiment is before its benchmark
+    hold = tmp_path / "hold"
+    plan.baseline.benchmark.command = (
+        f"while [ -e {hold} ]; do sleep 0.05; done; " + plan.baseline.benchmark.command
+    )
     before = {name: cfg.read_bytes() for name, cfg in cfgs.items()}
     plan_file = tmp_path / "plan.yaml"
     plan_file.write_text(yaml.safe_dump(plan.model_dump(mode="json")))
@@ -491,13 +498,20 @@ def test_a_frozen_worker_is_declared_lost_and_stands_down_when_it_wakes(
         with psycopg.connect(url, autocommit=True) as conn:
             while frozen is None and time.monotonic() < deadline:
                 with contextlib.suppress(psycopg.errors.UndefinedTable):  # not migrated yet
-                    frozen = conn.execute(
-                        """select name from experiments where host = 'slot-c'
-                           and phase = 'benchmark' limit 1"""
-                    ).fetchone()
+                    phases = {
+                        r[0]
+                        for r in conn.execute(
+                            "select phase from experiments where host = 'slot-c'"
+                        ).fetchall()
+                    }
+                    if phases & {"preflight", "apply", "launch", "ready"} and not hold.exists():
+                        hold.touch()
+                    if "benchmark" in phases and hold.exists():
+                        frozen = True
                 time.sleep(0.02)
-        assert frozen, "slot-c never reached a benchmark"
+        assert frozen, "slot-c never reached a held benchmark"
         procs["slot-c"].send_signal(signal.SIGSTOP)
+        hold.unlink()  # the others go on; slot-c's benchmark ends while it is stopped
         time.sleep(6)  # twice the lease
         procs["slot-c"].send_signal(signal.SIGCONT)
         out = {name: p.communicate(timeout=400) for name, p in procs.items()}
