@@ -60,6 +60,8 @@ class _Structure(BaseModel):
     column_header: list[str] = []
     phase_warning: list[str] = []
     shm_need: list[str] = []
+    script_step: str = "(?!x)x"
+    output_flag: str = "(?!x)x"
 
 
 def _any(patterns: list[str]) -> re.Pattern[str]:
@@ -287,6 +289,17 @@ def shm_need_bytes(line: str) -> int | None:
         if m is not None:
             return int(m.group("bytes")) * int(m.groupdict().get("count") or 1)
     return None
+
+
+def script_step(line: str) -> str | None:
+    """The command a script's trace line says it runs next ("+ trtllm-build ..."), or None."""
+    m = re.match(_structure().script_step, line)
+    return line[m.end() :] if m is not None else None
+
+
+def output_paths(command: str) -> list[str]:
+    """The paths a command's flags say it writes (--output_dir X, -o X)."""
+    return [p.rstrip("/") for p in re.findall(_structure().output_flag, command) if len(p) > 1]
 
 
 def phase_warning(line: str) -> bool:

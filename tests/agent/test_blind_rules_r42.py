@@ -188,3 +188,47 @@ def test_repeated_notices_never_make_a_cause_that_takes_the_errors_belief() -> N
     assert top["label"] == "model_load_error", {k: h["score"] for k, h in board.items()}
     alone, _ = compute(_log_obs(NOTICES))  # type: ignore[arg-type]
     assert any(f["label"] == "bad_launch_argument" and f["strength"] > 0 for f in alone)
+
+
+PIPELINE = [
+    "+ python3 /backend/examples/llama/convert_checkpoint.py --model_dir /models/l3 --output_dir /engines/ckpt/l3",
+    "[TensorRT-LLM] TensorRT-LLM version: 0.14.0",
+    "Traceback (most recent call last):",
+    '  File "/backend/examples/llama/convert_checkpoint.py", line 16, in <module>',
+    "    from tensorrt_llm.models.convert_utils import infer_dtype",
+    "ImportError: cannot import name 'infer_dtype' from 'tensorrt_llm.models.convert_utils'",
+    "+ trtllm-build --checkpoint_dir /engines/ckpt/l3 --output_dir /engines/l3/1-gpu",
+    "Traceback (most recent call last):",
+    '  File "/usr/local/bin/trtllm-build", line 8, in <module>',
+    "FileNotFoundError: [Errno 2] No such file or directory: '/engines/ckpt/l3/config.json'",
+    "+ python3 /backend/tools/fill_template.py -i /repo/tensorrt_llm/config.pbtxt engine_dir:/engines/l3/1-gpu",
+    "+ python3 /backend/scripts/launch_triton_server.py --world_size=1 --model_repo=/repo",
+    'E1126 10:14:40.470114 211 backend_model.cc:692] "ERROR: Failed to create instance: '
+    "unexpected error when creating modelInstanceState: [json.exception.parse_error.101] parse "
+    'error at line 1, column 1: syntax error while parsing value - unexpected end of input"',
+]
+
+
+def test_a_scripts_first_failed_step_is_the_cause_of_the_steps_that_read_its_output() -> None:
+    """A deploy script without `set -e`: the checkpoint conversion failed on an import, the
+    build then found no checkpoint, Triton no engine config, and its JSON parse error (a
+    model_load_error signature) was the answer. The build's command reads the path the failed
+    step was to write: that link proves the failed step's error the cause. Control: the same
+    failures in steps that share no path stay two independent failures."""
+    from agent.rules.pipeline import pipeline_rules, starved_chain
+
+    found = starved_chain(PIPELINE)
+    assert found is not None
+    cmd, fatal, later = found
+    assert "convert_checkpoint.py" in cmd and fatal.startswith("ImportError")
+    assert [p for _, _, p in later] == ["/engines/ckpt/l3", "/engines/l3/1-gpu"]
+    got: list[tuple[str, float, str]] = []
+    pipeline_rules(_log_obs(PIPELINE), lambda lb, k, w, o, ln, n: got.append((lb, w, ln)))  # type: ignore[arg-type]
+    assert ("dependency_error", 4.0, fatal) in got, got
+    assert any(lb == "model_load_error" and w < 0 for lb, w, _ in got), got
+    # the build reads another checkpoint (its command and its error name another path)
+    apart = PIPELINE[:6] + [
+        ln.replace("/engines/ckpt/l3", "/elsewhere/ckpt") for ln in PIPELINE[6:]
+    ]
+    assert starved_chain(apart) is None
+    assert starved_chain([ln for ln in PIPELINE if not ln.startswith("+ ")]) is None  # no trace
