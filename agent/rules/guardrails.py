@@ -344,6 +344,8 @@ def _still_starting(action: Action, by_id, facts: Facts, hits: Hits) -> list[str
         or at_work
         # a bar slower than the watched window: no growth in it is expected (qualify says so)
         or rules_hang.slow_bar(list(by_id.values()), facts) is not None
+        # a setting the engine warned slows every step, a process busy on a CPU (inferred)
+        or rules_hang.slowed_by_setting(facts, list(by_id.values())) is not None
     )
     if not any(facts.log_growth.values()) and not working:
         out.append(
@@ -808,6 +810,24 @@ def _qualify_slow_bar(action: Action, observations: list[Observation], facts: Fa
     if any(facts.log_growth.values()):
         return action
     slow = rules_hang.slow_bar(observations, facts)
+    slowed = rules_hang.slowed_by_setting(facts, observations)
+    if (
+        slow is None
+        and slowed is not None
+        and not (
+            rules_hang.gpu_memory_moved(observations)
+            or rules_hang.quiet_phase_at_work(facts, observations)
+        )
+    ):
+        _, line, pid = slowed
+        return _inferred(
+            action,
+            "still_starting",
+            f"(inferred: the log did not grow in the watch; the engine warned that a setting "
+            f"slows every step ({line.strip()[:90]!r}) and pid {pid} is busy on a CPU)",
+            f" To confirm: `py-spy dump --pid {pid}` shows it loading or compiling, or the log "
+            "moves on given more time; remove the setting and relaunch to start at full speed.",
+        )
     if slow is None:
         work = working_on_logged_file(facts, observations)
         if work is None:

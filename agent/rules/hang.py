@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import re
 
-from agent.evidence import LOG_READS, LOG_TOOLS, latest_text_observations, text_lines
+from agent.evidence import LOG_READS, LOG_TOOLS, last_launch, latest_text_observations, text_lines
 from agent.facts import Facts
 from agent.rules import proof
+from agent.rules.common import F
 from agent.rules.own_fatal import own_fatal_since_launch
 from agent.state import Observation
 from agent.thresholds import THRESHOLDS
@@ -184,6 +185,36 @@ def quiet_phase_at_work(
         f"the launch is in a phase that runs quietly ({phase.strip()[:80]!r}) and its only "
         f"GPU computes at {g.util_pct:.0f}%: working, not hung (one rank has no peer to wait for)",
     )
+
+
+def slowed_by_setting(facts: Facts, observations: list[Observation]) -> tuple[str, str, int] | None:
+    """(observation, warning line, busy pid) when the launch's log, from its last launch on,
+    carries the engine's warning that a setting slows every step, and a process of the live
+    launch is busy on a CPU (ps's lifetime %CPU): slow, at work. Not when the log stops in a
+    collective or the launch's GPUs spin: a tracing switch is what one turns on to debug a hang,
+    and a rank spinning in an all-reduce is busy on its CPU too."""
+    if not facts.server_alive or collective_phase_line(observations) is not None:
+        return None
+    if pinned_gpus(facts, observations)[0]:
+        return None
+    busy = next(
+        (
+            p
+            for p in facts.server_pids
+            if float(facts._ps_recs.get(p, {}).get("cpu_pct") or 0.0) >= _H.working_pct
+        ),
+        None,
+    )
+    if busy is None:
+        return None
+    for o in latest_text_observations(observations):
+        if o["tool"] not in LOG_TOOLS or o["args"].get("pattern"):
+            continue
+        lines = text_lines(o)
+        line = next((ln for ln in lines[last_launch(lines) :] if proof.slowdown(ln)), None)
+        if line is not None:
+            return o["id"], line, busy
+    return None
 
 
 def compiler_child(facts: Facts) -> tuple[int, str] | None:
@@ -497,6 +528,22 @@ def hang_rules(facts: Facts, observations: list[Observation], hits, add) -> None
         )
         if log is not None:
             add("still_starting", "fact", 0.25, log["id"], phase, "the phase it is in")
+        return
+    slowed = slowed_by_setting(facts, observations) if quiet and not fatal_end else None
+    if slowed is not None:
+        oid, line, pid = slowed
+        add(
+            "still_starting",
+            "fact",
+            COMPILING,
+            oid,
+            line,
+            f"the engine warned that a setting in effect slows every step, and pid {pid} is busy "
+            "on a CPU: the quiet log is the slowdown at work, not a hang (remove the setting)",
+        )
+        add(
+            "nccl_failure", "fact", F.weakens, oid, line, "a slowed launch at work, not one waiting"
+        )
         return
     if silent(facts) and slow_bar(observations, facts) is not None:
         return  # watched for less than one step of its own bar: no silence established

@@ -176,10 +176,12 @@ def liveness_rules(facts: Facts, observations: list[Observation], hits, add) -> 
                 and not m.signature.startswith(PHASE_PREFIX)
                 for _, m in hits
             )
-            from agent.rules.hang import gpu_memory_moved
+            from agent.rules.hang import gpu_memory_moved, slowed_by_setting
 
             if gpu_memory_moved(observations) is not None and not blocked:
                 pass  # the GPUs' memory moved meanwhile: working, weighed by the hang rules
+            elif slowed_by_setting(facts, observations) is not None and not blocked:
+                pass  # slowed by a setting the engine warned of, busy: weighed by the hang rules
             elif slow is not None and not blocked:
                 _, bar, pace, window = slow
                 # weighed as the watch would have been had it lasted one step; qualify() says

@@ -60,6 +60,7 @@ class _Structure(BaseModel):
     column_header: list[str] = []
     phase_warning: list[str] = []
     shm_need: list[str] = []
+    slowdown: list[str] = []
     script_step: str = "(?!x)x"
     output_flag: str = "(?!x)x"
 
@@ -111,6 +112,7 @@ def _rx() -> dict[str, re.Pattern[str]]:
         "error_shaped": _any(s.error_shaped or ["(?!x)x"]),
         "column_header": _any(s.column_header or ["(?!x)x"]),
         "phase_warning": _any(s.phase_warning or ["(?!x)x"]),
+        "slowdown": _any(s.slowdown or ["(?!x)x"]),
     }
 
 
@@ -300,6 +302,11 @@ def script_step(line: str) -> str | None:
 def output_paths(command: str) -> list[str]:
     """The paths a command's flags say it writes (--output_dir X, -o X)."""
     return [p.rstrip("/") for p in re.findall(_structure().output_flag, command) if len(p) > 1]
+
+
+def slowdown(line: str) -> bool:
+    """The engine warns that a setting in effect slows every step (VLLM_TRACE_FUNCTION)."""
+    return bool(_rx()["slowdown"].search(line))
 
 
 def phase_warning(line: str) -> bool:

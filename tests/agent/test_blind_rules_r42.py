@@ -232,3 +232,63 @@ def test_a_scripts_first_failed_step_is_the_cause_of_the_steps_that_read_its_out
     ]
     assert starved_chain(apart) is None
     assert starved_chain([ln for ln in PIPELINE if not ln.startswith("+ ")]) is None  # no trace
+
+
+BUILD_LOG = [
+    "Loading Model: [2/2]    Building TRT-LLM engine",
+    "[08/18/2026-09:16:17] [TRT-LLM] [I] Set dtype to bfloat16.",
+    "[08/18/2026-09:16:25] [TRT-LLM] [I] Build TensorRT engine Unnamed Network 0",
+    "[08/18/2026-09:16:25] [TRT] [W] Unused Input: position_ids",
+    "[08/18/2026-09:16:27] [TRT] [I] Global timing cache in use. Profiling results in this builder pass will be stored.",
+]
+
+
+def test_tensorrts_builder_lines_are_inside_the_build_phase() -> None:
+    """trtllm-serve --backend tensorrt builds its engine for minutes; the log's last lines are
+    TensorRT's own builder logger ("[TRT] [I] ..."), which speaks only inside a build: the
+    phase is the TRT-LLM step line before them. Control: a log whose last line is an ordinary
+    info line after the build names no quiet phase."""
+    from agent.rules.hang import quiet_phase_line
+
+    obs = _log_obs(BUILD_LOG)
+    assert quiet_phase_line(obs) == BUILD_LOG[2]  # type: ignore[arg-type]
+    after = [*BUILD_LOG, "[TensorRT-LLM][INFO] Loaded engine size: 62511 MiB"]
+    assert quiet_phase_line(_log_obs(after)) is None  # type: ignore[arg-type]
+
+
+TRACE_ON = (
+    "WARNING 05-22 09:09:13 logger.py:105] VLLM_TRACE_FUNCTION is enabled. It will record every "
+    "function executed by Python. This will slow down the code. It is suggested to be used for "
+    "debugging hang or crashes only."
+)
+
+
+def _slowed(last: str, util: float, cpu: float) -> object:
+    from agent.facts import GpuFact
+    from agent.rules.hang import slowed_by_setting
+
+    facts = Facts(
+        ps_available=True,
+        server_pids=[41002],
+        gpus=[GpuFact(index=0, used_mib=1931.0, total_mib=23028.0, util_pct=util, line="0, A10G")],
+        gpu_obs="o1",
+    )
+    facts._ps_recs[41002] = {"cpu_pct": cpu}
+    lines = [BANNER, TRACE_ON, "INFO 05-22 09:11:46 selector.py:33] Using XFormers backend.", last]
+    return slowed_by_setting(facts, _log_obs(lines))  # type: ignore[arg-type]
+
+
+def test_a_launch_slowed_by_a_setting_the_engine_warned_of_is_at_work_not_hung() -> None:
+    """A VLLM_TRACE_FUNCTION=1 left in an env file: the engine warns it slows every step, the
+    log is quiet for half an hour, the process is busy on a CPU and its GPU idle: slow, not
+    hung. Controls: the same warning with the log stopped in NCCL's set-up and the GPU pinned
+    (tracing is what one turns on to debug a hang), or the process idle on its CPU."""
+    assert _slowed("INFO 05-22 09:11:52 selector.py:33] Using XFormers backend.", 0.0, 99.6)
+    nccl = (
+        "NCCL INFO comm 0x5581 rank 0 nranks 2 cudaDev 0 busId 1000 commId 0x3c6a - Init COMPLETE"
+    )
+    assert _slowed(nccl, 100.0, 99.9) is None
+    assert (
+        _slowed("INFO 05-22 09:11:52 selector.py:33] Using XFormers backend.", 100.0, 99.9) is None
+    )
+    assert _slowed("INFO 05-22 09:11:52 selector.py:33] Using XFormers backend.", 0.0, 0.1) is None
