@@ -20,6 +20,7 @@ from agent.rules.common import (
     F,
 )
 from agent.rules.hang import slow_bar
+from agent.rules.restarts import earlier_instance_ended
 from agent.state import Observation
 from agent.thresholds import THRESHOLDS
 
@@ -112,8 +113,11 @@ def liveness_rules(facts: Facts, observations: list[Observation], hits, add) -> 
             )
         killed_sig = any(m.label == "killed_externally" for _, m in hits)
         pressure = _memory_pressure(facts, add)
+        # a restarted container's live instance is not the one that ended before it
+        relaunched = earlier_instance_ended(facts, observations)
         if (
-            not any(m.label == "host_oom_killed" for _, m in hits)
+            not relaunched
+            and not any(m.label == "host_oom_killed" for _, m in hits)
             and not facts.ranks_gone
             and not facts.core_gone_line
             and not pressure
@@ -127,7 +131,13 @@ def liveness_rules(facts: Facts, observations: list[Observation], hits, add) -> 
                 alive_line,
                 f"{alive}: the OOM killer did not end it",
             )
-        if not fatal and not killed_sig and not facts.ranks_gone and not facts.core_gone_line:
+        if (
+            not fatal
+            and not killed_sig
+            and not relaunched
+            and not facts.ranks_gone
+            and not facts.core_gone_line
+        ):
             add(
                 "killed_externally",
                 "fact",

@@ -84,6 +84,19 @@ def restart_rules(facts: Facts, observations: list[Observation], add) -> None:  
                     )
 
 
+def earlier_instance_ended(facts: Facts, observations: list[Observation]) -> bool:
+    """The container restarted and its log holds an earlier instance before the current one:
+    the live instance is not the one that ended, so its being alive refutes no death."""
+    c = facts.container
+    if c is None or c.restart_count <= 0:
+        return False
+    return any(
+        len(launch_starts(text_lines(o))) >= 2
+        for o in observations
+        if o["tool"] == "container_logs" and o["ok"] and not o["args"].get("pattern")
+    )
+
+
 def _fatal_near_end(lines: list[str], named: list[Match]) -> str | None:
     """A fatal line a signature knows among the earlier instance's last lines that is its own
     (a server's error line is not always a traceback: uvicorn's failed bind is one line, then an

@@ -292,3 +292,39 @@ def test_a_launch_slowed_by_a_setting_the_engine_warned_of_is_at_work_not_hung()
         _slowed("INFO 05-22 09:11:52 selector.py:33] Using XFormers backend.", 100.0, 99.9) is None
     )
     assert _slowed("INFO 05-22 09:11:52 selector.py:33] Using XFormers backend.", 0.0, 0.1) is None
+
+
+def test_a_restarted_containers_live_instance_refutes_no_death() -> None:
+    """The container restarted after its worker died; the live instance answers. Its being
+    alive had refuted killed_externally and host_oom_killed ("nothing killed it"), though the
+    incident is the instance before it (a model session flagged it from the board it saw).
+    Control: the same live instance of a container that never restarted refutes both."""
+    from agent.rules.liveness import liveness_rules
+
+    lines = [BANNER, ARGS, INIT, SERVING, DIED, "Shutting down", BANNER, ARGS, INIT, SERVING]
+    obs = [
+        {
+            "id": "o2",
+            "tool": "processes",
+            "args": {},
+            "ok": True,
+            "lines": ["PID", "1 vllm serve"],
+            "data": {},
+        },
+        {"id": "o9", "tool": "container_logs", "args": {}, "ok": True, "lines": lines, "data": {}},
+    ]
+
+    def refuted(restarts: int) -> set[str]:
+        facts = Facts(
+            ps_available=True,
+            ps_obs="o2",
+            server_pids=[1],
+            procs={1: "1 vllm serve"},
+            container=ContainerState(name="qwen-vl", running=True, restart_count=restarts),
+        )
+        got: set[str] = set()
+        liveness_rules(facts, obs, [], lambda lb, k, w, o, ln, n: got.add(lb) if w < 0 else None)  # type: ignore[arg-type]
+        return got & {"killed_externally", "host_oom_killed"}
+
+    assert refuted(1) == set()
+    assert refuted(0) == {"killed_externally", "host_oom_killed"}
