@@ -65,3 +65,17 @@ def test_pages_break_between_lines_so_no_quoted_line_straddles_two() -> None:
     assert "\n".join(pages).split("\n") == lines  # every line whole, in order, on one page
     long = relay.paginate("a" * 1200, 500)  # control: a line longer than a page is cut
     assert [len(p) for p in long] == [500, 500, 200]
+
+
+def test_next_piped_into_head_ends_quietly(tmp_path: Path) -> None:
+    """`next ... | head` closes the pipe while the page is printed: a model session saw a
+    BrokenPipeError traceback and re-read the request to be sure it had not failed."""
+    (tmp_path / "req").mkdir()
+    (tmp_path / "resp").mkdir()
+    body = "\n".join(f"line {i} " + "x" * 200 for i in range(2000))
+    req = {"messages": [{"role": "user", "content": body}], "tools": []}
+    (tmp_path / "req" / "00001.json").write_text(json.dumps(req))
+    cmd = f"{sys.executable} {RELAY} --dir {tmp_path} next --page-chars 400000 | head -1"
+    r = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, timeout=60)
+    assert r.stdout.strip(), r.stderr
+    assert "BrokenPipeError" not in r.stderr and "Traceback" not in r.stderr, r.stderr
