@@ -104,6 +104,8 @@ def _set_aside(
 
 #: a pod whose container has restarted: its earlier instances' logs are the loop's story
 _RESTARTED = re.compile(r"^\s*Restart Count:\s*[1-9]")
+#: the pod's own start (`kubectl describe pod`'s "Start Time:"), before any of its instances
+_POD_START = re.compile(r"^\s*Start Time:\s")
 
 
 def _before_the_runtime_log(latest: list[Observation]) -> set[str]:
@@ -120,6 +122,12 @@ def _before_the_runtime_log(latest: list[Observation]) -> set[str]:
         if o["args"].get("pattern") or o["args"].get("previous"):
             continue
         if any(_RESTARTED.match(ln) for ln in o["lines"]):
+            # a loop: its earlier instances are its story, but not what ended before the pod
+            # itself began (yesterday's saved log of another pod)
+            began = next((ln for ln in o["lines"] if _POD_START.match(ln)), None)
+            sp = logtime.span([began]) if began else None
+            if sp is not None:
+                starts.append(sp[0])
             continue
         lines = text_lines(o)
         marks = [i for i, ln in enumerate(lines) if launch_line(ln)]

@@ -156,11 +156,14 @@ def sweep(state: State, runtime: Runtime[RunContext]) -> dict[str, Any]:
     if logs and not ctx.extra_logs and "processes" in TOOLS:
         # now that the logs are known, tie each to the process writing it (/proc/PID/fd)
         wave2.append(("processes", {"logs": logs[:MAX_LOGS]}))
-    pods = _server_pods(obs1) if not ctx.extra_logs and "service_logs" in TOOLS else []
+    listed = _listed_pods(obs1) if not ctx.extra_logs and "service_logs" in TOOLS else []
+    # the pod the operator names (by its name or its Deployment's) is the server's, whatever it
+    # is called ("llama31-8b-6d9f7c8b54-x2kq9" names no engine); else a pod named like a server
+    named = _pod_named(state.get("symptom", ""), listed)
+    pods = [named] if named else [p for p in listed if service_logs.SERVER_NAME.search(p)]
     if pods:
         # a cluster this host reaches runs an inference server's pod: its log is `kubectl logs`,
         # whatever files lie about (an operator's saved copy of an earlier pod's log is not it)
-        named = _pod_named(state.get("symptom", ""), pods)
         wave2.append(("service_logs", {"kind": "kubectl", **({"name": named} if named else {})}))
     elif not logs and "service_logs" in TOOLS:
         # no log file: the server may log to docker/k8s/journald (the unit named, when it is)
@@ -175,6 +178,11 @@ def sweep(state: State, runtime: Runtime[RunContext]) -> dict[str, Any]:
         done.append(f"oom_search:{sorted(args.items())}")
     wave2 += [("config_read", {"path": p}) for p in configs[:MAX_CONFIGS] if "config_read" in TOOLS]
     obs2 = run_many(host, wave2, len(obs1) + 1, 0) if wave2 else []
+    prev = _previous_instances(obs2)
+    if prev:
+        # a pod whose container restarted: the instance that ended is the one asked about, and
+        # its own last lines say whether it died of an error or was at work when stopped
+        obs2 += run_many(host, prev, len(obs1) + len(obs2) + 1, 0)
     for o in obs2:
         _emit("observation", _obs_event(o))
     all_obs = obs1 + obs2
@@ -206,9 +214,9 @@ def sweep(state: State, runtime: Runtime[RunContext]) -> dict[str, Any]:
     }
 
 
-def _server_pods(obs1: list[Observation]) -> list[str]:
-    """Pods that look like an inference server's, from the sweep's cluster view (host_facts'
-    kubectl sections, read only where kubectl reaches a cluster)."""
+def _listed_pods(obs1: list[Observation]) -> list[str]:
+    """The pods the sweep's cluster view lists (host_facts' kubectl sections, read only where
+    kubectl reaches a cluster)."""
     out: list[str] = []
     for o in obs1:
         if o["tool"] != "host_facts" or not o["ok"]:
@@ -218,9 +226,31 @@ def _server_pods(obs1: list[Observation]) -> list[str]:
                 continue
             for ln in sec.get("lines") or []:
                 name = service_logs.pod_named_in(ln)
-                if name and service_logs.SERVER_NAME.search(name):
+                if name:
                     out.append(name)
     return list(dict.fromkeys(out))
+
+
+_RESTART_COUNT = re.compile(r"^\s*Restart Count:\s*(\d+)")
+
+
+def _previous_instances(obs: list[Observation]) -> list[tuple[str, dict[str, Any]]]:
+    """`--previous` reads of the pods whose log was read and whose record says the container
+    restarted (the record's "Restart Count:")."""
+    out: list[tuple[str, dict[str, Any]]] = []
+    for o in obs:
+        if o["tool"] != "service_logs" or not o["ok"] or o["args"].get("previous"):
+            continue
+        name = o["data"].get("name")
+        restarted = any(
+            (m := _RESTART_COUNT.match(ln)) and int(m.group(1)) > 0
+            for ln in o["data"].get("describe") or []
+        )
+        if name and restarted and o["data"].get("kind") in ("kubectl", "oc"):
+            out.append(
+                ("service_logs", {"kind": o["data"]["kind"], "name": name, "previous": True})
+            )
+    return out
 
 
 def _pod_named(symptom: str, pods: list[str]) -> str | None:

@@ -25,7 +25,14 @@ import time
 from dataclasses import dataclass
 from functools import lru_cache
 
-from cards.model import HostSnapshot, IncidentCard, Snapshots, TimedSnapshot, card_text_bytes
+from cards.model import (
+    HostSnapshot,
+    IncidentCard,
+    Snapshots,
+    TimedSnapshot,
+    card_text_bytes,
+    snapshot_texts,
+)
 from tools.host import (
     DEFAULT_MAX_BYTES,
     DEFAULT_TIMEOUT_S,
@@ -228,6 +235,15 @@ def _flags(args: list[str]) -> set[str]:
         elif not a.startswith("/"):
             out.add(a)
     return out
+
+
+#: a pod's STATUS in `kubectl get pods` when none of its containers runs
+_WAITING = re.compile(r"\s(?:CrashLoopBackOff|Error|OOMKilled|Completed|Init:CrashLoopBackOff)\s")
+
+
+def _previous(args: list[str]) -> bool:
+    """`kubectl logs --previous` (`-p`): the container instance before the running one."""
+    return any(a in ("--previous", "-p") or a.startswith("--previous=t") for a in args)
 
 
 #: Pivot's own state on a host (the config snapshot store): it starts empty on replay.
@@ -537,6 +553,24 @@ class ReplayHost:
         closest = self._closest_command(prog, args, t)
         return unrecorded if closest is None else closest
 
+    def _crash_looping(self, names: set[str]) -> bool:
+        """A pod these names include is listed (`kubectl get pods`) waiting to restart or ended:
+        no container of it runs."""
+        for key, value in self._snap.commands.items():
+            toks = _tokens(key)
+            if (
+                not toks
+                or posixpath.basename(toks[0]) not in ("kubectl", "oc")
+                or "get" not in toks
+            ):
+                continue
+            for text in snapshot_texts(value):
+                for row in text.splitlines():
+                    cols = row.split()
+                    if cols and cols[0] in names and _WAITING.search(row):
+                        return True
+        return False
+
     def _closest_command(
         self,
         prog: str,
@@ -564,6 +598,14 @@ class ReplayHost:
                 continue  # `kubectl logs POD -c init` is not another container's log
             if its is not None and mine is None:
                 score -= 1  # the pod's default container may be the one the card names
+            # `kubectl logs POD` is the running container's log, not `--previous`'s; a pod
+            # waiting in a crash loop runs none, and the kubelet serves the last one's
+            if (
+                prog in ("kubectl", "oc")
+                and _previous(args) != _previous(kargs)
+                and not (_previous(kargs) and self._crash_looping(_names(args)))
+            ):
+                continue
             if prog in _SUBCOMMAND_PROGS and _verb(args) and _verb(kargs) != _verb(args):
                 continue  # `kubectl logs POD` is not `kubectl get pod POD -o jsonpath=...`
             mine_n, its_n = _names(args), _names(kargs)

@@ -13,6 +13,8 @@ from functools import lru_cache
 
 from tools import engines
 
+_MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
+
 #: (year or None, month, day, hour, minute, second)
 Stamp = tuple[int | None, int, int, int, int, int]
 
@@ -27,7 +29,8 @@ def stamp(line: str) -> Stamp | None:
         m = pat.search(line)
         if m:
             g = m.groupdict()
-            mo, d = int(g["mo"]), int(g["d"])
+            mo = _MONTHS.index(g["mon"]) + 1 if g.get("mon") else int(g["mo"])
+            d = int(g["d"])
             if not (1 <= mo <= 12 and 1 <= d <= 31):
                 continue
             year = int(g["Y"]) if g.get("Y") else None

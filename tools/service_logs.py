@@ -134,7 +134,7 @@ _READY = re.compile(r"^\d+/\d+$")
 _FAILING = re.compile(r"(?i)BackOff|Error|OOMKilled|Crash|Pending|Failed|Init:|Evicted|Unknown")
 #: the lines of `kubectl describe pod` worth keeping: how its container ended, and why
 POD_KEEP = re.compile(
-    r"^\s*(Name|Namespace|Status|Reason|Exit Code|Restart Count|Started|Finished|Last State|State|"
+    r"^\s*(Name|Namespace|Start Time|Status|Reason|Exit Code|Restart Count|Started|Finished|Last State|State|"
     r"Message)\s*:|OOMKilled|Killing|Unhealthy|BackOff|Evicted|probe|FailedScheduling"
 )
 

@@ -697,8 +697,45 @@ def earlier_kill_open(facts: Facts, observations: list[Observation]) -> bool:
         float(facts._ps_recs.get(p, {}).get("cpu_pct") or 0.0) >= _H.working_pct
         for p in facts.server_pids
     )
-    at_work = busy or any(facts.log_growth.values()) or gpu_memory_moved(observations) is not None
+    at_work = (
+        busy
+        or any(facts.log_growth.values())
+        or gpu_memory_moved(observations) is not None
+        or killed_at_work(observations) is not None
+    )
     return bool(facts.server_alive) and not at_work
+
+
+def killed_at_work(observations: list[Observation]) -> tuple[str, str] | None:
+    """(observation, its last progress line) when an earlier instance's own log (`--previous`)
+    shows it at work (loading, compiling, a progress line among its last lines) until a stop
+    from outside ended it, with no error of its own: it was not stuck, it was stopped."""
+    from agent.rules.passed import END_WINDOW, own_end
+    from agent.signatures import scan
+
+    for o in reversed(observations):
+        if not (o["ok"] and o["args"].get("previous")) or o["args"].get("pattern"):
+            continue
+        lines = [ln for ln in text_lines(o) if ln.strip()]
+        ends = [i for i, ln in enumerate(lines[-END_WINDOW:]) if proof.external_end(ln)]
+        if not ends:
+            continue
+        # what the instance printed before the stop (the stop's own traceback cut off)
+        stop = len(lines) - min(END_WINDOW, len(lines)) + ends[-1]
+        head = lines[:stop]
+        tb = [i for i, ln in enumerate(head) if proof.traceback_start(ln)]
+        if tb and stop - tb[-1] <= END_WINDOW:
+            head = head[: tb[-1]]
+        if not head or own_end(head) is not None:
+            continue
+        work = [
+            ln
+            for ln in head[-END_WINDOW:]
+            if proof.quiet_phase(ln) or any(m.strength == "progress" for m in scan([ln]))
+        ]
+        if work:
+            return o["id"], work[-1]
+    return None
 
 
 def earlier_instance_hits(facts: Facts, observations: list[Observation], hits):  # type: ignore[no-untyped-def]

@@ -304,6 +304,11 @@ def output_paths(command: str) -> list[str]:
     return [p.rstrip("/") for p in re.findall(_structure().output_flag, command) if len(p) > 1]
 
 
+def traceback_start(line: str) -> bool:
+    """"Traceback (most recent call last):": a Python traceback begins."""
+    return bool(_rx()["traceback_start"].search(line))
+
+
 def slowdown(line: str) -> bool:
     """The engine warns that a setting in effect slows every step (VLLM_TRACE_FUNCTION)."""
     return bool(_rx()["slowdown"].search(line))

@@ -1,0 +1,132 @@
+"""Rules, knowledge and replay fidelity after blind round 43 (scored before any change), each
+with a control that must not trigger it: a fix is a general form or fact, never an answer keyed
+to one card."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from agent.nodes import _pod_named, _previous_instances
+from agent.rules.hang import killed_at_work
+from agent.signatures import scan
+from cards.model import IncidentCard
+from cards.replay import ReplayHost
+from tests.cardkit import minimal_card
+from tools import logtime
+
+POD = "llama31-8b-6d9f7c8b54-x2kq9"
+
+
+def test_an_iommu_fault_in_the_format_of_current_kernels_is_known() -> None:
+    """Kernels since 5.x print "[DMA Write NO_PASID]": the DMAR signature knew only "[DMA
+    Write]", so a TP=2 hang in the first all-reduce behind the IOMMU read as a healthy server.
+    Control: the DMAR driver's own status line is no fault."""
+    fault = (
+        "[Mon Sep  9 03:19:05 2024] DMAR: [DMA Write NO_PASID] Request device [ca:00.0] fault "
+        "addr 0x38ffc0000000 [fault reason 0x05] PTE Write access is not set"
+    )
+    assert any(m.label == "nccl_failure" for m in scan([fault]))
+    assert not scan(["[Mon Sep  9 03:19:05 2024] DMAR: DRHD: handling fault status reg 2"])
+
+
+def test_a_pod_records_rfc2822_times_are_read() -> None:
+    """`kubectl describe pod` prints "Start Time: Wed, 14 May 2025 11:20:51 +0000": a saved log
+    of yesterday's pod is then seen to end before this pod began."""
+    s = logtime.span(["Start Time:       Wed, 14 May 2025 11:20:51 +0000"])
+    assert s is not None and s[0] == (2025, 5, 14, 11, 20, 51)
+    assert logtime.before((None, 5, 13, 16, 41, 27), s[0])
+    assert logtime.span(["Wednesday 14 May"]) is None  # control: no time in it
+
+
+def test_the_pod_the_operator_names_is_read_whatever_it_is_called() -> None:
+    """A Deployment `llama31-8b` names no engine: its pod was not taken for a server's, so the
+    sweep read no pod log and concluded from yesterday's saved log. Control: an unnamed pod."""
+    listed = ["embed-bge-m3-5b7c9d6f8-q4wz2", POD]
+    assert _pod_named("deployment llama31-8b keeps crashing in namespace llm", listed) == POD
+    assert _pod_named("our inference keeps crashing", listed) is None
+
+
+def _sl(name: str, describe: list[str], previous: bool = False) -> dict[str, Any]:
+    args: dict[str, Any] = {
+        "kind": "kubectl",
+        "name": name,
+        **({"previous": True} if previous else {}),
+    }
+    return {"id": "o9", "tool": "service_logs", "args": args, "ok": True, "lines": [],
+            "data": {"kind": "kubectl", "name": name, "describe": describe}}  # fmt: skip
+
+
+def test_a_restarted_pods_instance_before_is_read() -> None:
+    """A pod whose record says its container restarted: the instance that ended is the one
+    asked about, so its `--previous` log is read. Controls: no restart; a previous read."""
+    got = _previous_instances([_sl(POD, ["    Restart Count:  4"])])  # type: ignore[list-item]
+    assert got == [("service_logs", {"kind": "kubectl", "name": POD, "previous": True})]
+    assert _previous_instances([_sl(POD, ["    Restart Count:  0"])]) == []  # type: ignore[list-item]
+    assert _previous_instances([_sl(POD, ["Restart Count: 4"], previous=True)]) == []  # type: ignore[list-item]
+
+
+COMPILING = [
+    "INFO 05-14 11:29:47 [backends.py:430] Dynamo bytecode transform time: 11.84 s",
+    "INFO 05-14 11:29:51 [backends.py:136] Cache the graph of shape None for later use",
+    "INFO 05-14 11:30:22 [launcher.py:80] Shutting down FastAPI HTTP server.",
+    '  File "/usr/local/lib/python3.12/dist-packages/vllm/entrypoints/openai/api_server.py", line 1077, in signal_handler',
+    '    raise KeyboardInterrupt("terminated")',
+    "KeyboardInterrupt: terminated",
+]
+
+
+@pytest.mark.parametrize(
+    ("lines", "at_work"),
+    [
+        (COMPILING, True),
+        # control: the instance before died of an error of its own
+        (
+            ["INFO loading", "Traceback (most recent call last):", "ValueError: bad max_model_len"],
+            False,
+        ),
+        # control: at work, but nothing from outside ended it (its log was cut)
+        (COMPILING[:2], False),
+    ],
+)
+def test_an_instance_stopped_while_at_work_was_not_stuck(lines: list[str], at_work: bool) -> None:
+    """A liveness probe restarts the vLLM pod during torch.compile: the kill of the instance
+    before counted for nothing until the live one was seen at work (it may be stuck where that
+    one was). Its own `--previous` log shows it compiling until SIGTERM: it was at work."""
+    obs = _sl(POD, [], previous=True)
+    obs["lines"] = lines
+    assert (killed_at_work([obs]) is not None) is at_work  # type: ignore[list-item]
+
+
+def _pods_host(status: str) -> ReplayHost:
+    return ReplayHost(
+        IncidentCard.model_validate(
+            minimal_card(
+                {
+                    "commands": {
+                        "kubectl -n llm get pods": f"NAME READY STATUS RESTARTS AGE\n{POD}   0/1     {status}   4   9m\n",
+                        f"kubectl -n llm logs {POD} --previous": "KeyboardInterrupt: terminated\n",
+                    }
+                }
+            )
+        )
+    )
+
+
+def test_a_running_pods_log_is_not_answered_with_its_previous_instances() -> None:
+    """The replay answered `kubectl logs POD` with the card's `--previous` recording: the
+    running instance's log read as the one that ended. Now only where no container runs (a
+    pod waiting in CrashLoopBackOff, whose last instance the kubelet serves)."""
+    assert (
+        "KeyboardInterrupt"
+        not in _pods_host("Running").run(f"kubectl logs --tail=200 {POD}").stdout
+    )
+    assert (
+        "KeyboardInterrupt"
+        in _pods_host("CrashLoopBackOff").run(f"kubectl logs --tail=200 {POD}").stdout
+    )
+    assert (
+        "KeyboardInterrupt"
+        in _pods_host("Running").run(f"kubectl logs --tail=200 --previous {POD}").stdout
+    )
