@@ -17,6 +17,7 @@ from pydantic import BaseModel
 from agent.evidence import LOG_READS, LOG_TOOLS, last_launch, text_lines
 from agent.facts import launch_reads
 from agent.rules import proof
+from agent.rules.asserted import asserted_rules
 from agent.rules.common import F
 from agent.rules.pipeline import pipeline_rules
 from agent.state import Observation
@@ -104,6 +105,7 @@ def cause_rules(facts, observations: list[Observation], hits, add) -> None:  # t
     conflict_rules(observations, add)
     import_chain_rules(observations, hits, add)
     pipeline_rules(observations, add)
+    asserted_rules(observations, add)
     unknown_model_type_rules(hits, add)
     if not any(m.label == "nccl_failure" and m.strength in ("fatal", "strong") for _, m in hits):
         return

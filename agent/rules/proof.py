@@ -305,7 +305,7 @@ def output_paths(command: str) -> list[str]:
 
 
 def traceback_start(line: str) -> bool:
-    """"Traceback (most recent call last):": a Python traceback begins."""
+    """ "Traceback (most recent call last):": a Python traceback begins."""
     return bool(_rx()["traceback_start"].search(line))
 
 

@@ -130,3 +130,45 @@ def test_a_running_pods_log_is_not_answered_with_its_previous_instances() -> Non
         "KeyboardInterrupt"
         in _pods_host("Running").run(f"kubectl logs --tail=200 --previous {POD}").stdout
     )
+
+
+def test_enospc_into_dev_shm_is_the_shared_memory_not_a_disk() -> None:
+    """grok-1's loader copies each tensor into /dev/shm: "[Errno 28] No space left on device:
+    '...' -> '/dev/shm/tmp...'" in a pod with the 64 MiB default read as a full disk by the
+    words of the line (no signature knew it). Control: ENOSPC writing a model cache."""
+    shm = "OSError: [Errno 28] No space left on device: './ckpt/tensor00000_000' -> '/dev/shm/tmp238nenvh'"
+    disk = "OSError: [Errno 28] No space left on device: '/root/.cache/huggingface/hub/blobs/3a5b.incomplete'"
+    assert {m.label for m in scan([shm])} == {"shm_too_small"}
+    assert {m.label for m in scan([disk])} == {"disk_full"}
+
+
+ASSERTION = (
+    "[01/23/2026-04:43:47] [TRT-LLM] [E] Failed to initialize executor on rank 0: [TensorRT-LLM]"
+    "[ERROR] Assertion failed: maxNumTokens.value() % tokensPerBlock == 0 "
+    "(../tensorrt_llm/batch_manager/cacheTransBuffer.cpp:206)"
+)
+
+
+def _o(oid: str, tool: str, lines: list[str]) -> dict[str, Any]:
+    return {"id": oid, "tool": tool, "args": {"path": "/x"}, "ok": True, "lines": lines, "data": {}}
+
+
+@pytest.mark.parametrize(
+    ("config", "found"),
+    [
+        (["max_batch_size: 96", "max_num_tokens: 96"], "max_num_tokens"),
+        (["max_batch_size: 96"], None),  # control: the launch set nothing the check names
+    ],
+)
+def test_an_assertion_on_a_setting_the_launch_set_is_that_settings_fault(
+    config: list[str], found: str | None
+) -> None:
+    """TRT-LLM asserts `maxNumTokens % tokensPerBlock == 0` deep in its start-up: the generated
+    config set max_num_tokens to 96, not a multiple of the 32-token block. The expression's
+    names (camelCase) are settings (snake_case): the launch's value failed the check."""
+    from agent.rules.asserted import asserted_setting
+
+    got = asserted_setting([_o("o10", "log_tail", [ASSERTION]), _o("o12", "config_read", config)])  # type: ignore[list-item]
+    assert (got[4] if got else None) == found
+    if got:
+        assert got[3] == "max_num_tokens: 96"
