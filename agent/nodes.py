@@ -191,6 +191,7 @@ def sweep(state: State, runtime: Runtime[RunContext]) -> dict[str, Any]:
     all_obs += _right_log(host, state.get("symptom", ""), all_obs, obs1, list(ctx.extra_logs))
     if not ctx.extra_logs:
         all_obs += _engine_log(host, state.get("symptom", ""), all_obs, obs1)
+        all_obs += _container_pointed_logs(host, all_obs)
     else:
         all_obs += _pointed_logs(host, all_obs, list(ctx.extra_logs))
     all_obs = _drop_wrong_logs(all_obs)
@@ -712,6 +713,28 @@ _LOG_PATH = re.compile(r"(?<![\w/.~-])(/[\w.@+-]+(?:/[\w.@+-]+)*\.(?:log|out|err
 POINTED_READ = 2
 #: a shell's trace of a command it runs (`set -x`): "+ python3 -m sglang.launch_server ..."
 _XTRACE = re.compile(r"^\s*\++ ")
+
+
+def _container_pointed_logs(host: Host, obs: list[Observation]) -> list[Observation]:
+    """A container whose own log prints no launch but names the file the server logs to
+    ("logging to /srv/omni/logs/omni-speech.log"): the server's story is in that file, so it
+    is read, as a wrapper's log that names one is."""
+    read = {str(o["args"].get("path")) for o in obs if o["tool"] == "log_tail"}
+    named: list[str] = []
+    for o in obs:
+        if o["tool"] != "container_logs" or not o["ok"] or o["args"].get("pattern"):
+            continue
+        lines = [ln for ln in text_lines(o) if not _XTRACE.match(ln)]
+        if log_engines(lines) or any(launch_line(ln) for ln in lines):
+            continue
+        for ln in reversed(lines):
+            named += [p for p in _LOG_PATH.findall(ln) if p not in read and p not in named]
+    wave = [("log_tail", {"path": p}) for p in named[:POINTED_READ]]
+    out = [o for o in run_many(host, wave, len(obs) + 1, 0) if o["ok"]] if wave else []
+    for i, o in enumerate(out):
+        o["id"] = f"o{len(obs) + 1 + i}"
+        _emit("observation", _obs_event(o))
+    return out
 
 
 def _pointed_logs(host: Host, obs: list[Observation], given: list[str]) -> list[Observation]:

@@ -172,3 +172,35 @@ def test_an_assertion_on_a_setting_the_launch_set_is_that_settings_fault(
     assert (got[4] if got else None) == found
     if got:
         assert got[3] == "max_num_tokens: 96"
+
+
+@pytest.mark.parametrize(
+    ("stdout", "read"),
+    [
+        (["[2026-04-14 09:03:11] logging to /srv/omni/logs/omni-speech.log"], True),
+        # control: a container whose own log prints the launch is its log; nothing else is read
+        (["INFO 04-14 09:03:11 [api_server.py:1043] vLLM API server version 0.8.5",
+          "logging to /srv/omni/logs/omni-speech.log"], False),
+    ],
+)  # fmt: skip
+def test_a_container_log_that_names_the_servers_log_file_gets_it_read(
+    stdout: list[str], read: bool
+) -> None:
+    """sgl-omni's container prints only "logging to <file>" and the stage's exit: the OOM-check
+    error and the memory fraction were in that file, never read, so the run stayed unsure."""
+    from agent.nodes import _container_pointed_logs
+
+    host = ReplayHost(
+        IncidentCard.model_validate(
+            minimal_card(
+                {"files": {"/srv/omni/logs/omni-speech.log": "RuntimeError: Not enough memory.\n"}}
+            )
+        )
+    )
+    obs = [
+        {"id": "o9", "tool": "container_logs", "args": {}, "ok": True, "lines": stdout, "data": {}}
+    ]
+    got = _container_pointed_logs(host, obs)  # type: ignore[arg-type]
+    assert bool(got) is read
+    if read:
+        assert got[0]["args"] == {"path": "/srv/omni/logs/omni-speech.log"} and got[0]["id"] == "o2"
