@@ -48,9 +48,10 @@ BLIND_ROOT = Path(__file__).resolve().parents[2] / "evals" / "blind"
 #: round 39 (four fresh model sessions at 760a0a4: 20/22 right label, 18 full, 0 wrong);
 #: round 40 (four fresh model sessions at 55c6eeb: 17/22 right label, 13 full, 0 wrong);
 #: round 41 (four fresh model sessions at 561e142: 18/22 right label, 18 full, 0 wrong);
-#: round 42 (four fresh model sessions at 5764313: 21/22 right label, 19 full, 0 wrong).
+#: round 42 (four fresh model sessions at 5764313: 21/22 right label, 19 full, 0 wrong);
+#: round 43 (four fresh model sessions at 7436a36: 19/22 right label, 19 full, 0 wrong).
 #: Older rounds' turns stay in capable-blind/ as the record (round 38: 17 full).
-BLIND_RECORDED_PASS = {"round39": 18, "round40": 13, "round41": 18, "round42": 19}
+BLIND_RECORDED_PASS = {"round39": 18, "round40": 13, "round41": 18, "round42": 19, "round43": 19}
 
 
 @pytest.mark.parametrize("blind_round", sorted(BLIND_RECORDED_PASS))
