@@ -159,8 +159,11 @@ def sweep(state: State, runtime: Runtime[RunContext]) -> dict[str, Any]:
     listed = _listed_pods(obs1) if not ctx.extra_logs and "service_logs" in TOOLS else []
     # the pod the operator names (by its name or its Deployment's) is the server's, whatever it
     # is called ("llama31-8b-6d9f7c8b54-x2kq9" names no engine); else a pod named like a server
-    named = _pod_named(state.get("symptom", ""), listed)
-    pods = [named] if named else [p for p in listed if service_logs.SERVER_NAME.search(p)]
+    servers = [p for p in listed if service_logs.SERVER_NAME.search(p)]
+    named = _pod_named(state.get("symptom", ""), servers) or _pod_named(
+        state.get("symptom", ""), listed
+    )
+    pods = [named] if named else servers
     if pods:
         # a cluster this host reaches runs an inference server's pod: its log is `kubectl logs`,
         # whatever files lie about (an operator's saved copy of an earlier pod's log is not it)
@@ -715,6 +718,17 @@ POINTED_READ = 2
 _XTRACE = re.compile(r"^\s*\++ ")
 
 
+def _read_named_logs(host: Host, obs: list[Observation], named: list[str]) -> list[Observation]:
+    """The first logs another log names, read; only the reads that worked are kept, numbered
+    on from the observations before them."""
+    wave = [("log_tail", {"path": p}) for p in named[:POINTED_READ]]
+    out = [o for o in run_many(host, wave, len(obs) + 1, 0) if o["ok"]] if wave else []
+    for i, o in enumerate(out):
+        o["id"] = f"o{len(obs) + 1 + i}"
+        _emit("observation", _obs_event(o))
+    return out
+
+
 def _container_pointed_logs(host: Host, obs: list[Observation]) -> list[Observation]:
     """A container whose own log prints no launch but names the file the server logs to
     ("logging to /srv/omni/logs/omni-speech.log"): the server's story is in that file, so it
@@ -729,12 +743,7 @@ def _container_pointed_logs(host: Host, obs: list[Observation]) -> list[Observat
             continue
         for ln in reversed(lines):
             named += [p for p in _LOG_PATH.findall(ln) if p not in read and p not in named]
-    wave = [("log_tail", {"path": p}) for p in named[:POINTED_READ]]
-    out = [o for o in run_many(host, wave, len(obs) + 1, 0) if o["ok"]] if wave else []
-    for i, o in enumerate(out):
-        o["id"] = f"o{len(obs) + 1 + i}"
-        _emit("observation", _obs_event(o))
-    return out
+    return _read_named_logs(host, obs, named)
 
 
 def _pointed_logs(host: Host, obs: list[Observation], given: list[str]) -> list[Observation]:
@@ -760,11 +769,7 @@ def _pointed_logs(host: Host, obs: list[Observation], given: list[str]) -> list[
             named += [p for p in _LOG_PATH.findall(ln) if p not in read and p not in named]
     if not wrappers:
         return []
-    wave = [("log_tail", {"path": p}) for p in named[:POINTED_READ]]
-    out = [o for o in run_many(host, wave, len(obs) + 1, 0) if o["ok"]] if wave else []
-    for i, o in enumerate(out):
-        o["id"] = f"o{len(obs) + 1 + i}"
-        _emit("observation", _obs_event(o))
+    out = _read_named_logs(host, obs, named)
     if not out:
         # it names none: the logs its launch script redirects the servers to (`> x.log`)
         out = _script_logs(host, obs)
