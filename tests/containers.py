@@ -36,6 +36,18 @@ ENGINE = r"""
 import os, sys, time
 mode = sys.argv[1] if len(sys.argv) > 1 else "serve"
 log = lambda m: print(m, flush=True)
+if mode == "logfile":
+    # a launcher that sends the server's log to a file on a volume and prints only where
+    # (sgl-omni's "logging to ..."): the error is in the file, not in the container's log
+    log("[2026-04-14 09:03:11] logging to /logs/server.log")
+    with open("/logs/server.log", "w") as fh:
+        fh.write("[2026-04-14 09:03:12] server_args=ServerArgs(model_path='/models/tiny', "
+                 "mem_fraction_static=0.7, tp_size=1)\n")
+        fh.write("[2026-04-14 09:04:06] Load weight end. avail mem=18.31 GB, mem usage=59.82 GB.\n")
+        fh.write("RuntimeError: Not enough memory. Please try to increase --mem-fraction-static. "
+                 "Current value: mem_fraction_static=0.7\n")
+    log("[2026-04-14 09:04:07] stage thinker exited with code 1; shutting down pipeline")
+    sys.exit(1)
 log("INFO:     Started server process [%d]" % os.getpid())
 log("INFO vllm.engine: Initializing an LLM engine (v0.6.3) with config: model='/models/tiny'")
 if mode == "shm":

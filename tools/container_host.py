@@ -11,6 +11,7 @@ once. A Kubernetes pod would be one more class of this shape over `kubectl exec`
 
 from __future__ import annotations
 
+import json
 import posixpath
 import re
 import shlex
@@ -186,7 +187,35 @@ class ContainerHost:
         outside = self.outer.read_tail(path, max_bytes)
         if outside.exists and outside.error is None:
             return outside
+        # a file on a volume: the machine holds it at the mount's source (a stopped container's
+        # log in `-v /srv/logs:/logs` is /srv/logs/x.log, read whether it runs or not)
+        source = self._on_the_machine(path)
+        if source is not None:
+            mounted = self.outer.read_tail(source, max_bytes)
+            if mounted.exists and mounted.error is None:
+                return mounted.model_copy(update={"path": path})
         return inside
+
+    def _on_the_machine(self, path: str) -> str | None:
+        """Where a path inside the container lies on the machine, through its bind mounts."""
+        cli = self.cli()
+        if cli is None:
+            return None
+        res = self.outer.run(
+            f"{cli} inspect --format '{{{{json .Mounts}}}}' {shlex.quote(self.container)}",
+            timeout=20,
+        )
+        try:
+            mounts = json.loads(res.stdout) if res.ok else []
+        except ValueError:
+            return None
+        best: tuple[int, str] | None = None
+        for m in mounts or []:
+            src, dst = str(m.get("Source") or ""), str(m.get("Destination") or "").rstrip("/")
+            inside = src and dst and (path == dst or path.startswith(dst + "/"))
+            if inside and (best is None or len(dst) > best[0]):
+                best = (len(dst), src.rstrip("/") + path[len(dst) :])
+        return best[1] if best else None
 
     def _read_tail_inside(self, path: str, max_bytes: int) -> FileTail:
         q = shlex.quote(path)

@@ -1,0 +1,39 @@
+"""A real Podman container whose server logs to a file on a volume and prints only where
+("logging to /logs/server.log"), then exits: the error is in that file, which a stopped
+container cannot show from inside. Pivot reads the file the container's log names, through the
+container's bind mount, and concludes from it. This FAILS in CI when Podman cannot run, never
+skips."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tests import containers
+
+PIVOT = str(Path(sys.executable).parent / "pivot")
+
+
+def test_a_stopped_containers_log_file_on_a_volume_is_read_and_concluded_from(
+    tmp_path: Path,
+) -> None:
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    logs.chmod(0o777)
+    with containers.container("-v", f"{logs}:/logs", mode="logfile", wait_for="exited") as name:
+        assert "Not enough memory" in (logs / "server.log").read_text()
+        env = {**os.environ, "PIVOT_HOME": str(tmp_path / "home")}
+        env.pop("PIVOT_DATABASE_URL", None)
+        out = subprocess.run(
+            [PIVOT, "investigate", "--local", "--container", name, "--brain", "rulebook",
+             "--json", "the speech server won't come up since the restart: why?"],
+            capture_output=True, text=True, env=env, timeout=300,
+        )  # fmt: skip
+        assert out.returncode == 0, out.stderr[-3000:]
+        report = json.loads(out.stdout)
+        cited = [e["line"] for e in report["evidence"]]
+        assert any("Not enough memory" in ln for ln in cited), (report["root_cause"], cited)
+        assert report["root_cause"] == "kv_cache_no_room", report["summary"]
