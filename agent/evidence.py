@@ -30,7 +30,7 @@ def latest_text_observations(observations: list[Observation]) -> list[Observatio
     """The newest read of each log (older reads of the same file only matter for growth). A
     container's or unit's log is its own log whatever the tool: reading a sidecar's log
     (`container_logs name=lmcache-server`) must not take the place of the launch's."""
-    newest: dict[tuple[str, str, str, str], Observation] = {}
+    newest: dict[tuple[str, str, str, str, str], Observation] = {}
     for o in observations:
         if o["tool"] in TEXT_TOOLS and o["ok"]:
             args = o["args"]
@@ -38,6 +38,8 @@ def latest_text_observations(observations: list[Observation]) -> list[Observatio
                 o["tool"],
                 str(args.get("path", "")),
                 str(args.get("pattern", "")),
+                # the instance before (`--previous`) is another log than the running one's
+                str(bool(args.get("previous"))),
                 # the container the read was of, as its result names it (an omitted name is
                 # the investigated one; naming it outright is the same log)
                 str(o["data"].get("container") or o["data"].get("name") or args.get("name") or ""),

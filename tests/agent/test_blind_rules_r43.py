@@ -204,3 +204,17 @@ def test_a_container_log_that_names_the_servers_log_file_gets_it_read(
     assert bool(got) is read
     if read:
         assert got[0]["args"] == {"path": "/srv/omni/logs/omni-speech.log"} and got[0]["id"] == "o2"
+
+
+def test_the_instance_befores_log_does_not_take_the_running_ones_place() -> None:
+    """`--previous` of the named pod was keyed as the same log as its running container's: the
+    newer read replaced the current one, the pod's start was lost with it, and yesterday's saved
+    log was no longer set aside (a model session saw its error on the board and the gate
+    refused the probe's kill over it). Control: a second read of the running log replaces it."""
+    from agent.evidence import latest_text_observations
+
+    cur, prev, again = _sl(POD, []), _sl(POD, [], previous=True), _sl(POD, [])
+    cur["id"], prev["id"], again["id"] = "o11", "o14", "o17"
+    got = [o["id"] for o in latest_text_observations([cur, prev])]  # type: ignore[list-item]
+    assert sorted(got) == ["o11", "o14"]
+    assert [o["id"] for o in latest_text_observations([cur, again])] == ["o17"]  # type: ignore[list-item]
