@@ -20,7 +20,7 @@ from agent.evidence import (
 from agent.kills import bystander_kills
 from agent.signatures import Match, scan
 from agent.state import Observation
-from tools import logtime
+from tools import logtime, service_logs
 from tools.logfile import rotation_of
 
 #: what an earlier run's log cannot say about this one: that it is ready, or still going
@@ -102,8 +102,6 @@ def _set_aside(
     )
 
 
-#: a pod whose container has restarted: its earlier instances' logs are the loop's story
-_RESTARTED = re.compile(r"^\s*Restart Count:\s*[1-9]")
 #: the pod's own start (`kubectl describe pod`'s "Start Time:"), before any of its instances
 _POD_START = re.compile(r"^\s*Start Time:\s")
 
@@ -121,7 +119,7 @@ def _before_the_runtime_log(latest: list[Observation]) -> set[str]:
             continue
         if o["args"].get("pattern") or o["args"].get("previous"):
             continue
-        if any(_RESTARTED.match(ln) for ln in o["lines"]):
+        if service_logs.pod_restarted(o["lines"]):
             # a loop: its earlier instances are its story, but not what ended before the pod
             # itself began (yesterday's saved log of another pod)
             began = next((ln for ln in o["lines"] if _POD_START.match(ln)), None)

@@ -235,9 +235,6 @@ def _listed_pods(obs1: list[Observation]) -> list[str]:
     return list(dict.fromkeys(out))
 
 
-_RESTART_COUNT = re.compile(r"^\s*Restart Count:\s*(\d+)")
-
-
 def _previous_instances(obs: list[Observation]) -> list[tuple[str, dict[str, Any]]]:
     """`--previous` reads of the pods whose log was read and whose record says the container
     restarted (the record's "Restart Count:")."""
@@ -246,10 +243,7 @@ def _previous_instances(obs: list[Observation]) -> list[tuple[str, dict[str, Any
         if o["tool"] != "service_logs" or not o["ok"] or o["args"].get("previous"):
             continue
         name = o["data"].get("name")
-        restarted = any(
-            (m := _RESTART_COUNT.match(ln)) and int(m.group(1)) > 0
-            for ln in o["data"].get("describe") or []
-        )
+        restarted = service_logs.pod_restarted(o["data"].get("describe") or [])
         if name and restarted and o["data"].get("kind") in ("kubectl", "oc"):
             out.append(
                 ("service_logs", {"kind": o["data"]["kind"], "name": name, "previous": True})

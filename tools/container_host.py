@@ -95,6 +95,8 @@ class ContainerHost:
         self._cli = cli
         self._lock = threading.Lock()
         self._why_not: CommandResult | None = None
+        #: (inside, on the machine) of its bind mounts: fixed when it was created, so asked once
+        self._mounts: list[tuple[str, str]] | None = None
 
     # -- which CLI --------------------------------------------------------------------------
     def cli(self) -> str | None:
@@ -198,24 +200,42 @@ class ContainerHost:
 
     def _on_the_machine(self, path: str) -> str | None:
         """Where a path inside the container lies on the machine, through its bind mounts."""
+        best = max(
+            (
+                (dst, src)
+                for dst, src in self._bind_mounts()
+                if path == dst or path.startswith(dst + "/")
+            ),
+            key=lambda m: len(m[0]),
+            default=None,
+        )
+        return best[1] + path[len(best[0]) :] if best else None
+
+    def _bind_mounts(self) -> list[tuple[str, str]]:
+        """(destination, source) of the container's mounts, read once from its record."""
+        with self._lock:
+            if self._mounts is not None:
+                return self._mounts
         cli = self.cli()
-        if cli is None:
-            return None
-        res = self.outer.run(
-            f"{cli} inspect --format '{{{{json .Mounts}}}}' {shlex.quote(self.container)}",
-            timeout=20,
+        res = (
+            self.outer.run(
+                f"{cli} inspect --format '{{{{json .Mounts}}}}' {shlex.quote(self.container)}",
+                timeout=20,
+            )
+            if cli
+            else None
         )
         try:
-            mounts = json.loads(res.stdout) if res.ok else []
+            raw = json.loads(res.stdout) if res is not None and res.ok else []
         except ValueError:
-            return None
-        best: tuple[int, str] | None = None
-        for m in mounts or []:
-            src, dst = str(m.get("Source") or ""), str(m.get("Destination") or "").rstrip("/")
-            inside = src and dst and (path == dst or path.startswith(dst + "/"))
-            if inside and (best is None or len(dst) > best[0]):
-                best = (len(dst), src.rstrip("/") + path[len(dst) :])
-        return best[1] if best else None
+            raw = []
+        mounts = [
+            (str(m.get("Destination") or "").rstrip("/"), str(m.get("Source") or "").rstrip("/"))
+            for m in raw if isinstance(m, dict)
+        ]  # fmt: skip
+        with self._lock:
+            self._mounts = [(d, s) for d, s in mounts if d and s]
+            return self._mounts
 
     def _read_tail_inside(self, path: str, max_bytes: int) -> FileTail:
         q = shlex.quote(path)

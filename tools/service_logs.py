@@ -47,6 +47,15 @@ _UNIT_SAID = re.compile(
 _POD_NAMED = re.compile(r"\bpod/([a-z0-9][a-z0-9.-]*)|^\s*Name:\s+([a-z0-9][a-z0-9.-]*)\s*$")
 
 
+#: a pod record's restart count (`kubectl describe pod`: "    Restart Count:  4")
+_RESTART_COUNT = re.compile(r"^\s*Restart Count:\s*[1-9]")
+
+
+def pod_restarted(lines: list[str]) -> bool:
+    """A pod record (`kubectl describe pod`'s kept lines) says its container restarted."""
+    return any(_RESTART_COUNT.match(ln) for ln in lines)
+
+
 def pod_named_in(line: str) -> str | None:
     """The pod a line of `kubectl get events` / `kubectl describe pod` is about, or None."""
     m = _POD_NAMED.search(line)

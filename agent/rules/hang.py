@@ -187,6 +187,18 @@ def quiet_phase_at_work(
     )
 
 
+def busy_pid(facts: Facts) -> int | None:
+    """A process of the launch busy on a CPU (ps's lifetime %CPU at working level), or None."""
+    return next(
+        (
+            p
+            for p in facts.server_pids
+            if float(facts._ps_recs.get(p, {}).get("cpu_pct") or 0.0) >= _H.working_pct
+        ),
+        None,
+    )
+
+
 def slowed_by_setting(facts: Facts, observations: list[Observation]) -> tuple[str, str, int] | None:
     """(observation, warning line, busy pid) when the launch's log, from its last launch on,
     carries the engine's warning that a setting slows every step, and a process of the live
@@ -197,14 +209,7 @@ def slowed_by_setting(facts: Facts, observations: list[Observation]) -> tuple[st
         return None
     if pinned_gpus(facts, observations)[0]:
         return None
-    busy = next(
-        (
-            p
-            for p in facts.server_pids
-            if float(facts._ps_recs.get(p, {}).get("cpu_pct") or 0.0) >= _H.working_pct
-        ),
-        None,
-    )
+    busy = busy_pid(facts)
     if busy is None:
         return None
     for o in latest_text_observations(observations):
@@ -693,12 +698,8 @@ def earlier_kill_open(facts: Facts, observations: list[Observation]) -> bool:
     advancing, its GPU memory moving, its processes busy on a CPU: then the kill is what comes
     again, killed_externally) it may be stuck where that one was, and then the kill follows from
     the stall; it is no proof of its own until then."""
-    busy = any(
-        float(facts._ps_recs.get(p, {}).get("cpu_pct") or 0.0) >= _H.working_pct
-        for p in facts.server_pids
-    )
     at_work = (
-        busy
+        busy_pid(facts) is not None
         or any(facts.log_growth.values())
         or gpu_memory_moved(observations) is not None
         or killed_at_work(observations) is not None

@@ -6,15 +6,10 @@ skips."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 from tests import containers
-
-PIVOT = str(Path(sys.executable).parent / "pivot")
+from tests.live.test_container_detect_live import investigate
 
 
 def test_a_stopped_containers_log_file_on_a_volume_is_read_and_concluded_from(
@@ -25,15 +20,9 @@ def test_a_stopped_containers_log_file_on_a_volume_is_read_and_concluded_from(
     logs.chmod(0o777)
     with containers.container("-v", f"{logs}:/logs", mode="logfile", wait_for="exited") as name:
         assert "Not enough memory" in (logs / "server.log").read_text()
-        env = {**os.environ, "PIVOT_HOME": str(tmp_path / "home")}
-        env.pop("PIVOT_DATABASE_URL", None)
-        out = subprocess.run(
-            [PIVOT, "investigate", "--local", "--container", name, "--brain", "rulebook",
-             "--json", "the speech server won't come up since the restart: why?"],
-            capture_output=True, text=True, env=env, timeout=300,
-        )  # fmt: skip
-        assert out.returncode == 0, out.stderr[-3000:]
-        report = json.loads(out.stdout)
+        report = investigate(
+            tmp_path, "--container", name, "the speech server won't come up since the restart: why?"
+        )
         cited = [e["line"] for e in report["evidence"]]
         assert any("Not enough memory" in ln for ln in cited), (report["root_cause"], cited)
         assert report["root_cause"] == "kv_cache_no_room", report["summary"]

@@ -6,16 +6,11 @@ Podman cannot run, never skips."""
 
 from __future__ import annotations
 
-import json
-import os
 import socket
-import subprocess
-import sys
 from pathlib import Path
 
 from tests import containers
-
-PIVOT = str(Path(sys.executable).parent / "pivot")
+from tests.live.test_container_detect_live import investigate
 
 
 def test_a_restart_loop_on_a_taken_port_is_port_in_use_while_it_loads_again(tmp_path: Path) -> None:
@@ -28,15 +23,7 @@ def test_a_restart_loop_on_a_taken_port_is_port_in_use_while_it_loads_again(tmp_
             "--network", "host", "--restart", "on-failure", "-e", f"PIVOT_TEST_PORT={port}",
             mode="bind-loop", wait_for="restarted", timeout=120, as_vllm=True,
         ) as name:  # fmt: skip
-            env = {**os.environ, "PIVOT_HOME": str(tmp_path / "home")}
-            env.pop("PIVOT_DATABASE_URL", None)
-            out = subprocess.run(
-                [PIVOT, "investigate", "--local", "--container", name, "--brain", "rulebook",
-                 "--json", "why does it keep restarting?"],
-                capture_output=True, text=True, env=env, timeout=300,
-            )  # fmt: skip
-            assert out.returncode == 0, out.stderr[-3000:]
-            report = json.loads(out.stdout)
+            report = investigate(tmp_path, "--container", name, "why does it keep restarting?")
             assert report["root_cause"] == "port_in_use", report["summary"]
             cited = [e["line"] for e in report["evidence"]]
             assert any("address already in use" in ln for ln in cited), cited
