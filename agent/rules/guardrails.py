@@ -771,6 +771,8 @@ def qualify(action: Action, observations: list[Observation], facts: Facts) -> Ac
         return _qualify_hang(action, observations, facts)
     if action.get("label") == "still_starting":
         return _qualify_slow_bar(action, observations, facts)
+    if action.get("label") == "shm_too_small":
+        return _qualify_shm_ring(action, observations, facts)
     if action.get("label") != "killed_externally":
         return action
     if positive_external_sign(observations) is not None:
@@ -801,6 +803,32 @@ def _inferred(action: Action, label: str, why: str, confirm: str) -> Action:
             "summary": f"{action.get('summary') or label} {why}",
             "next_step": (action.get("next_step") or "") + confirm,
         }
+    )
+
+
+def _qualify_shm_ring(action: Action, observations: list[Observation], facts: Facts) -> Action:
+    """/dev/shm proven too small only by numbers (the ring the launch maps is bigger than it):
+    the shortfall is shown, the death it causes (a bus error once traffic fills the ring) is
+    not, so the conclusion is said to be inferred, with the read that would show the death."""
+    if not (
+        facts.shm_need_mib is not None
+        and facts.shm_mib is not None
+        and facts.shm_need_mib > facts.shm_mib
+    ):
+        return action
+    if any(
+        m.label == "shm_too_small" and m.strength in ("fatal", "strong")
+        for _, m in signature_hits(observations)
+    ):
+        return action
+    return _inferred(
+        action,
+        "shm_too_small",
+        f"(inferred: {facts.shm_need_mib:.0f} MiB asked of a {facts.shm_mib:.0f} MiB /dev/shm "
+        "shows the shortfall; the bus error it causes was not seen)",
+        " To confirm: the worker's exit (SIGBUS, exit code 135 or -7) in the log or "
+        "`dmesg -T`, or relaunch with a larger /dev/shm (`--shm-size`, `--ipc=host`) and "
+        "see it pass.",
     )
 
 

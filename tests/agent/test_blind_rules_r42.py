@@ -328,3 +328,32 @@ def test_a_restarted_containers_live_instance_refutes_no_death() -> None:
 
     assert refuted(1) == set()
     assert refuted(0) == {"killed_externally", "host_oom_killed"}
+
+
+def test_a_ring_shortfall_without_the_bus_error_is_said_to_be_inferred() -> None:
+    """The numbers show /dev/shm smaller than the ring; the death they cause (SIGBUS once the
+    ring fills) is not seen: the conclusion stands at the inferred confidence, saying what would
+    confirm it. Controls: a 'Bus error' line of the launch keeps it proven; a /dev/shm larger than
+    the ring is not this rule's business."""
+    from agent.rules.guardrails import INFERRED_CONFIDENCE, qualify
+
+    action = {"kind": "conclude", "label": "shm_too_small", "confidence": 0.96, "summary": "s"}
+    need = shm_need_bytes(RING)
+    assert need is not None
+    facts = Facts(shm_mib=64.0, shm_need_mib=need / 2**20, shm_need_line=RING, shm_need_obs="o9")
+    log = {
+        "id": "o9",
+        "tool": "log_tail",
+        "args": {"path": "/var/log/vllm.log"},
+        "ok": True,
+        "lines": [RING],
+        "data": {},
+        "round": 0,
+    }
+    q = qualify(action, [log], facts)  # type: ignore[arg-type]
+    assert q["confidence"] == INFERRED_CONFIDENCE and "inferred" in q["summary"]
+    assert "SIGBUS" in q["next_step"]
+    died = {**log, "lines": [RING, "Bus error (core dumped)"]}
+    assert qualify(action, [died], facts)["confidence"] == 0.96  # type: ignore[arg-type]
+    roomy = Facts(shm_mib=16384.0, shm_need_mib=need / 2**20)
+    assert qualify(action, [log], roomy)["confidence"] == 0.96  # type: ignore[arg-type]
