@@ -30,6 +30,7 @@ from agent.evidence import (
     text_lines,
 )
 from agent.facts import Facts
+from agent.hits import set_aside_logs
 from agent.rules import proof
 from agent.rules.common import PHASE_PREFIX
 from agent.signatures import scan
@@ -102,9 +103,11 @@ def begun_stages() -> list[tuple[Stage, re.Pattern[str], re.Pattern[str]]]:
 
 def _own_logs(observations: list[Observation]) -> list[tuple[Observation, list[str]]]:
     """The launch's logs from their last start; a log whose run ended before another log read
-    began (yesterday's retry beside today's run, by their own timestamps) is an earlier run."""
+    began (yesterday's retry beside today's run, by their own timestamps) is an earlier run, and
+    a log set aside as none of this launch's story (a superseded rotation, a file that ended
+    before the pod's own log began) says nothing of what this launch got past."""
     latest = latest_text_observations(observations)
-    earlier = earlier_run_logs(latest)
+    earlier = earlier_run_logs(latest) | set_aside_logs(observations)
     out = []
     for o in latest:
         if o["tool"] in LOG_TOOLS and str(o["args"].get("path", "")) not in earlier:

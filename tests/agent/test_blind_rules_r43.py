@@ -218,3 +218,34 @@ def test_the_instance_befores_log_does_not_take_the_running_ones_place() -> None
     got = [o["id"] for o in latest_text_observations([cur, prev])]  # type: ignore[list-item]
     assert sorted(got) == ["o11", "o14"]
     assert [o["id"] for o in latest_text_observations([cur, again])] == ["o17"]  # type: ignore[list-item]
+
+
+def test_a_set_aside_log_says_nothing_of_what_this_launch_got_past() -> None:
+    """Stage refutations read the launch's own logs: a rotation of the named log that ended
+    before the named log began its own launch (yesterday's run) is set aside, so its "Loading
+    weights took" no longer rules out a weights failure for today's run. Control: the same line
+    in the named log itself still does."""
+    from agent.facts import Facts
+    from agent.rules.passed import passed_rules
+
+    # no timestamps: only the rotation's name says which run came first
+    banner = "INFO [api_server.py:1351] vLLM API server version 0.9.2"
+    took = "INFO [loader.py:458] Loading weights took 24.61 seconds"
+
+    def log(oid: str, path: str, lines: list[str]) -> dict[str, Any]:
+        return {"id": oid, "tool": "log_tail", "args": {"path": path}, "ok": True,
+                "lines": lines, "data": {"path": path}, "round": 0}  # fmt: skip
+
+    procs = {"id": "o1", "tool": "processes", "args": {"logs": ["/var/log/vllm/server.log"]},
+             "ok": True, "lines": [], "data": {}, "round": 0}  # fmt: skip
+    today = log("o2", "/var/log/vllm/server.log", [banner, "INFO [core.py:61] init"])
+    yesterday = log("o3", "/var/log/vllm/server.log.1", [banner, took])
+
+    def refuted(observations: list[dict[str, Any]]) -> set[str]:
+        said: list[tuple[str, str]] = []
+        passed_rules(Facts(), observations, lambda lb, k, w, o, ln, n: said.append((lb, ln)))  # type: ignore[arg-type]
+        return {lb for lb, ln in said if "Loading weights took" in ln}
+
+    assert "gpu_oom_weights" not in refuted([procs, today, yesterday])
+    today_loaded = log("o4", "/var/log/vllm/server.log", [banner, took])
+    assert "gpu_oom_weights" in refuted([procs, today_loaded, yesterday])
