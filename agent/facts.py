@@ -98,6 +98,9 @@ class Facts(BaseModel):
         default_factory=list, description="server processes that are zombies (<defunct>)"
     )
     server_user: str | None = Field(None, description="the user the server runs as")
+    ps_reader: str | None = Field(
+        None, description="who reads the box: the user of the process list's own ps row"
+    )
     launch_user: str | None = Field(
         None,
         description="the user the launch runs as: its own processes' or, none alive, that of "
@@ -956,6 +959,7 @@ def _ps(f: Facts, o: Observation, _logs: LogReads) -> None:
     f.procs, f.server_pids, f.server_main_pids, f.server_worker_pids = {}, [], [], []
     f.host_mem_pct = res.mem_pct_total
     f.ps_outside = bool(res.read_outside)
+    f.ps_reader = res.reader
     f.mem_hogs = [
         p.pid
         for p in sorted(res.processes, key=lambda p: -(p.mem_pct or 0))
@@ -1262,6 +1266,20 @@ def _tenancy(f: Facts) -> None:
         elif twin is not None:
             f.co_tenant_pids[pid] = f"a worker of another live launch (main pid {twin})"
         elif f.launch_user and user and user != f.launch_user and stat[:1] in ("R", "S", "D"):
+            f.co_tenant_pids[pid] = f"another user's job ({user})"
+        elif (
+            f.launch_user is None
+            and not engine
+            and f.ps_reader
+            and user
+            and user != f.ps_reader
+            and stat[:1] in ("R", "S", "D")
+        ):
+            # nothing of the launch says who ran it; the one reading the box (the process
+            # list's own ps row) asks about their own launch, as people do, so another user's
+            # live program that is no inference server (a notebook kernel) is that user's job.
+            # An engine's process stays weighed as below: it may be the launch's own leftover
+            # under the account a scheduler ran it as.
             f.co_tenant_pids[pid] = f"another user's job ({user})"
         elif engine and role == "worker":
             # a worker with no server process above it (its parent gone, or re-parented to

@@ -167,6 +167,11 @@ class Result(ToolResult):
         None, description="why the table is the machine's, not the container's (no ps inside)"
     )
     whole: bool = Field(False, description="every row shown (a container's own table)")
+    reader: str | None = Field(
+        None,
+        description="the user of the process list's own `ps` row: who reads the box (the one "
+        "asking, most often about their own launch)",
+    )
 
     def lines(self) -> list[str]:
         out = [self.header] if self.header and self.processes else []
@@ -393,6 +398,15 @@ def _mark_busy_unknown(procs: list[Proc]) -> None:
         busy = p.stat.startswith("R") or (p.cpu_pct or 0.0) >= 50.0
         if busy and not p.zombie and not p.building and not _never(p) and p.command[:1] != "[":
             p.busy_unknown = True
+
+
+#: the process list's own row: `ps aux`, `ps -ef`, `ps -ww -eo pid,...` as the reader ran it
+_READER_PS = re.compile(r"^(?:\S*/)?ps(?:\s|$)")
+
+
+def _reader(procs: list[Proc]) -> str | None:
+    users = {p.user for p in procs if p.user and _READER_PS.match(p.command)}
+    return users.pop() if len(users) == 1 else None
 
 
 def _busy(p: Proc) -> bool:
@@ -688,6 +702,7 @@ def run(host: Host, args: Args) -> Result:
         d_state=[p.pid for p in shown if p.d_state],
         gpu_pids_missing=sorted(p for p in gpu_mib if p not in present),
         log_writers=by_log,
+        reader=_reader([p for p in parsed.procs if p.pid in own]),
         rotated=rotated,
         fd_unreadable=denied,
         read_outside=outside,
