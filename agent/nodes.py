@@ -195,6 +195,7 @@ def sweep(state: State, runtime: Runtime[RunContext]) -> dict[str, Any]:
     if not ctx.extra_logs:
         all_obs += _engine_log(host, state.get("symptom", ""), all_obs, obs1)
         all_obs += _container_pointed_logs(host, all_obs)
+        all_obs += _quoted_error_journal(host, state.get("symptom", ""), all_obs)
     else:
         all_obs += _pointed_logs(host, all_obs, list(ctx.extra_logs))
     all_obs = _drop_wrong_logs(all_obs)
@@ -771,7 +772,14 @@ def _pointed_logs(host: Host, obs: list[Observation], given: list[str]) -> list[
 
 
 #: a phrase the operator quotes ("dies with "CUDA error: ..."")
-_QUOTED = re.compile(r"[\"\u201c`]([^\"\u201d`]{12,})[\"\u201d`]")
+_CURLY = re.compile(r"\u201c([^\u201d]{12,})\u201d")
+
+
+def _quotes(symptom: str) -> list[str]:
+    """What the operator quotes ("...", \u201c...\u201d, `...`), paired in order: the text
+    between a quote mark and the next one, never between one quote's end and the next's start."""
+    out = [q for mark in ('"', "`") for q in symptom.split(mark)[1::2] if len(q) >= 12]
+    return [q.strip().rstrip(".") for q in [*out, *_CURLY.findall(symptom)]]
 
 
 def _shows_the_failure(symptom: str, lines: list[str]) -> bool:
@@ -779,9 +787,70 @@ def _shows_the_failure(symptom: str, lines: list[str]) -> bool:
     the one they are asking about, whatever port their words also name."""
     from agent.evidence import last_launch
 
-    quotes = [q.strip().rstrip(".") for q in _QUOTED.findall(symptom)]
+    quotes = _quotes(symptom)
     tail = lines[last_launch(lines) :]
     return any(len(q) >= 12 and any(q in ln for ln in tail) for q in quotes)
+
+
+#: words that make a quoted phrase an error message rather than a name or a command
+_ERRORISH = re.compile(
+    r"(?i)fail|error|time ?out|timed out|cannot|can't|unable|refused|denied|not found|killed|"
+    r"exception|abort|invalid|no such"
+)
+
+
+def _quoted_error_journal(host: Any, symptom: str, obs: list[Observation]) -> list[Observation]:
+    """The error the operator quotes, found in none of the reads so far: the log that holds it
+    was not found, so the logs read may be another launch's (a test run's, last week's). A
+    supervisor that runs the server as its child (a model router, a wrapper service) logs to
+    the system journal: search it for the quote, and read the lines of whoever printed it."""
+    if "service_logs" not in TOOLS or any(o["tool"] == "service_logs" and o["ok"] for o in obs):
+        return []
+    quotes = [
+        q for q in _quotes(symptom) if _ERRORISH.search(q) and not q.startswith(("/", "~", "--"))
+    ]
+    texts = [ln for o in obs if o["ok"] for ln in o["lines"]]
+    missing = [q for q in quotes if len(q) >= 12 and not any(q in ln for ln in texts)]
+    if not missing:
+        return []
+    call = ("service_logs", {"kind": "journalctl", "grep": missing[0][:200]})
+    out = run_many(host, [call], len(obs) + 1, 0)
+    for o in out:
+        _emit("observation", _obs_event(o))
+    if not (out and out[0]["ok"] and out[0]["data"].get("name")):
+        return out
+    # the supervisor's lines say which port the child it gave up on was to serve: a log the
+    # sweep found that serves another is another launch's (a run by hand, last week's test)
+    lines = text_lines(out[0])
+    first = next((i for i, ln in enumerate(lines) if missing[0][:200] in ln), len(lines))
+    port = next(
+        (int(m.group(1)) for ln in reversed(lines[:first]) if (m := _CHILD_PORT.search(ln))),
+        None,
+    )
+    if port is None:
+        return out
+    other = {
+        str(o["args"].get("path")): theirs
+        for o in obs
+        if o["tool"] == "log_tail"
+        and o["ok"]
+        and (theirs := log_port(text_lines(o))) is not None
+        and theirs != port
+    }
+    journal = f"the journal of {out[0]['data']['name']}"
+    marks = [
+        not_this_log(o, port, other[str(o["args"].get("path"))], journal)
+        for o in obs
+        if o["tool"] in ("log_tail", "log_search") and str(o["args"].get("path")) in other
+    ]
+    return [*marks, *out]
+
+
+#: a supervisor starting its child server: "Starting vllm-server on port 8001...", "launching
+#: llama-server --port 8002"
+_CHILD_PORT = re.compile(
+    r"(?i)\b(?:start|launch|spawn)\w*\b.{0,60}?(?:\bon port |--port[ =])(\d{2,5})\b"
+)
 
 
 def _ends_fatal(lines: list[str]) -> bool:

@@ -82,6 +82,14 @@ class Args(BaseModel):
     name: str | None = Field(None, description="container / pod / unit name; found when omitted")
     lines: int = Field(200, ge=1, le=2000)
     previous: bool = Field(False, description="kubectl: the previous (crashed) container's log")
+    grep: str | None = Field(
+        None,
+        min_length=8,
+        max_length=200,
+        description="journalctl with no unit named: the text of an error (the one the operator "
+        "quotes) to find in the system journal; the lines of the program that printed it are "
+        "read (a supervisor that runs the server as its child logs there, not to a file)",
+    )
     watch_s: float | None = Field(
         None,
         ge=0,
@@ -292,8 +300,65 @@ def run(host: Host, args: Args) -> Result:
     )
 
 
+#: a journal line's sender in `journalctl -o short`: "Jul 25 14:27:21 box lemond[594237]: ..."
+_SENDER = re.compile(r"^\w{3} [ \d]\d \d\d:\d\d:\d\d \S+ ([^\s\[:]+)(?:\[\d+\])?:")
+#: how far back the journal is searched for the quoted text
+JOURNAL_SEARCHED = 5000
+
+
+def _sender(line: str) -> str | None:
+    m = _SENDER.match(line)
+    return m.group(1) if m else None
+
+
+def _journal_grep(host: Host, args: Args) -> Result:
+    """The system journal's lines of the program that printed `args.grep`: a supervisor (a
+    model router, a wrapper service) that runs the server as its child logs its launches, its
+    readiness waits and its kills to the journal, under its own name, whatever its unit is
+    called. Only the journal's newest lines are searched: not finding the text there is said
+    as such, never as "it did not happen"."""
+    assert args.grep is not None
+    cmd = f"journalctl --no-pager -o short -n {JOURNAL_SEARCHED}"
+    res = host.run(cmd, timeout=20, max_bytes=4_000_000)
+    if not res.ok:
+        return Result(
+            host=host.name,
+            ok=False,
+            tried=[f"{cmd}: rc {res.rc}"],
+            error=res.error or f"{cmd!r} failed on {host.name}: {res.stderr.strip()[:200]}",
+            fix=res.fix or "read the journal as a user in the systemd-journal group, or as root",
+        )
+    lines = [
+        ln for ln in clean_lines(res.stdout).lines if ln.strip() and not JOURNAL_META.match(ln)
+    ]
+    hits = [ln for ln in lines if args.grep in ln]
+    sender = next((s for s in map(_sender, reversed(hits)) if s), None)
+    if sender is None:
+        return Result(
+            host=host.name,
+            kind="journalctl",
+            command=cmd,
+            tried=[f"{cmd}: no line holds {args.grep!r}"],
+            tail=[
+                f"# none of the journal's newest {len(lines)} lines holds {args.grep!r} "
+                "(older lines were not searched)"
+            ],
+        )
+    tail = [ln for ln in lines if _sender(ln) == sender][-args.lines :]
+    return Result(
+        host=host.name,
+        kind="journalctl",
+        name=sender,
+        command=f"{cmd} (the lines of {sender}, which printed {args.grep!r})",
+        tail=tail,
+        tried=[f"{cmd}: {len(hits)} lines hold it, printed by {sender}"],
+    )
+
+
 def read_once(host: Host, args: Args, record: bool = True) -> Result:
     """`record`: also read a pod's record and its failing containers' logs."""
+    if args.grep and args.kind == "journalctl" and not args.name:
+        return _journal_grep(host, args)
     if args.name is not None and not SAFE_NAME.match(args.name):
         return Result(
             host=host.name,
