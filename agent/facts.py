@@ -386,6 +386,13 @@ def _keep_plausible_workloads(f: Facts, log_reads: LogReads) -> None:
     f.busy_unknown_pids = keep
 
 
+#: where kernel JITs build: a cache of the user running the program, not a source tree
+_JIT_CACHE = re.compile(
+    r"/\.cache/(?:flashinfer|torch_extensions|vllm|sglang|triton|torch|deep_gemm|tvm-ffi)\b"
+    r"|/torch_extensions/|/torchinductor_"
+)
+
+
 def _keep_plausible_builds(f: Facts, log_reads: LogReads) -> None:
     """A compiler working in another user's home (/home/U/src/...) while the log under
     investigation is not U's is U's own build on a shared box: it cannot be what keeps a dead
@@ -402,6 +409,11 @@ def _keep_plausible_builds(f: Facts, log_reads: LogReads) -> None:
         # a home anywhere in the command, an include path's too (`-I/home/kwang/llvm/include`)
         theirs = {m.group(1) for m in re.finditer(r"/home/([^/\s]+)/", cmd)}
         user = str(rec.get("user") or "")
+        if _JIT_CACHE.search(cmd) and user and user in (f.launch_user, f.server_user):
+            # a kernel JIT builds in its cache under the home of whoever runs the launch
+            # (~/.cache/flashinfer, ~/.cache/torch_extensions): the launch's user's, not a
+            # project of theirs elsewhere
+            continue
         if theirs and user in theirs and not theirs & homes:
             del f.building_pids[pid]
         elif f.launch_user and user and user != f.launch_user:

@@ -72,3 +72,131 @@ def test_another_users_notebook_is_theirs_when_nothing_says_who_ran_the_launch(
     else:
         assert holders.get(3190) == "another user's job", r.launch["gpu"]
         assert r.root_cause == "kv_cache_no_room", (r.root_cause, r.summary)
+
+
+JOURNAL = "\n".join(
+    [
+        "Jul 25 14:20:02 box lemond[594237]: [Info] (Server) IPv4 HTTP server listening on 0.0.0.0:8000",
+        "Jul 25 14:21:00 box sshd[912]: Accepted publickey for jens from 10.0.0.5 port 50122",
+        "Jul 25 14:27:21 box lemond[594237]: [Info] (vLLM) Starting vllm-server on port 8001...",
+        "Jul 25 14:27:21 box lemond[594237]: Waiting for vllm-server to be ready (timeout: 0s)...",
+        "Jul 25 14:27:21 box lemond[594237]: [Error] (WrappedServer) vllm-server failed to start "
+        "within timeout",
+        "Jul 25 14:27:21 box lemond[595102]: Shutdown signal received, exiting...",
+        "Jul 25 14:27:26 box lemond[594237]: [Warn] (ProcessManager) Process did not respond to "
+        "SIGTERM, using SIGKILL",
+    ]
+)
+QUOTE = "vllm-server failed to start within timeout"
+MANUAL = (
+    "$ ./venv/bin/vllm serve Qwen/Qwen3.5-0.8B --port {port}\n"
+    "Traceback (most recent call last):\n"
+    '  File "/home/jens/venv/lib/python3.12/site-packages/torch/__init__.py", line 409, in <module>\n'
+    "ImportError: libamdhip64.so.7: cannot open shared object file: No such file or directory\n"
+)
+
+
+def _supervised(manual_port: int, symptom: str) -> Any:
+    ps = PS_HEADER + (
+        "jens      594237  0.4  0.1 1902884 161104 ?      Ssl  14:20   0:03 /usr/bin/lemond\n"
+        "jens      598377  0.0  0.0  10388  3644 pts/1    R+   14:40   0:00 ps aux\n"
+    )
+    card = _card(
+        {"/home/jens/vllm-manual-test.log": MANUAL.format(port=manual_port)},
+        ps,
+        "0, AMD Radeon 8060S, 0 MiB, 512 MiB, 512 MiB, 0 %\n",
+        commands={"journalctl -u lemonade --no-pager": JOURNAL},
+    )
+    return card.model_copy(update={"symptom": symptom})
+
+
+def test_the_journal_is_searched_for_the_error_the_operator_quotes() -> None:
+    """service_logs(journalctl, grep=...): the sender of the newest line holding the text, and
+    that sender's lines only (another program's journal lines are not the launch's). Control:
+    a text the journal's newest lines do not hold is said so, as a search of part of it."""
+    from tools.service_logs import Args, read_once
+
+    host = ReplayHost(_supervised(8011, "why?"))
+    r = read_once(host, Args(kind="journalctl", grep=QUOTE))
+    assert r.ok and r.name == "lemond"
+    assert any(QUOTE in ln for ln in r.tail) and not any("sshd" in ln for ln in r.tail)
+    miss = read_once(host, Args(kind="journalctl", grep="no such text anywhere at all"))
+    assert miss.ok and not miss.name and "older lines were not searched" in miss.tail[0]
+
+
+@pytest.mark.parametrize(("manual_port", "quoted", "label"), [
+    (8011, True, "killed_externally"),
+    # controls: the found log of the child's own port stays the launch's; with no quote the
+    # journal is not searched and the found log is what there is
+    (8001, True, "dependency_error"),
+    (8011, False, "dependency_error"),
+])  # fmt: skip
+def test_a_found_log_of_another_port_than_the_supervisors_child_is_set_aside(
+    tmp_path: Path, manual_port: int, quoted: bool, label: str
+) -> None:
+    """The operator quotes a supervisor's error that no file found holds: the journal is
+    searched for it, and a found log whose launch serves another port than the one the
+    supervisor started its child on is another launch's (a run by hand days before). Lemonade's
+    readiness wait of 0 s then reads as the kill it is, not the old run's ImportError."""
+    symptom = f'Every load fails at once with "{QUOTE}"' if quoted else "Every load fails. Why?"
+    card = _supervised(manual_port, symptom)
+    r = investigate(ReplayHost(card), card.symptom, settings=Settings(home=tmp_path / "h"))
+    assert r.root_cause == label, (r.root_cause, r.summary)
+
+
+@pytest.mark.parametrize(
+    ("command", "engine", "role"),
+    [
+        ("/home/u/.venv/omni/bin/python /home/u/.venv/omni/bin/sgl-omni serve --model-path "
+         "Qwen/Qwen3-Omni-30B-A3B-Instruct --port 8000", "sglang", "main"),
+        ("sglang-omni::talker_TP0", "sglang", "worker"),
+        ("sglang-omni::code2wav", "sglang", "worker"),
+        ("python3 omni_notes.py --about sgl-omni", None, None),  # control: a mention, no engine
+    ],
+)  # fmt: skip
+def test_sglang_omni_is_sglang(command: str, engine: str | None, role: str | None) -> None:
+    """SGLang-Omni runs an SGLang engine per stage (`sgl-omni serve`, stage processes titled
+    `sglang-omni::talker_TP0`): unknown to the registry, a live launch read as "no inference
+    server is running" and its JIT-compiling talker had no server to belong to."""
+    from tools import engines
+
+    m = engines.classify(command)
+    assert (m.engine, m.role) == (engine, role), m
+
+
+PS_JIT = PS_HEADER + (
+    "cuzmi    40288  3.1  2.4 38812264 6421880 pts/2 Sl  10:02   0:12 /home/cuzmi/.venv/bin/python "
+    "/home/cuzmi/.venv/bin/sgl-omni serve --model-path Qwen/Qwen3-Omni-30B-A3B-Instruct --port 8000\n"
+    "cuzmi    40342 14.2  4.1 61220480 10885120 pts/2 Sl 10:02   0:51 sglang-omni::talker_TP0\n"
+    "cuzmi    41377 99.8  4.6 13108224 12210456 pts/2 R  10:06   2:29 /usr/local/cuda/nvvm/bin/cicc "
+    "--c++17 --orig_src_file_name /home/cuzmi/{where}/fused_moe_90/moe_gemm_kernels.cu\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("where", "kept"),
+    [(".cache/flashinfer/0.6.18/90/generated", True), ("src/cutlass/build", False)],
+)
+def test_a_jit_in_the_launch_users_cache_is_the_launchs_build(where: str, kept: bool) -> None:
+    """With no process tree (`ps aux`), a compiler working in a home other than the log's was
+    taken for that user's own project build. A kernel JIT builds in the cache of whoever runs
+    the launch (~/.cache/flashinfer): the launch's build. Control: a source tree in the same
+    home stays the user's own build."""
+    from agent.facts import derive
+    from tools import processes
+
+    card = _card(
+        {},
+        PS_JIT.format(where=where),
+        "0, NVIDIA H100 80GB HBM3, 72871 MiB, 8233 MiB, 81559 MiB, 0 %\n",
+    )
+    res = processes.run(ReplayHost(card), processes.Args())
+    log = "[2026-07-27 10:02:14] sgl-omni serve: model=Qwen/Qwen3-Omni-30B-A3B-Instruct port=8000\n"
+    obs = [
+        {"id": "o1", "tool": "processes", "args": {}, "ok": True, "lines": res.lines(),
+         "data": res.model_dump(mode="json"), "round": 0},
+        {"id": "o2", "tool": "log_tail", "args": {"path": "/srv/omni/logs/serve.log"}, "ok": True,
+         "lines": log.splitlines(), "round": 0,
+         "data": {"host": "h", "path": "/srv/omni/logs/serve.log", "size": len(log), "tail": log.splitlines()}},
+    ]  # fmt: skip
+    assert (41377 in derive(obs).building_pids) == kept  # type: ignore[arg-type]
