@@ -409,6 +409,22 @@ def _reader(procs: list[Proc]) -> str | None:
     return users.pop() if len(users) == 1 else None
 
 
+def _possible_mains(procs: list[Proc]) -> set[int]:
+    """Where an engine's workers live and no main process of theirs is known: the processes of
+    the same user started when they did. One may be their main under a name the registry does
+    not know (`mineru-vllm-server`); shown, so that "the front end is gone" is not said of a
+    server that runs."""
+    ruled = {p.user for p in procs if p.server and p.role in ("main", "launcher")}
+    starts = {
+        (p.user, p.started)
+        for p in procs
+        if p.server and p.role == "worker" and p.started and p.user not in ruled
+    }
+    return {
+        p.pid for p in procs if not p.server and p.started and (p.user, p.started) in starts
+    }
+
+
 def _busy(p: Proc) -> bool:
     """Running hard now (state R or half a core), not a kernel thread, not ps itself."""
     running = p.stat.startswith("R") or (p.cpu_pct or 0.0) >= 50.0
@@ -670,6 +686,7 @@ def run(host: Host, args: Args) -> Result:
     # shown, so a server under a name no registry knows (LocalAI's backend.py, a multiprocessing
     # spawn child the log names as `(EngineCore pid=N)`) is seen alive, never "gone"
     whole = outside is None and box is not None and len(procs) <= CONTAINER_ALL_ROWS
+    kin = _possible_mains(procs)
     for p in procs:
         if p.pid in gpu_mib:
             p.on_gpu, p.gpu_mib = True, gpu_mib[p.pid]
@@ -687,6 +704,7 @@ def run(host: Host, args: Args) -> Result:
             or p.d_state
             or p.pid in gpu_mib
             or (pressure and (p.mem_pct or 0) >= MEM_HOG_PCT)
+            or p.pid in kin
         ):
             shown.append(p)
     present = {p.pid for p in parsed.procs}

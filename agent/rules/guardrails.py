@@ -696,6 +696,14 @@ def _healthy(action: Action, by_id: dict[str, Observation], facts: Facts, hits: 
         out.append("[healthy] needs the server process alive now (ps)")
     if facts.ranks_gone or facts.core_gone_line:
         out.append("[healthy] a rank or the engine core of the launch is gone")
+    if _front_end_gone(facts):
+        # an engine core or rank outliving its main process answers no one: the front end
+        # that serves requests (vLLM's API server, SGLang's launch_server) is that main process
+        out.append(
+            "[healthy] only workers of the launch are alive (pid "
+            f"{', '.join(map(str, facts.server_worker_pids[:3]))}): its main process, the front "
+            "end that answers requests, is gone"
+        )
     ready = [
         (o, m)
         for o, m in hits
@@ -721,6 +729,29 @@ def _healthy(action: Action, by_id: dict[str, Observation], facts: Facts, hits: 
             f"{refused[-1][:100]!r}"
         )
     return out
+
+
+def _front_end_gone(facts: Facts) -> bool:
+    """Only workers of the launch are alive and nothing could be their main process: no live
+    process of theirs started when they did (a wrapper the registry does not know,
+    `mineru-vllm-server`, would be one)."""
+    workers = [facts._ps_recs.get(p, {}) for p in facts.server_worker_pids]
+    if not workers or facts.server_main_pids:
+        return False
+    if any(
+        r.get("role") in ("main", "launcher") and r.get("user") in {w.get("user") for w in workers}
+        for r in facts._ps_recs.values()
+        if r.get("server") and not r.get("zombie")
+    ):
+        return False  # a main of theirs runs, the launch's or not: not this rule's to say
+    starts = {(r.get("user"), r.get("started")) for r in workers if r.get("started")}
+    if not starts:
+        return False  # no start times: whose child they are cannot be told
+    return not any(
+        (r.get("user"), r.get("started")) in starts and not r.get("zombie")
+        for p, r in facts._ps_recs.items()
+        if p not in facts.server_worker_pids
+    )
 
 
 #: an access-log line of a request answered 5xx: `"POST /v1/chat/completions HTTP/1.1" 503`

@@ -200,3 +200,41 @@ def test_a_jit_in_the_launch_users_cache_is_the_launchs_build(where: str, kept: 
          "data": {"host": "h", "path": "/srv/omni/logs/serve.log", "size": len(log), "tail": log.splitlines()}},
     ]  # fmt: skip
     assert (41377 in derive(obs).building_pids) == kept  # type: ignore[arg-type]
+
+
+_SERVED_LOG = (
+    "INFO 05-13 18:40:02 [api_server.py:1043] vLLM API server version 0.8.5\n"
+    "INFO 05-13 18:40:02 [api_server.py:1044] args: Namespace(model_tag='Qwen/Qwen2.5-32B', port=8000)\n"
+    "INFO 05-13 18:41:40 [api_server.py:1090] Starting vLLM API server 0 on http://0.0.0.0:8000\n"
+    "INFO:     Application startup complete.\n"
+    'INFO:     127.0.0.1:51234 - "POST /v1/chat/completions HTTP/1.1" 200 OK\n'
+)
+
+
+@pytest.mark.parametrize(
+    ("beside", "healthy"),
+    [
+        ("", False),
+        # control: a wrapper the registry does not know, started with the engine core by the
+        # same user, may be its main: the server may well run
+        ("zhang     205050  0.4  2.1 12230044 4012212 ?    Ssl  May13   0:41 /srv/venv/bin/python3 "
+         "/srv/venv/bin/mineru-vllm-server --port 8000\n", True),
+    ],
+)  # fmt: skip
+def test_an_engine_core_outliving_its_api_server_is_not_a_healthy_server(
+    tmp_path: Path, beside: str, healthy: bool
+) -> None:
+    """vLLM's API server (the front end that answers) died with the operator's SSH session;
+    its EngineCore lives on, holding 70 GB, and the log ends in served requests. The core's
+    being alive had made the launch "healthy"; only workers alive, and nothing that could be
+    their main, is no server answering."""
+    ps = PS_HEADER + (
+        f"{beside}"
+        "zhang     205117  0.2  4.1 39812340 10871204 ?   Sl   May13   2:31 VLLM::EngineCore\n"
+        "zhang     301022  0.0  0.0  10076  3420 pts/1    R+   09:02   0:00 ps aux\n"
+    )
+    gpu = "0, NVIDIA A100-SXM4-80GB, 71342 MiB, 9695 MiB, 81920 MiB, 0 %\n"
+    card = _card({"/home/zhang/vllm-qwen.log": _SERVED_LOG}, ps, gpu)
+    card = card.model_copy(update={"symptom": "this morning the API is down, what killed it?"})
+    r = investigate(ReplayHost(card), card.symptom, settings=Settings(home=tmp_path / "h"))
+    assert (r.root_cause == "healthy") == healthy, (r.root_cause, r.summary)
