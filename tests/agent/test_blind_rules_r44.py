@@ -238,3 +238,33 @@ def test_an_engine_core_outliving_its_api_server_is_not_a_healthy_server(
     card = card.model_copy(update={"symptom": "this morning the API is down, what killed it?"})
     r = investigate(ReplayHost(card), card.symptom, settings=Settings(home=tmp_path / "h"))
     assert (r.root_cause == "healthy") == healthy, (r.root_cause, r.summary)
+
+
+@pytest.mark.parametrize(
+    ("before", "label"),
+    [
+        ("[05/15/2024-14:02:49] [TRT-LLM] [I] Set gemm_plugin to bfloat16.", "gpu_oom_weights"),
+        ("[05/15/2024-14:02:58] [TRT] [I] Detected 13 inputs and 1 output network tensors.",
+         "gpu_oom_weights"),
+        ("[TensorRT-LLM][INFO] Using 117760 tokens in paged KV cache.", "cuda_oom_runtime"),  # control
+    ],
+)  # fmt: skip
+def test_an_oom_inside_trtllm_build_is_about_the_weights(before: str, label: str) -> None:
+    """trtllm-build of an older release prints no "Build TensorRT engine": its plugin set-up
+    lines and TensorRT's parse of the network say the build runs, and a build that runs out of
+    GPU memory holds the weights it is building (a 15 GB checkpoint on a 12 GB card). Control:
+    an OOM after the runtime sized its KV cache is not a build's."""
+    from agent.rules.memory import oom_phase
+    from agent.signatures import scan
+
+    lines = [
+        before,
+        "[05/15/2024-14:03:05] [TRT] [E] 2: [virtualMemoryBuffer.cpp::resizePhysical::155] Error "
+        "Code 2: OutOfMemory (no further information)",
+    ]
+    obs = {"id": "o1", "tool": "log_tail", "args": {}, "ok": True, "lines": lines, "data": {}}
+    hits = [(obs, m) for m in scan(lines)]
+    oom = next(
+        m for _, m in hits if "OutOfMemory" in m.line and not m.signature.startswith("phase-")
+    )
+    assert oom_phase(obs, oom, hits)[0] == label  # type: ignore[arg-type]
