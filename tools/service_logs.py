@@ -342,6 +342,9 @@ def _journal_grep(host: Host, args: Args) -> Result:
             tail=[
                 f"# none of the journal's newest {len(lines)} lines holds {args.grep!r} "
                 "(older lines were not searched)"
+                if lines
+                else "# the journal gave no lines to search: "
+                + ((res.stderr or res.stdout).strip().splitlines() or ["empty"])[0][:160]
             ],
         )
     tail = [ln for ln in lines if _sender(ln) == sender][-args.lines :]
