@@ -538,6 +538,12 @@ def launch_gpus(observations: list[Observation]) -> set[int] | None:
             for ln in o["lines"]:
                 if ln.startswith("CUDA_VISIBLE_DEVICES="):
                     seen.add(ln.split("=", 1)[1].strip("\"' "))
+        elif o["tool"] == "container_inspect":
+            # the container the launch runs in was given these GPUs of the machine (whose
+            # indices nvidia-smi, read on the machine, prints)
+            ids = ((o["data"] or {}).get("container") or {}).get("gpu_ids")
+            if ids:
+                seen.add(",".join(str(i) for i in ids))
     if len(seen) != 1:
         return None
     value = next(iter(seen))

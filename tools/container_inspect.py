@@ -85,6 +85,11 @@ class ContainerState(BaseModel):
     ports_shown: bool = True
     mounts_shown: bool = True
     devices: list[str] = Field(default_factory=list)
+    gpu_ids: list[int] | None = Field(
+        None,
+        description="the machine's GPU indices passed to the container (--gpus '\"device=0,1\"', "
+        "NVIDIA_VISIBLE_DEVICES=0,1); None when all, a count, UUIDs or not shown",
+    )
     mounts: list[Mount] = Field(default_factory=list)
     ports: list[PortBinding] = Field(default_factory=list)
     exposed: list[str] = Field(default_factory=list, description="ports the image exposes")
@@ -196,6 +201,22 @@ def _mib(n: int | None) -> str:
     return f"{n / 1024 / 1024:.0f} MiB" if n < 1 << 30 else f"{n / (1 << 30):.1f} GiB"
 
 
+def _gpu_ids(hc: dict[str, Any], env: dict[str, str] | None) -> list[int] | None:
+    """The machine's GPU indices the container was given, when the record names them by index:
+    a device request's DeviceIDs, else NVIDIA_VISIBLE_DEVICES under the nvidia runtime."""
+    named = [
+        str(i) for r in hc.get("DeviceRequests") or [] for i in (r.get("DeviceIDs") or [])
+    ] or (
+        (env or {}).get("NVIDIA_VISIBLE_DEVICES", "").split(",")
+        if hc.get("Runtime") == "nvidia"
+        else []
+    )
+    named = [n.strip() for n in named if n.strip()]
+    if not named or not all(n.isdigit() for n in named):
+        return None
+    return sorted({int(n) for n in named})
+
+
 def _gpu_devices(hc: dict[str, Any], env: dict[str, str] | None) -> tuple[bool, list[str]]:
     devices: list[str] = []
     for d in hc.get("Devices") or []:
@@ -294,6 +315,7 @@ def parse_inspect(text: str) -> ContainerState:
         memory_limit=int(hc.get("Memory") or 0),
         network_host=str(hc.get("NetworkMode") or "") == "host",
         gpus_requested=gpus,
+        gpu_ids=_gpu_ids(hc, env if "Env" in cfg else None),
         gpus_shown=gpus or "DeviceRequests" in hc or "Devices" in hc,
         ports_shown=bool(ports)
         or "Ports" in (d.get("NetworkSettings") or {})

@@ -268,3 +268,42 @@ def test_an_oom_inside_trtllm_build_is_about_the_weights(before: str, label: str
         m for _, m in hits if "OutOfMemory" in m.line and not m.signature.startswith("phase-")
     )
     assert oom_phase(obs, oom, hits)[0] == label  # type: ignore[arg-type]
+
+
+def _inspect(device_ids: list[str], env: str = "") -> str:
+    import json
+
+    env_list = [env] if env else []
+    return json.dumps([{
+        "Name": "/qwen72b-triton",
+        "State": {"Status": "running", "Running": True, "Pid": 4242},
+        "HostConfig": {"Runtime": "runc", "DeviceRequests": [
+            {"Driver": "", "Count": 0, "DeviceIDs": device_ids, "Capabilities": [["gpu"]]}]},
+        "Config": {"Env": env_list, "Image": "nvcr.io/nvidia/tritonserver:23.10-trtllm-python-py3"},
+    }])  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("device_ids", "mine"),
+    [
+        (["0", "1", "2", "3"], {0, 1, 2, 3}),
+        (["GPU-6f1c2a8e-0d5b-4c1e-9a7f-2b3c4d5e6f70"], None),  # control: a UUID names no index
+        ([], None),  # control: --gpus all
+    ],
+)
+def test_the_gpus_a_container_was_given_are_the_launchs(
+    device_ids: list[str], mine: set[int] | None
+) -> None:
+    """A launch in a container was given GPUs 0-3 (`--gpus '"device=0,1,2,3"'`); another
+    user's fine-tune pins GPUs 4-7 at 98%. Inside the container the server's pids are not the
+    ones nvidia-smi names on the machine, so nothing tied the launch to its GPUs and the busy
+    neighbour read as a rank spinning in a collective ("nccl_failure" for a healthy server).
+    The container's record names its GPUs by the machine's indices."""
+    from agent.launch import launch_gpus
+    from tools.container_inspect import parse_inspect
+
+    state = parse_inspect(_inspect(device_ids))
+    assert state.gpu_ids == (sorted(mine) if mine else None)
+    obs = {"id": "o3", "tool": "container_inspect", "args": {}, "ok": True, "lines": [],
+           "data": {"container": state.model_dump(mode="json")}, "round": 0}  # fmt: skip
+    assert launch_gpus([obs]) == mine  # type: ignore[list-item]
