@@ -225,8 +225,12 @@ class Facts(BaseModel):
 
     @property
     def server_alive(self) -> bool | None:
+        if self.pod_running:
+            # the named pod's container runs: the server is alive there, whatever this box's
+            # own process table shows (a CI runner's or a bastion's, not the pod's node)
+            return True
         if not self.ps_available:
-            return True if self.pod_running else None
+            return None
         if self.server_pids:
             return True
         # a busy process no engine pattern knows may be the workload: gone is not proven

@@ -156,14 +156,15 @@ def sweep(state: State, runtime: Runtime[RunContext]) -> dict[str, Any]:
     if logs and not ctx.extra_logs and "processes" in TOOLS:
         # now that the logs are known, tie each to the process writing it (/proc/PID/fd)
         wave2.append(("processes", {"logs": logs[:MAX_LOGS]}))
-    listed = _listed_pods(obs1) if not ctx.extra_logs and "service_logs" in TOOLS else []
+    listed = _listed_pods(obs1) if "service_logs" in TOOLS else []
     # the pod the operator names (by its name or its Deployment's) is the server's, whatever it
-    # is called ("llama31-8b-6d9f7c8b54-x2kq9" names no engine); else a pod named like a server
+    # is called ("llama31-8b-6d9f7c8b54-x2kq9" names no engine); else a pod named like a server.
+    # With a log of their own given (a deploy pipeline's), only a pod they name is read beside it
     servers = [p for p in listed if service_logs.SERVER_NAME.search(p)]
     named = _pod_named(state.get("symptom", ""), servers) or _pod_named(
         state.get("symptom", ""), listed
     )
-    pods = [named] if named else servers
+    pods = [named] if named else ([] if ctx.extra_logs else servers)
     if pods:
         # a cluster this host reaches runs an inference server's pod: its log is `kubectl logs`,
         # whatever files lie about (an operator's saved copy of an earlier pod's log is not it)

@@ -44,9 +44,9 @@ def slow_bar(observations: list[Observation], facts: Facts) -> tuple[str, str, f
     if not facts.server_alive:
         return None
     for o in reversed(observations):
-        if o["tool"] not in ("log_tail", "container_logs") or not o["ok"]:
+        if o["tool"] not in ("log_tail", "container_logs", "service_logs") or not o["ok"]:
             continue
-        if not o["data"].get("watched"):
+        if not o["data"].get("watched") or o["args"].get("previous"):
             continue
         if o["data"].get("grew"):
             return None
@@ -56,7 +56,9 @@ def slow_bar(observations: list[Observation], facts: Facts) -> tuple[str, str, f
             return None  # watched long enough for the bar to move: its silence counts
         # the bar is the log's last step: its own line, or one of the last few with only the
         # next item's start after it ("Download file: part-4"), never an error
-        tail = [ln for ln in text_lines(o) if ln.strip() and not ln.startswith("# ")][-3:]
+        # a pod's read carries its record after its log: the log's own last lines
+        own = o["data"].get("tail") if o["tool"] == "service_logs" else text_lines(o)
+        tail = [ln for ln in own or [] if ln.strip() and not ln.startswith("# ")][-3:]
         line = str(bar.get("line") or "")
         at = next((i for i, ln in enumerate(tail) if ln.strip() == line.strip()), None)
         if at is None or any(proof.error_shaped(ln) for ln in tail[at + 1 :]):

@@ -307,3 +307,41 @@ def test_the_gpus_a_container_was_given_are_the_launchs(
     obs = {"id": "o3", "tool": "container_inspect", "args": {}, "ok": True, "lines": [],
            "data": {"container": state.model_dump(mode="json")}, "round": 0}  # fmt: skip
     assert launch_gpus([obs]) == mine  # type: ignore[list-item]
+
+
+def test_the_named_pods_running_container_is_the_server_alive_whatever_this_box_runs() -> None:
+    """A CI runner reads the cluster with kubectl: its own process table holds no server (the
+    pod runs on a node), and "no inference-server process is running" had refuted a pod that
+    was still loading its shards. The named pod's Running container is the server alive.
+    Control: with no pod record, the box's own process table speaks."""
+    from agent.facts import Facts
+
+    assert Facts(ps_available=True, pod_running=True).server_alive is True
+    assert Facts(ps_available=True).server_alive is False
+
+
+BAR = "Loading safetensors checkpoint shards:  53% Completed | 9/17 [08:36<07:38, 57.37s/it]"
+
+
+@pytest.mark.parametrize(("window", "slow"), [(30.0, True), (120.0, False)])
+def test_a_pods_progress_bar_slower_than_the_watch_refutes_nothing(
+    window: float, slow: bool
+) -> None:
+    """A pod's log watched for 30 s without a new line, ending on a bar at 57 s per shard: the
+    watch was too short to see a step, as for a file's log (`hang.slow_bar`); the pod's record
+    printed after its log is not the log's last line. Control: a watch of two minutes that saw
+    no step is silence that counts."""
+    from agent.facts import Facts
+    from agent.rules.hang import slow_bar
+    from tools.log_window import last_progress
+
+    tail = ["(EngineCore_DP0 pid=287) INFO 09-15 09:02:50 [cuda.py:362] Using Flash Attention", BAR]
+    prog = last_progress(tail)
+    assert prog is not None
+    o = {"id": "o12", "tool": "service_logs", "args": {"kind": "kubectl", "name": "p", "watch_s": 6},
+         "ok": True, "round": 1,
+         "lines": ["# kubectl log of p", *tail, "# kubectl describe pod p", "    State:  Running"],
+         "data": {"tail": tail, "watched": True, "grew": False, "window_s": window,
+                  "last_progress": prog.model_dump(mode="json")}}  # fmt: skip
+    got = slow_bar([o], Facts(pod_running=True))  # type: ignore[list-item]
+    assert (got is not None) == slow, got
