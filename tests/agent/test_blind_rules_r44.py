@@ -345,3 +345,29 @@ def test_a_pods_progress_bar_slower_than_the_watch_refutes_nothing(
                   "last_progress": prog.model_dump(mode="json")}}  # fmt: skip
     got = slow_bar([o], Facts(pod_running=True))  # type: ignore[list-item]
     assert (got is not None) == slow, got
+
+
+@pytest.mark.parametrize(
+    ("line", "consequence"),
+    [
+        ("ERROR [open_webui.routers.ollama] 500, message='Internal Server Error', "
+         "url='http://localhost:11434/api/chat'", True),
+        ("requests.exceptions.HTTPError: 500 Server Error: Internal Server Error for url: "
+         "http://127.0.0.1:8000/v1/completions", True),
+        # controls: a remote service's refusal is the caller's own error (the Hub's 429), and so
+        # is a 4xx from anywhere
+        ("requests.exceptions.HTTPError: 429 Client Error: Too Many Requests for url: "
+         "https://huggingface.co/api/models/Qwen/Qwen2.5-1.5B-Instruct", False),
+        ("aiohttp.ClientResponseError: 404, message='Not Found', url='http://localhost:8000/x'", False),
+    ],
+)  # fmt: skip
+def test_a_clients_report_of_the_local_servers_500_is_not_its_own_error(
+    line: str, consequence: bool
+) -> None:
+    """Open WebUI relays Ollama's 500 after Ollama's own load timeout killed its runner: the
+    client's line had counted as an error of the launch's own and barred the kill (the gate:
+    "conclude what that error says"). A 5xx reply of a server on the box, as a client reports
+    it, is that server's failure."""
+    from agent.rules.proof import peer_lost
+
+    assert peer_lost(line) == consequence
