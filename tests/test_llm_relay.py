@@ -79,3 +79,36 @@ def test_next_piped_into_head_ends_quietly(tmp_path: Path) -> None:
     r = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, timeout=60)
     assert r.stdout.strip(), r.stderr
     assert "BrokenPipeError" not in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize(
+    ("given", "says"),
+    [
+        ('{"name": "conclude", "arguments": {"label": "healthy"}, "next_step": "x"}', "outside arguments"),
+        ('{"name": "conclude", "arguments": {', "not JSON"),
+    ],
+)  # fmt: skip
+def test_a_field_outside_arguments_or_broken_json_is_refused_in_words(
+    tmp_path: Path, given: str, says: str
+) -> None:
+    """A model session put `next_step` beside `arguments` (the brain never saw it), another sent
+    half a JSON object (a traceback): both are refused, saying why, and nothing is sent."""
+    (tmp_path / "req").mkdir()
+    (tmp_path / "resp").mkdir()
+    (tmp_path / "req" / "00001.json").write_text("{}")
+    r = _answer(tmp_path, "1", given)
+    assert r.returncode != 0 and says in r.stderr and "Traceback" not in r.stderr
+    assert not (tmp_path / "resp" / "00001.json").exists()
+
+
+def test_a_request_already_answered_is_not_answered_again(tmp_path: Path) -> None:
+    """A session sent its answer to the previous request's id: the relay said "answered" and
+    overwrote an answer the agent had already taken. It is refused."""
+    (tmp_path / "req").mkdir()
+    (tmp_path / "resp").mkdir()
+    (tmp_path / "req" / "00001.json").write_text("{}")
+    call = json.dumps({"name": "ports", "arguments": {"port": 1}})
+    assert _answer(tmp_path, "1", call).returncode == 0
+    again = _answer(tmp_path, "1", json.dumps({"name": "ports", "arguments": {"port": 2}}))
+    assert again.returncode != 0 and "already answered" in again.stderr
+    assert json.loads((tmp_path / "resp" / "00001.json").read_text())["arguments"] == {"port": 1}
