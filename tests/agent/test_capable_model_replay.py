@@ -58,6 +58,7 @@ BLIND_RECORDED_PASS = {
     "round42": 19,
     "round43": 19,
     "round44": 19,
+    "round45": 18,
 }
 
 
