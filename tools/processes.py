@@ -420,9 +420,7 @@ def _possible_mains(procs: list[Proc]) -> set[int]:
         for p in procs
         if p.server and p.role == "worker" and p.started and p.user not in ruled
     }
-    return {
-        p.pid for p in procs if not p.server and p.started and (p.user, p.started) in starts
-    }
+    return {p.pid for p in procs if not p.server and p.started and (p.user, p.started) in starts}
 
 
 def _busy(p: Proc) -> bool:
