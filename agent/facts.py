@@ -390,11 +390,9 @@ def _keep_plausible_workloads(f: Facts, log_reads: LogReads) -> None:
     f.busy_unknown_pids = keep
 
 
-#: where kernel JITs build: a cache of the user running the program, not a source tree
-_JIT_CACHE = re.compile(
-    r"/\.cache/(?:flashinfer|torch_extensions|vllm|sglang|triton|torch|deep_gemm|tvm-ffi)\b"
-    r"|/torch_extensions/|/torchinductor_"
-)
+#: where kernel JITs build: a cache of the user running the program (~/.cache/flashinfer,
+#: ~/.cache/torch_extensions, torch's inductor dir), not a source tree
+_JIT_CACHE = re.compile(r"/\.cache/|/torch_extensions/|/torchinductor_")
 
 
 def _keep_plausible_builds(f: Facts, log_reads: LogReads) -> None:
