@@ -30,6 +30,7 @@ from agent.rules import hang as rules_hang
 from agent.rules import liveness as rules_liveness
 from agent.rules import proof
 from agent.rules.common import HW_ERROR
+from agent.rules.host import shm_short
 from agent.rules.memory import stale_gpu_possible
 from agent.rules.own_fatal import OOM_KILL, own_fatal_since_launch
 from agent.signatures import Match
@@ -841,11 +842,7 @@ def _qualify_shm_ring(action: Action, observations: list[Observation], facts: Fa
     """/dev/shm proven too small only by numbers (the ring the launch maps is bigger than it):
     the shortfall is shown, the death it causes (a bus error once traffic fills the ring) is
     not, so the conclusion is said to be inferred, with the read that would show the death."""
-    if not (
-        facts.shm_need_mib is not None
-        and facts.shm_mib is not None
-        and facts.shm_need_mib > facts.shm_mib
-    ):
+    if not shm_short(facts):
         return action
     if any(
         m.label == "shm_too_small" and m.strength in ("fatal", "strong")

@@ -145,12 +145,12 @@ def _shm_has_room_while_alive(facts: Facts, labels_hit: set[str | None]) -> bool
         and facts.shm_use_pct < THRESHOLDS.shm.live_room_pct
         and facts.server_alive is True
         and "shm_too_small" not in labels_hit
-        and not _shm_short(facts)
+        and not shm_short(facts)
         and not (facts.container is not None and facts.container.restart_count > 0)
     )
 
 
-def _shm_short(facts: Facts) -> bool:
+def shm_short(facts: Facts) -> bool:
     """The launch's log says it maps more /dev/shm than there is: the shortfall in numbers."""
     return (
         facts.shm_need_mib is not None
@@ -265,7 +265,7 @@ def host_rules(facts: Facts, hits, add, observations: list[Observation] | None =
                 err,
                 "nvidia-smi cannot reach the driver",
             )
-    if _shm_short(facts) and facts.shm_need_obs:
+    if shm_short(facts) and facts.shm_need_obs:
         add(
             "shm_too_small",
             "fact",
