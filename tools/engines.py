@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import posixpath
 import re
-from functools import cache
+from functools import cache, lru_cache
 from pathlib import Path
 from typing import Literal
 
@@ -306,7 +306,9 @@ def invocations(command: str, _depth: int = 0) -> list[Invocation]:
 
 
 class Match(BaseModel):
-    """What the registry says of one command line."""
+    """What the registry says of one command line (frozen: `classify` hands out one per line)."""
+
+    model_config = ConfigDict(frozen=True)
 
     engine: str | None = None
     role: Role | None = None
@@ -323,8 +325,11 @@ def is_never(inv: Invocation) -> bool:
     return bool(n.programs.match(inv.program) or n.programs.match(inv.program.removesuffix(":")))
 
 
+@lru_cache(maxsize=8192)
 def classify(command: str) -> Match:
-    """The engine and role of a ps command line, from the registry only."""
+    """The engine and role of a ps command line, from the registry only. Cached: the registry is
+    read once per process, and one sweep classifies the same rows twice (`processes`,
+    `container_detect`), every watch again; tokenizing a shell line is most of their parse."""
     invs = invocations(command)
     if not invs:
         return Match()
