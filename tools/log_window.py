@@ -76,6 +76,12 @@ class Progress(BaseModel):
     done: int | None = None
     total: int | None = None
     s_per_item: float | None = Field(None, description="seconds per item (tqdm rate)")
+    elapsed_s: float | None = Field(None, description="the bar's own elapsed time at this line")
+    s_per_print: float | None = Field(
+        None,
+        description="seconds between this bar's printed lines (its elapsed times): a bar that "
+        "prints every tenth item is silent ten items long",
+    )
     eta_s: float | None = Field(None, description="seconds left at that rate")
     slow_phase: bool = Field(False, description="a phase that prints little while healthy")
     line: str = Field("", description="the log line it was read from, verbatim")
@@ -97,7 +103,15 @@ class Progress(BaseModel):
             out += f" at {each}"
         if self.eta_s is not None:
             out += f": {human_s(self.eta_s)} left" if self.done < self.total else ": done"
+        if self.s_per_print is not None and self.s_per_print > (self.s_per_item or 0.0):
+            out += f"; it prints a line every {human_s(self.s_per_print).removeprefix('about ')}"
         return out
+
+    def step_s(self) -> float | None:
+        """How long the bar may stay silent while it works: one item, or the gap between its
+        printed lines when it prints less often than every item."""
+        known = [v for v in (self.s_per_item, self.s_per_print) if v is not None]
+        return max(known) if known else None
 
 
 def human_s(s: float) -> str:
@@ -130,7 +144,15 @@ def parse_progress(line: str) -> Progress | None:
         eta = (total - done) * spi if spi is not None else _clock_s(m.group("left"))
         d = _BAR_DESC.match(line[: m.start()])
         label = (d.group("desc").strip() if d else "").strip(" -")
-        return Progress(label=label, done=done, total=total, s_per_item=spi, eta_s=eta, line=line)
+        return Progress(
+            label=label,
+            done=done,
+            total=total,
+            s_per_item=spi,
+            elapsed_s=elapsed,
+            eta_s=eta,
+            line=line,
+        )
     m = _PLAIN.search(line)
     if m:
         done, total = int(m.group("done")), int(m.group("total"))
@@ -148,12 +170,24 @@ def parse_progress(line: str) -> Progress | None:
     return None
 
 
-def last_progress(lines: list[str], look_back: int = 5) -> Progress | None:
-    """The newest progress among the last few lines (a warning may follow the bar)."""
-    for ln in reversed(lines[-look_back:]):
+def last_progress(lines: list[str], look_back: int = 5, history: int = 200) -> Progress | None:
+    """The newest progress among the last few lines (a warning may follow the bar), with the
+    gap to the same bar's previous printed line (by the bar's own elapsed times) among the
+    `history` lines before it: the pace at which its log moves, whatever its rate per item."""
+    for back, ln in enumerate(reversed(lines[-look_back:])):
         p = parse_progress(ln)
-        if p is not None:
-            return p
+        if p is None:
+            continue
+        if p.elapsed_s is not None and p.done is not None:
+            end = len(lines) - back - 1
+            for prev_ln in reversed(lines[max(0, end - history) : end]):
+                q = parse_progress(prev_ln)
+                if q is None or q.label != p.label or q.total != p.total or q.done is None:
+                    continue
+                if q.done < p.done and q.elapsed_s is not None and q.elapsed_s < p.elapsed_s:
+                    p.s_per_print = p.elapsed_s - q.elapsed_s
+                break
+        return p
     return None
 
 
@@ -195,8 +229,9 @@ def window_for(
         base = max(base, min(limit_s, silence_s + 1.0))
     if progress is None:
         return base
-    if progress.s_per_item is not None and progress.done is not None:
-        return min(limit_s, max(base, step_window_s(progress.s_per_item)))
+    step = progress.step_s()
+    if step is not None and progress.done is not None:
+        return min(limit_s, max(base, step_window_s(step)))
     return max(base, limit_s)
 
 
@@ -241,9 +276,7 @@ def watch(
     ends the watch with the last good read."""
     t0 = host.clock()
     res, base = first, key(first)
-    window = window_for(
-        float(watch_s), last_progress(tail(first)[-5:]), max(max_window_s(), 0.0), None
-    )
+    window = window_for(float(watch_s), last_progress(tail(first)), max(max_window_s(), 0.0), None)
     while key(res) == base and host.clock() - t0 < window:
         elapsed = host.clock() - t0
         host.sleep(min(poll_interval(elapsed, heavy=heavy), window - elapsed))
@@ -255,5 +288,5 @@ def watch(
     res.waited_s = round(host.clock() - t0, 3)
     res.window_s = round(window, 3)
     res.asked_s = float(watch_s)
-    res.last_progress = last_progress(tail(res)[-5:])
+    res.last_progress = last_progress(tail(res))
     return res

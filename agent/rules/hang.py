@@ -51,7 +51,10 @@ def slow_bar(observations: list[Observation], facts: Facts) -> tuple[str, str, f
         if o["data"].get("grew"):
             return None
         bar = o["data"].get("last_progress") or {}
-        pace, window = bar.get("s_per_item"), float(o["data"].get("window_s") or 0.0)
+        if bar.get("total") is not None and (bar.get("done") or 0) >= bar["total"]:
+            return None  # a finished bar has no next step to wait for
+        paces = [float(v) for v in (bar.get("s_per_item"), bar.get("s_per_print")) if v]
+        pace, window = max(paces, default=None), float(o["data"].get("window_s") or 0.0)
         if not pace or not window or step_window_s(float(pace)) <= window:
             return None  # watched long enough for the bar to move: its silence counts
         # the bar is the log's last step: its own line, or one of the last few with only the

@@ -202,7 +202,7 @@ def liveness_rules(facts: Facts, observations: list[Observation], hits, add) -> 
                     F.proves,
                     obs_id,
                     bar,
-                    f"the bar advances one step per {pace:.0f} s: the {window:.0f} s watched is "
+                    f"the bar moves its log once per {pace:.0f} s: the {window:.0f} s watched is "
                     "too short to see one, so no growth within it proves no stall",
                 )
             else:

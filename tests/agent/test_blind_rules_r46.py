@@ -1,0 +1,83 @@
+"""Rules and knowledge after blind rounds 46 and 47 (scored before any change), each with a
+control that must not trigger it: a fix is a general form or fact, never an answer keyed to one
+card."""
+
+from __future__ import annotations
+
+import pytest
+
+from agent.evidence import launch_line
+from tools.log_window import last_progress, window_for
+
+BAR = "Loading weights from safetensors:  {pct}%|#   | {done}/163 [{el}<07:48,  6.24s/it]"
+
+
+def _bar(done: int, elapsed: str) -> str:
+    return BAR.format(pct=done * 100 // 163, done=done, el=elapsed)
+
+
+def test_lmdeploy_marks_the_start_of_its_launch() -> None:
+    """AsyncEngine logs its inputs once per launch: a log that starts with it starts anew, so
+    a rotated copy beside it is an earlier run's story."""
+    line = (
+        "2025-01-20 08:50:29,611 - lmdeploy - INFO - async_engine.py:260 - input backend=pytorch, "
+        "backend_config=PytorchEngineConfig(dtype='auto', tp=8)"
+    )
+    assert launch_line(line)
+    # control: its chat-template line, printed right after, starts nothing
+    assert not launch_line(
+        "2025-01-20 08:50:29,611 - lmdeploy - INFO - async_engine.py:269 - input "
+        "chat_template_config=None"
+    )
+
+
+def test_a_bar_that_prints_every_tenth_item_is_given_the_time_between_its_lines() -> None:
+    """6.24 s per item, printed every ~62 s (its own elapsed times): a watch must outlast the
+    gap between printed lines, not one item."""
+    lines = ["INFO start", _bar(78, "08:09"), _bar(88, "09:11")]
+    p = last_progress(lines)
+    assert p is not None and p.s_per_item == pytest.approx(6.24)
+    assert p.s_per_print == pytest.approx(62.0)
+    assert p.step_s() == pytest.approx(62.0)
+    assert window_for(6.0, p, 600.0) == pytest.approx(1.5 * 62 + 1)
+    assert "prints a line every" in p.describe()
+
+
+@pytest.mark.parametrize(
+    "lines",
+    [
+        # a bar printed on every item: its pace is the item's
+        [_bar(87, "09:05"), _bar(88, "09:11")],
+        # another bar before it (another total) says nothing of this one's gaps
+        ["Loading shards: 100%|#| 4/4 [00:10<00:00, 2.5s/it]", _bar(88, "09:11")],
+        # a single print: no gap known
+        [_bar(88, "09:11")],
+    ],
+)
+def test_a_bar_without_a_longer_gap_keeps_its_rate(lines: list[str]) -> None:
+    p = last_progress(lines)
+    assert p is not None
+    assert p.step_s() == pytest.approx(6.24)
+    assert p.s_per_print is None or p.s_per_print <= 6.24
+
+
+@pytest.mark.parametrize(("done", "slow"), [(12, True), (16, False)])
+def test_a_finished_bar_has_no_next_step_to_wait_for(done: int, slow: bool) -> None:
+    """A bar printed every ~22 s, watched 30 s without a new line: while it runs the watch was
+    too short to see a print (`hang.slow_bar`); once it reads 16/16 there is nothing left for it
+    to print, and the silence after it counts."""
+    from agent.facts import Facts
+    from agent.rules.hang import slow_bar
+
+    tail = [
+        "Loading safetensors checkpoint shards:  25% Completed | 4/16 [00:21<01:03,  2.66s/it]",
+        f"Loading safetensors checkpoint shards:  75% Completed | {done}/16 [00:43<00:00,  2.71s/it]",
+    ]
+    prog = last_progress(tail)
+    assert prog is not None and prog.s_per_print == pytest.approx(22.0)
+    o = {"id": "o12", "tool": "log_tail", "args": {"path": "/l.log", "watch_s": 6}, "ok": True,
+         "round": 1, "lines": ["# /l.log: 2 lines", *tail],
+         "data": {"watched": True, "grew": False, "window_s": 30.0,
+                  "last_progress": prog.model_dump(mode="json")}}  # fmt: skip
+    got = slow_bar([o], Facts(ps_available=True, server_pids=[7]))  # type: ignore[list-item]
+    assert (got is not None) == slow, got
