@@ -81,3 +81,27 @@ def test_a_finished_bar_has_no_next_step_to_wait_for(done: int, slow: bool) -> N
                   "last_progress": prog.model_dump(mode="json")}}  # fmt: skip
     got = slow_bar([o], Facts(ps_available=True, server_pids=[7]))  # type: ignore[list-item]
     assert (got is not None) == slow, got
+
+
+@pytest.mark.parametrize(
+    ("line", "signature"),
+    [
+        ("Failed, NCCL error /app/tensorrt_llm/cpp/tensorrt_llm/plugins/ncclPlugin/"
+         "allreducePlugin.cpp:295 'internal error - please report this issue to the NCCL developers'",
+         "nccl-error-torch"),
+        # the tensorrtllm backend reads an unset optional parameter, logs a WARNING and goes on
+        ("[TensorRT-LLM][WARNING] [json.exception.type_error.302] type must be number, but is null",
+         None),
+        # control: the same parse failing the model instance is the launch's fatal error
+        ("UNAVAILABLE: Internal: unexpected error when creating modelInstanceState: "
+         "[json.exception.type_error.302] type must be array, but is number",
+         "triton-trtllm-json-type-error"),
+    ],
+)  # fmt: skip
+def test_ncclcheck_fails_the_launch_and_a_warning_does_not(
+    line: str, signature: str | None
+) -> None:
+    from agent.signatures import scan
+
+    fatal = [m.signature for m in scan([line]) if m.strength == "fatal"]
+    assert fatal == ([signature] if signature else []), fatal
