@@ -196,6 +196,9 @@ _COLL_FILES = re.compile(
     r"distributed/|pynccl|custom_all_reduce|device_communicators/|communication_op|"
     r"deepspeed/comm/|mpi4py/|parallel_state\.py"
 )
+#: mpi4py.futures' pool manager (a parent's thread) waiting for its spawned workers' futures:
+#: no peer exchange of its own; a worker's `client_sync` connecting back to it is one
+_POOL_MANAGER = re.compile(r"^_manager_\w+$")
 _COLL_GENERIC = re.compile(
     r"(?:^|[.:_])(?:broadcast\w*|send|recv|isend|irecv|gather|scatter|reduce|wait|"
     r"batch_isend_irecv|new_group)$"
@@ -259,6 +262,8 @@ def classify_frame(f: Frame) -> Category | None:
             return "sleep"
         if _IO_NATIVE.search(fn):
             return "io"
+        return None
+    if "mpi4py/futures/" in path and _POOL_MANAGER.match(fn):
         return None
     if (
         _COLL_FILES.search(path)

@@ -105,3 +105,37 @@ def test_ncclcheck_fails_the_launch_and_a_warning_does_not(
 
     fatal = [m.signature for m in scan([line]) if m.strength == "fatal"]
     assert fatal == ([signature] if signature else []), fatal
+
+
+@pytest.mark.parametrize(
+    ("function", "kind"),
+    [
+        # the parent's pool manager waiting for its spawned workers: no collective of its own
+        ("_manager_spawn", None),
+        # control: a spawned worker connecting back to its manager is the MPI bootstrap
+        ("client_sync", "collective"),
+    ],
+)
+def test_mpi4py_pool_manager_waits_for_workers_not_peers(function: str, kind: str | None) -> None:
+    from tools.py_stacks import Frame, classify_frame
+
+    frame = Frame(function=function, file="mpi4py/futures/_core.py", line=367)
+    assert classify_frame(frame) == kind
+
+
+@pytest.mark.parametrize(
+    ("line", "external"),
+    [
+        ("mpirun noticed that process rank 5 with PID 41279 on node gpu-h200-14 exited on "
+         "signal 9 (Killed).", True),
+        # control: a rank that failed on its own is no signal from outside
+        ("mpirun detected that one or more processes exited with non-zero status, thus causing",
+         False),
+    ],
+)  # fmt: skip
+def test_open_mpi_names_a_rank_ended_by_a_signal(line: str, external: bool) -> None:
+    from agent.rules import proof
+    from agent.signatures import scan
+
+    assert proof.external_end(line) == external
+    assert ("mpirun-rank-sigkill" in [m.signature for m in scan([line])]) == external
