@@ -453,11 +453,15 @@ def _best_clue(state: State) -> tuple[str, str, str] | None:
     for o in newest.values():
         lines = text_lines(o)  # type: ignore[arg-type]
         tail = lines[last_launch(lines) :]
-        fatal = [ln for ln in tail if proof.fatal_kind(ln) and not proof.is_wrapper(ln)]
-        # an exception's own line says what failed; "failed to start" only that something did
+        # read in order, so a traceback's last line under a logger's ERROR prefix is the
+        # exception it is (`fatal_lines`)
+        fatal = [(tail[i], k) for i, k in proof.fatal_lines(tail) if not proof.is_wrapper(tail[i])]
+        # the first exception is what failed: the exits, signals and "failed to start, see the
+        # stack trace" after it are what it took down
         line = (
-            next((ln for ln in fatal if proof.fatal_kind(ln) != "error_level"), None)
-            or next(iter(fatal), None)
+            next((ln for ln, k in fatal if k == "exception"), None)
+            or next((ln for ln, k in fatal if k != "error_level"), None)
+            or next((ln for ln, _k in fatal), None)
             or proof.unexplained_error(tail)
         )
         if line is not None:

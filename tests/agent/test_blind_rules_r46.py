@@ -139,3 +139,38 @@ def test_open_mpi_names_a_rank_ended_by_a_signal(line: str, external: bool) -> N
 
     assert proof.external_end(line) == external
     assert ("mpirun-rank-sigkill" in [m.signature for m in scan([line])]) == external
+
+
+def test_the_best_clue_is_the_first_exception_not_what_it_took_down() -> None:
+    """With nothing proven, the clue quoted is the launch's first exception (a traceback's last
+    line under vLLM's ERROR prefix), not the workers' exits and the 'failed to start' after it."""
+    from agent.brains.rulebook import _best_clue
+
+    err = "ERROR 03-05 21:12:52 engine.py:400] "
+    lines = [
+        "INFO 03-05 21:12:42 api_server.py:912] vLLM API server version 0.7.3",
+        f"{err}Something nobody knows went wrong",
+        f"{err}Traceback (most recent call last):",
+        f'{err}  File "/v/vllm/platforms/cuda.py", line 223, in get_attn_backend_cls',
+        f"{err}ValueError: Something nobody knows went wrong",
+        "ERROR 03-05 21:12:57 multiproc_worker_utils.py:124] Worker VllmWorkerProcess pid 8 died, "
+        "exit code: -15",
+        "RuntimeError: Engine process failed to start. See stack trace for the root cause.",
+    ]
+    o = {"id": "o9", "tool": "log_tail", "args": {"path": "/j/slurm.out"}, "ok": True,
+         "round": 1, "lines": ["# /j/slurm.out: 7 lines", *lines], "data": {}}  # fmt: skip
+    clue = _best_clue({"observations": [o], "hypotheses": {}})  # type: ignore[typeddict-item]
+    assert clue is not None and clue[1] == lines[4], clue
+
+
+def test_an_attention_backend_the_platform_lacks_is_a_setting() -> None:
+    from agent.signatures import scan
+
+    line = "ERROR 03-05 21:12:52 engine.py:400] ValueError: Invalid attention backend for cuda, with use_v1: False use_mla: False"  # noqa: E501
+    assert [m.label for m in scan([line]) if m.strength == "fatal"] == ["bad_launch_argument"]
+    # control: no backend at all for this GPU's compute capability is the architecture
+    other = (
+        "ValueError: No valid attention backend found for cuda with AttentionSelectorConfig(). "
+        "Reasons: {FLASH_ATTN_MLA: [compute capability not supported]}."
+    )
+    assert "bad_launch_argument" not in [m.label for m in scan([other])]
