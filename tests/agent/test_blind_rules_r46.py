@@ -174,3 +174,17 @@ def test_an_attention_backend_the_platform_lacks_is_a_setting() -> None:
         "Reasons: {FLASH_ATTN_MLA: [compute capability not supported]}."
     )
     assert "bad_launch_argument" not in [m.label for m in scan([other])]
+
+
+@pytest.mark.parametrize(
+    ("line", "oom"),
+    [
+        ("Server error: Allocation on device 0 would exceed allowed memory. (out of memory)", True),
+        # control: a log line about a memory fraction that failed nothing
+        ("INFO Using memory fraction 0.9: allowed memory 22.20 GiB", False),
+    ],
+)
+def test_the_caching_allocator_under_a_memory_fraction_is_a_cuda_oom(line: str, oom: bool) -> None:
+    from agent.signatures import scan
+
+    assert ("cuda-oom" in [m.signature for m in scan([line])]) == oom
