@@ -1115,6 +1115,10 @@ def _ranks(f: Facts, log_lines: list[str]) -> None:
         f.ranks = [RankFact(rank=r, state="gone") for r in gone]
         f.ranks_gone = list(gone)
         return
+    if not alive and not defunct and _every_rank_gone(f):
+        f.ranks = [RankFact(rank=r, state="gone") for r in f.log_ranks]
+        f.ranks_gone = list(f.log_ranks)
+        return
     if not alive and not defunct:
         alive = _ranks_by_gpu(f)
     if not alive and not defunct:
@@ -1174,6 +1178,19 @@ def _core_gone(f: Facts, engine: str | None, log_lines: list[str]) -> bool:
         return False
     f.core_gone_line = line or f.procs.get(orphans[0], "")
     return True
+
+
+def _every_rank_gone(f: Facts) -> bool:
+    """The launch's entry point lives, its log names two or more ranks, no process of it is a
+    rank, and no process holds memory on this machine's GPUs (nvidia-smi read, GPUs listed): the
+    ranks it spawned (an MPI session's workers, a launcher's children) are all gone while it
+    waits for them. Ranks in a container or on this host's GPUs would hold memory there."""
+    if len(f.log_ranks) < 2 or not f.server_main_pids or f.server_worker_pids:
+        return False
+    if f.gpu_obs is None or not f.gpus or f.gpu_pids or f.gpu_pids_unmetered:
+        return False
+    # a CUDA context alone holds ~500 MiB: a live rank hung at its first collective shows one
+    return all(g.used_mib is not None and g.used_mib < 100 for g in f.gpus)
 
 
 def _ranks_by_gpu(f: Facts) -> dict[int, int]:

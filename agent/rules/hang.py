@@ -816,3 +816,17 @@ def _rank_gone(facts: Facts, add) -> None:  # type: ignore[no-untyped-def]
             f"rank {gone} is gone while rank {alive[0].rank} still runs: one rank was ended and "
             "the others wait for it in a collective",
         )
+        return
+    mains = [facts.procs.get(p, "") for p in facts.server_main_pids]
+    if not alive and mains and mains[0] and facts.ps_obs:
+        # every rank gone and no GPU memory held, the entry point still up: it waits for
+        # workers that will never report (an MPI session's spawned ranks, a launcher's children)
+        add(
+            "killed_externally",
+            "fact",
+            _H.rank_gone,
+            facts.ps_obs,
+            mains[0],
+            f"ranks {gone} are all gone and hold no GPU memory while the entry point still "
+            "runs: it waits for workers that were ended and will never report ready",
+        )

@@ -188,3 +188,44 @@ def test_the_caching_allocator_under_a_memory_fraction_is_a_cuda_oom(line: str, 
     from agent.signatures import scan
 
     assert ("cuda-oom" in [m.signature for m in scan([line])]) == oom
+
+
+def _proxy_waiting(gpu_mib: int) -> object:
+    """trtllm-serve's entry point alive; its log names ranks 0 and 1 loading, then Open MPI's
+    report of rank 1 SIGKILLed; nvidia-smi shows `gpu_mib` on each GPU; no kernel OOM kill."""
+    from cards.model import Invocation
+    from tests.agent.test_rules import PS_HEADER, _card
+
+    ps = PS_HEADER + (
+        "svc      41210  0.2  0.6 42116880 13520440 ?   Sl   09:12   0:41 /opt/venv/bin/python3 "
+        "/opt/venv/bin/trtllm-serve /models/K --port 8000 --tp_size 2\n"
+        "root     52881  0.0  0.0  13260  4220 pts/2    R+   09:44   0:00 ps aux\n"
+    )
+    log = (
+        "[TensorRT-LLM] TensorRT-LLM version: 1.3.0rc20\n"
+        "[RANK 0] Loading safetensors weights in parallel: 100%|#| 64/64 [00:09<00:00,  6.91it/s]\n"
+        "[RANK 1] Loading safetensors weights in parallel:  41%|#| 26/64 [00:04<00:06,  6.12it/s]\n"
+        "mpirun noticed that process rank 1 with PID 41279 on node h exited on signal 9 (Killed).\n"
+    )
+    gpu = "".join(f"{i}, NVIDIA H200, {gpu_mib} MiB, 143164 MiB, 143771 MiB, 0 %\n" for i in (0, 1))
+    card = _card({"/var/log/trtllm/k.log": log}, ps, gpu, dmesg="[Tue] NVRM: loading module\n")
+    return card.model_copy(
+        update={"engine": "trtllm", "invocation": Invocation(log="/var/log/trtllm/k.log")}
+    )
+
+
+@pytest.mark.parametrize(("gpu_mib", "killed"), [(0, True), (523, False)])
+def test_an_entry_point_whose_ranks_are_all_gone_waits_for_nothing(
+    tmp_path: object, gpu_mib: int, killed: bool
+) -> None:
+    """Every rank the log names gone, no GPU memory held, the entry point still up: its workers
+    were ended (killed_externally, the kernel log clean of OOM kills). Control: a CUDA context
+    on each GPU (523 MiB) is ranks alive somewhere this ps does not show."""
+    from agent.facts import derive
+    from tests.agent.test_rules import _run
+
+    r = _run(_proxy_waiting(gpu_mib), tmp_path)  # type: ignore[arg-type]
+    assert (r.root_cause == "killed_externally") == killed, (r.root_cause, r.summary)
+    if killed:
+        assert "all gone" in r.summary
+    assert derive([]).ranks_gone == []
