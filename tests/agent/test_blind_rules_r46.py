@@ -229,3 +229,25 @@ def test_an_entry_point_whose_ranks_are_all_gone_waits_for_nothing(
     if killed:
         assert "all gone" in r.summary
     assert derive([]).ranks_gone == []
+
+
+@pytest.mark.parametrize(
+    ("line", "own"),
+    [
+        # a wrapper's report that a pid (yesterday's launch) exited: that it ended, not why
+        ("2026-08-10T17:09:40+00:00 ERROR health check failed: trtllm-serve pid 28814 exited", False),
+        ("ERROR 03-05 21:12:57 multiproc_worker_utils.py:124] Worker VllmWorkerProcess pid 881012 "
+         "died, exit code: -15", False),
+        # control: the server's own error in the same log stays its own
+        ("ERROR 03-05 21:12:52 engine.py:400] RuntimeError: CUDA error: an illegal memory access", True),
+    ],
+)  # fmt: skip
+def test_a_report_that_a_pid_ended_is_not_its_own_error(line: str, own: bool) -> None:
+    """killed_externally is refused while the log holds an error of the process's own; a
+    parent's or wrapper's line that a pid exited is no such error."""
+    from agent.rules.own_fatal import own_fatal_since_launch
+
+    o = {"id": "o7", "tool": "log_tail", "args": {"path": "/var/log/w.log"}, "ok": True,
+         "round": 1, "lines": ["# /var/log/w.log: 1 line", line], "data": {}}  # fmt: skip
+    got = own_fatal_since_launch([o])  # type: ignore[list-item]
+    assert (got is not None) == own, got
