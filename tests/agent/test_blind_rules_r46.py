@@ -238,6 +238,9 @@ def test_an_entry_point_whose_ranks_are_all_gone_waits_for_nothing(
         ("2026-08-10T17:09:40+00:00 ERROR health check failed: trtllm-serve pid 28814 exited", False),
         ("ERROR 03-05 21:12:57 multiproc_worker_utils.py:124] Worker VllmWorkerProcess pid 881012 "
          "died, exit code: -15", False),
+        # a watcher's readiness deadline passing: the server never answered, nothing of its own
+        ("2026-08-11T09:42:06+00:00 ERROR health check timed out after 1800 s, leaving "
+         "trtllm-serve running for inspection", False),
         # control: the server's own error in the same log stays its own
         ("ERROR 03-05 21:12:52 engine.py:400] RuntimeError: CUDA error: an illegal memory access", True),
     ],
