@@ -59,6 +59,8 @@ BLIND_RECORDED_PASS = {
     "round43": 19,
     "round44": 19,
     "round45": 18,
+    "round46": 17,
+    "round47": 18,
 }
 
 
