@@ -254,3 +254,19 @@ def test_a_report_that_a_pid_ended_is_not_its_own_error(line: str, own: bool) ->
          "round": 1, "lines": ["# /var/log/w.log: 1 line", line], "data": {}}  # fmt: skip
     got = own_fatal_since_launch([o])  # type: ignore[list-item]
     assert (got is not None) == own, got
+
+
+@pytest.mark.parametrize(
+    ("line", "label"),
+    [
+        # a flag run as a command: the continuation before it broke, the flags were dropped
+        ("/work/llava/build_engine.sh: line 11: --max_multimodal_len: command not found",
+         "bad_launch_argument"),
+        # control: a program the shell cannot find is the environment's
+        ("run_server.sh: line 12: vllm: command not found", "dependency_error"),
+    ],
+)  # fmt: skip
+def test_a_flag_run_as_a_command_is_a_broken_continuation(line: str, label: str) -> None:
+    from agent.signatures import scan
+
+    assert [m.label for m in scan([line]) if m.strength == "fatal"] == [label]
