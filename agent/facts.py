@@ -1115,7 +1115,7 @@ def _ranks(f: Facts, log_lines: list[str]) -> None:
         f.ranks = [RankFact(rank=r, state="gone") for r in gone]
         f.ranks_gone = list(gone)
         return
-    if not alive and not defunct and _every_rank_gone(f):
+    if not alive and not defunct and _every_rank_gone(f, log_lines):
         f.ranks = [RankFact(rank=r, state="gone") for r in f.log_ranks]
         f.ranks_gone = list(f.log_ranks)
         return
@@ -1180,12 +1180,20 @@ def _core_gone(f: Facts, engine: str | None, log_lines: list[str]) -> bool:
     return True
 
 
-def _every_rank_gone(f: Facts) -> bool:
+#: a launch over several machines: its ranks may all run on the others
+_MULTI_NODE = re.compile(r"--(?:nnodes|num[-_]nodes)[= ](?!1\b)\d+|\bip=\d+\.\d+\.\d+\.\d+")
+
+
+def _every_rank_gone(f: Facts, log_lines: list[str]) -> bool:
     """The launch's entry point lives, its log names two or more ranks, no process of it is a
     rank, and no process holds memory on this machine's GPUs (nvidia-smi read, GPUs listed): the
     ranks it spawned (an MPI session's workers, a launcher's children) are all gone while it
-    waits for them. Ranks in a container or on this host's GPUs would hold memory there."""
+    waits for them. Ranks in a container or on this host's GPUs would hold memory there; a
+    launch over several machines (--nnodes, a rank's `ip=` on the log) may run them elsewhere."""
     if len(f.log_ranks) < 2 or not f.server_main_pids or f.server_worker_pids:
+        return False
+    mains = " ".join(f.procs.get(p, "") for p in f.server_main_pids)
+    if _MULTI_NODE.search(mains) or any(_MULTI_NODE.search(ln) for ln in log_lines):
         return False
     if f.gpu_obs is None or not f.gpus or f.gpu_pids or f.gpu_pids_unmetered:
         return False

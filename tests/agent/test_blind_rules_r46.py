@@ -190,7 +190,7 @@ def test_the_caching_allocator_under_a_memory_fraction_is_a_cuda_oom(line: str, 
     assert ("cuda-oom" in [m.signature for m in scan([line])]) == oom
 
 
-def _proxy_waiting(gpu_mib: int) -> object:
+def _proxy_waiting(gpu_mib: int, args: str = "") -> object:
     """trtllm-serve's entry point alive; its log names ranks 0 and 1 loading, then Open MPI's
     report of rank 1 SIGKILLed; nvidia-smi shows `gpu_mib` on each GPU; no kernel OOM kill."""
     from cards.model import Invocation
@@ -198,7 +198,7 @@ def _proxy_waiting(gpu_mib: int) -> object:
 
     ps = PS_HEADER + (
         "svc      41210  0.2  0.6 42116880 13520440 ?   Sl   09:12   0:41 /opt/venv/bin/python3 "
-        "/opt/venv/bin/trtllm-serve /models/K --port 8000 --tp_size 2\n"
+        f"/opt/venv/bin/trtllm-serve /models/K --port 8000 --tp_size 2{args}\n"
         "root     52881  0.0  0.0  13260  4220 pts/2    R+   09:44   0:00 ps aux\n"
     )
     log = (
@@ -214,17 +214,21 @@ def _proxy_waiting(gpu_mib: int) -> object:
     )
 
 
-@pytest.mark.parametrize(("gpu_mib", "killed"), [(0, True), (523, False)])
+@pytest.mark.parametrize(
+    ("gpu_mib", "args", "killed"),
+    [(0, "", True), (523, "", False), (0, " --nnodes 2", False)],
+)
 def test_an_entry_point_whose_ranks_are_all_gone_waits_for_nothing(
-    tmp_path: object, gpu_mib: int, killed: bool
+    tmp_path: object, gpu_mib: int, args: str, killed: bool
 ) -> None:
     """Every rank the log names gone, no GPU memory held, the entry point still up: its workers
     were ended (killed_externally, the kernel log clean of OOM kills). Control: a CUDA context
-    on each GPU (523 MiB) is ranks alive somewhere this ps does not show."""
+    on each GPU (523 MiB) is ranks alive somewhere this ps does not show; a launch over two
+    machines may run its ranks on the other one."""
     from agent.facts import derive
     from tests.agent.test_rules import _run
 
-    r = _run(_proxy_waiting(gpu_mib), tmp_path)  # type: ignore[arg-type]
+    r = _run(_proxy_waiting(gpu_mib, args), tmp_path)  # type: ignore[arg-type]
     assert (r.root_cause == "killed_externally") == killed, (r.root_cause, r.summary)
     if killed:
         assert "all gone" in r.summary
