@@ -888,6 +888,27 @@ esac
 """
 
 
+ALL_RANKS_GONE_FIXTURE = r"""#!/bin/sh
+# FIXTURE: fake nvidia-smi after both ranks were killed: two empty GPUs, no compute process.
+case "$*" in
+  *--query-gpu=*noheader,nounits*)
+    printf '%s\n' \
+      '0, NVIDIA H200, 0, 143157, 143771, 0, 580.159.04, 9.0, 00000000:00:06.0' \
+      '1, NVIDIA H200, 0, 143157, 143771, 0, 580.159.04, 9.0, 00000000:00:07.0' ;;
+  *--query-gpu=*)
+    printf '%s\n' \
+      '0, NVIDIA H200, 0 MiB, 143157 MiB, 143771 MiB, 0 %' \
+      '1, NVIDIA H200, 0 MiB, 143157 MiB, 143771 MiB, 0 %' ;;
+  *--query-compute-apps=*gpu_bus_id*)
+    printf '%s\n' 'pid, process_name, used_gpu_memory [MiB], gpu_bus_id' ;;
+  *--query-compute-apps=*)
+    printf '%s\n' 'pid, process_name, used_gpu_memory [MiB]' ;;
+  *)
+    echo "Invalid combination of input arguments. Please run 'nvidia-smi -h' for help." ; exit 2 ;;
+esac
+"""
+
+
 LEFTOVER_FIXTURE = r"""#!/bin/sh
 # FIXTURE: fake nvidia-smi with a leftover scheduler holding 70880 MiB of GPU 0, GPU 1 free.
 case "$*" in

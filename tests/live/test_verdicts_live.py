@@ -458,6 +458,30 @@ def test_a_rank_killed_under_a_custom_launcher_is_named_gone(scene: Scene) -> No
     scene.assert_bystanders_untouched(v, gpu_job=False)
 
 
+def test_an_entry_point_whose_ranks_were_all_killed_waits_for_nothing(scene: Scene) -> None:
+    """Both ranks SIGKILLed, the launcher alive and waiting, the GPUs empty: its workers were
+    ended (facts._every_rank_gone), not a slow start and not a hang."""
+    log = scene.stage.logs / "server.log"
+    args = [*S.SERVER_ARGS[:-1], "2"]
+    script = [["out", S.startup(tp=2)], ["workers", 2], ["out", S.nccl_init(2)]]
+    proc = scene.stage.start_server(script, log, args)
+    S.wait_for(lambda: b"Init COMPLETE" in log.read_bytes(), 10, "NCCL init")
+    S.wait_for(lambda: len(scene.stage.tree(proc)) == 3, 10, "the two ranks")
+    ranks = scene.stage.tree(proc)[1:]
+    for rank in ranks:
+        os.kill(rank, signal.SIGKILL)
+    # the launcher does not reap them: they stay as zombies, its workers no longer
+    S.wait_for(lambda: all(S.gone(r) for r in ranks), 10, "the ranks dead")
+
+    with scene.sshd.nvidia_smi_fixture(S.ALL_RANKS_GONE_FIXTURE):
+        v = scene.investigate([log], "it never became ready, why?", window_s=3.0)
+
+    assert proc.poll() is None
+    assert_concluded(v, "killed_externally")
+    assert "all gone" in v.report["summary"], v.report
+    scene.assert_bystanders_untouched(v, gpu_job=False)
+
+
 # -- 7. hung collective --------------------------------------------------------------------------------
 def test_hung_collective_one_gpu_pinned_one_idle_is_nccl(scene: Scene) -> None:
     log = scene.stage.logs / "server.log"
