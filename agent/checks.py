@@ -41,6 +41,8 @@ class CheckOption(BaseModel):
     separates: list[str]
     says: str
     value: float = 0.0
+    #: run only when nothing else is worth running and nothing is proven (a long wait)
+    last: bool = False
 
     @property
     def key(self) -> str:
@@ -377,6 +379,65 @@ def _memory_would_tell(facts: Facts, observations: list[Observation]) -> bool:
     return not any(o["tool"] == "py_stacks" and o["ok"] for o in observations)
 
 
+def _patience_args(
+    facts: Facts, observations: list[Observation], log_path: str | None
+) -> dict[str, Any] | None:
+    """The patient watch's arguments when the short liveness reads are spent on a live launch
+    that shows neither work nor an error: its log was watched and stayed quiet (or a watched
+    GPU read saw no memory move), and no fatal line of it was found. None otherwise."""
+    from agent.hits import signature_hits
+
+    if facts.server_alive is not True:
+        return None
+    quiet_log = bool(facts.log_growth) and not any(facts.log_growth.values())
+    quiet_gpu = any(
+        o["tool"] == "gpu_status" and o["ok"] and o["data"].get("watched") for o in observations
+    )
+    if not (quiet_log or quiet_gpu):
+        return None
+    if any(m.strength == "fatal" and m.label for _o, m in signature_hits(observations)):
+        return None
+    pid = _silent_server_pid(facts) or next(iter(facts.server_main_pids or facts.server_pids), None)
+    path = log_path if log_path and log_path.startswith("/") else None
+    if path is None and pid is None:
+        return None
+    args: dict[str, Any] = {"gpus": bool(facts.gpu_available)}
+    if path:
+        args["path"] = path
+    if pid:
+        args["pid"] = pid
+        if facts.ps_outside:
+            args["machine_pid"] = True
+    return args
+
+
+#: the reads taken again after the patient watch saw the launch die, by their check's `needs`
+_AFTER_DEATH = {"died_in_watch": "processes", "dmesg_after_death": "dmesg"}
+
+
+def _died_in_watch(observations: list[Observation], then: str) -> str | None:
+    """The log path ("" when none) of the newest patient watch that saw the launch die (or, for
+    `then` "log", its log grow), when no read of `then` (a tool's name, or "log": a log_tail of
+    that path) came after it; else None."""
+    for i in range(len(observations) - 1, -1, -1):
+        o = observations[i]
+        if o["tool"] != "launch_progress":
+            continue
+        moved = o["data"].get("died") or (then == "log" and o["data"].get("moved") == "log")
+        if not (o["ok"] and moved):
+            return None
+        path = str(o["data"].get("path") or "")
+        later = observations[i + 1 :]
+        if then != "log" and any(r["tool"] == then for r in later):
+            return None
+        if then == "log" and any(
+            r["tool"] == "log_tail" and r["args"].get("path") == path for r in later
+        ):
+            return None
+        return path
+    return None
+
+
 def options(
     observations: list[Observation], board: dict[str, Hypothesis], done: list[str]
 ) -> list[CheckOption]:
@@ -452,6 +513,13 @@ def options(
             args = (
                 {"watch_s": 2 * max_window_s()} if _memory_would_tell(facts, observations) else None
             )
+        elif need == "quiet_launch":
+            args = _patience_args(facts, observations, log_path)
+        elif need in _AFTER_DEATH:
+            args = {} if _died_in_watch(observations, _AFTER_DEATH[need]) is not None else None
+        elif need == "log_after_watch":
+            died = _died_in_watch(observations, "log")
+            args = {"path": died} if died else None
         elif need == "live_container":
             ctr = facts.container
             # its record unread (a pod's runtime, a trimmed paste): the server seen alive inside
@@ -512,7 +580,12 @@ def options(
         if args is None:
             continue
         opt = CheckOption(
-            id=c["id"], tool=c["tool"], args=args, separates=c["separates"], says=c["says"]
+            id=c["id"],
+            tool=c["tool"],
+            args=args,
+            separates=c["separates"],
+            says=c["says"],
+            last=bool(c.get("last")),
         )
         same = (opt.tool, _args_key(opt.args))
         prior = covered(opt.tool, opt.args, observations)  # the same read, or one with more

@@ -28,6 +28,7 @@ from tools import (
     engines,
     gpu_status,
     host_facts,
+    launch_progress,
     log_tail,
     ports,
     processes,
@@ -842,6 +843,15 @@ def _log_tail(f: Facts, o: Observation, log_reads: LogReads) -> None:
         f.log_owners[path] = tail.owner
 
 
+def _launch_progress(f: Facts, o: Observation, _logs: LogReads) -> None:
+    """The patient watch saw the launch's process die: the process table read before it is out
+    of date, and the launch is not known to be alive until a later read of it (ps_after_death)
+    says which of it remains."""
+    res = typed(o, launch_progress.Result)
+    if res.died and res.pid in f.server_pids:
+        f.server_pids, f.server_main_pids, f.server_worker_pids = [], [], []
+
+
 def _container_logs(f: Facts, o: Observation, log_reads: LogReads) -> None:
     """A container's log read: like a file's, keyed by the container, its size the line count
     (a restart or a watched window that saw new lines is growth as for a file)."""
@@ -1462,6 +1472,7 @@ READERS: dict[str, Callable[[Facts, Observation, LogReads], None]] = {
     "disk": _disk,
     "ports": _ports,
     "log_tail": _log_tail,
+    "launch_progress": _launch_progress,
     "container_logs": _container_logs,
     "service_logs": _service_logs,
     "host_facts": _host_facts,

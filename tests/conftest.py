@@ -81,6 +81,14 @@ def ssh_host(ssh_host_factory: Callable[..., SSHHost]) -> SSHHost:
     return ssh_host_factory()
 
 
+@pytest.fixture(autouse=True)
+def short_patience(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The patient watch (tools/launch_progress.py) waits up to 5 minutes on a live host; a test
+    of a stalled launch caps it as it caps the liveness window. A test of the watch itself sets
+    its own PIVOT_PATIENCE_S."""
+    monkeypatch.setenv("PIVOT_PATIENCE_S", "4")
+
+
 @pytest.fixture
 def local_host() -> LocalHost:
     return LocalHost()

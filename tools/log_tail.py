@@ -207,7 +207,7 @@ def read_once(host: Host, args: Args) -> Result:
     )
 
 
-def _size_now(host: Host, path: str) -> int | None:
+def size_now(host: Host, path: str) -> int | None:
     """The file's size without reading it (a replayed card answers for the last read)."""
     res = host.run(f"stat -L -c %s -- {shlex.quote(path)}", timeout=10, max_bytes=1000)
     tok = res.stdout.split()[:1] if res.rc == 0 else []
@@ -219,7 +219,7 @@ def watch(host: Host, args: Args) -> Result:
     base_s = float(args.watch_s or 0.0)
     limit = max(max_window_s(), 0.0)
     t0 = host.clock()
-    baseline = _size_now(host, args.path)
+    baseline = size_now(host, args.path)
     res = read_once(host, args)
     if not res.ok:
         return res

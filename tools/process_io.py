@@ -87,7 +87,7 @@ def parse_io(text: str) -> IoCounters | None:
     return c if c.read_bytes is not None or c.rchar is not None else None
 
 
-def _read(host: Host, pid: int) -> tuple[IoCounters | None, str]:
+def read_counters(host: Host, pid: int) -> tuple[IoCounters | None, str]:
     res = host.run(f"cat /proc/{pid}/io", timeout=10, max_bytes=4000)
     counters = parse_io(res.stdout) if res.ok else None
     return counters, (res.stderr or res.stdout).strip()[:200] if counters is None else ""
@@ -95,7 +95,7 @@ def _read(host: Host, pid: int) -> tuple[IoCounters | None, str]:
 
 def run(host: Host, args: Args) -> Result:
     host = machine_of(host) if args.machine_pid else host
-    first, why = _read(host, args.pid)
+    first, why = read_counters(host, args.pid)
     if first is None:
         denied = "denied" in why.lower()
         return Result(
@@ -115,7 +115,7 @@ def run(host: Host, args: Args) -> Result:
     while host.clock() - t0 < window:
         elapsed = host.clock() - t0
         host.sleep(min(poll_interval(elapsed, heavy=True), window - elapsed))
-        nxt, _ = _read(host, args.pid)
+        nxt, _ = read_counters(host, args.pid)
         if nxt is None:
             break  # gone meanwhile: the processes read says so
         res.last = nxt

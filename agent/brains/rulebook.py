@@ -89,13 +89,16 @@ class RulebookBrain:
         second = order[1]["score"] if len(order) > 1 else 0.0
         margin = (top["score"] - max(second, 0.0)) if top else 0.0
         decisive = bool(top) and top["score"] >= DECISIVE_SCORE and margin >= DECISIVE_MARGIN
-        best = next((o for o in ctx.options if o.value >= MIN_CHECK_VALUE), None)
+        # a `last` check (the patient watch) is a long wait: never in the ranking, only the read
+        # taken before giving up
+        ranked_options = [o for o in ctx.options if not o.last]
+        best = next((o for o in ranked_options if o.value >= MIN_CHECK_VALUE), None)
         if decisive and top is not None:
             # the leader is clear; still rule out the rivals nobody has checked yet
             rivals = {
                 h["label"] for h in order if h["status"] == "open" and h["label"] != top["label"]
             }
-            best = next((o for o in ctx.options if set(o.separates) & rivals), None)
+            best = next((o for o in ranked_options if set(o.separates) & rivals), None)
             decisive = best is None
         if best is not None and not decisive:
             return Action(
@@ -111,6 +114,17 @@ class RulebookBrain:
             return self._conclude(state, top, 0.5)
         ready_hit = _ready_line(state) if ctx.facts.server_alive else None
         ready = ready_hit[1] if ready_hit else None
+        patient = next((o for o in ctx.options if o.last), None)
+        if patient is not None and not ready:
+            # nothing proven and no short read left: wait for a sign of work (or the death)
+            # before saying "not sure"
+            return Action(
+                kind="check",
+                tool=patient.tool,
+                args=patient.args,
+                why=f"{patient.says} (separates {', '.join(patient.separates[:4])})",
+                label=patient.id,
+            )
         if ready:
             risk = order[0] if order and order[0]["score"] > 0 and order[0]["evidence"] else None
             if risk is not None and risk["evidence"][0].get("kind") != "cause":

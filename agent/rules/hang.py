@@ -114,6 +114,11 @@ def gpu_memory_moved(observations: list[Observation]) -> tuple[str, str, float, 
     from tools.gpu_status import MOVED_MIB
 
     for o in reversed(observations):
+        if o["tool"] == "launch_progress" and o["ok"] and o["data"].get("moved") == "gpu":
+            d = o["data"]
+            line = str(d.get("moved_line") or "")
+            if line in o["lines"]:
+                return o["id"], line, float(d["memory_moved_mib"]), float(d.get("waited_s") or 0)
         if o["tool"] == "gpu_status" and o["ok"] and o["data"].get("watched"):
             d = o["data"]
             line = str(d.get("moved_line") or "")
@@ -763,6 +768,11 @@ def earlier_instance_hits(facts: Facts, observations: list[Observation], hits): 
 def gpu_memory_static(observations: list[Observation]) -> tuple[str, str] | None:
     """(obs id, a GPU line) when the latest watched nvidia-smi read saw no GPU's memory move."""
     for o in reversed(observations):
+        if o["tool"] == "launch_progress" and o["ok"] and o["data"].get("moved") == "gpu":
+            d = o["data"]
+            line = str(d.get("moved_line") or "")
+            if line in o["lines"]:
+                return o["id"], line, float(d["memory_moved_mib"]), float(d.get("waited_s") or 0)
         if o["tool"] == "gpu_status" and o["ok"] and o["data"].get("watched"):
             if gpu_memory_moved([o]) is not None:
                 return None
@@ -774,7 +784,16 @@ def gpu_memory_static(observations: list[Observation]) -> tuple[str, str] | None
 def reading_storage(observations: list[Observation]) -> tuple[str, str, int] | None:
     """(obs id, read_bytes line, pid) when the latest process_io read saw the process read
     from storage during its window."""
-    reads = [o for o in observations if o["tool"] == "process_io" and o["ok"]]
+    # the patient watch (launch_progress) reads the same counters, over minutes
+    reads = [
+        o
+        for o in observations
+        if o["ok"]
+        and (
+            o["tool"] == "process_io"
+            or (o["tool"] == "launch_progress" and o["data"].get("moved") == "io")
+        )
+    ]
     if not reads or not reads[-1]["data"].get("reading"):
         return None
     o = reads[-1]
