@@ -66,6 +66,7 @@ class Hang(_Strict):
     stacks_working: float
     stacks_not_starting: float
     resource_wait_s: float
+    neighbour_cpu_pct: float
 
 
 class Cause(_Strict):

@@ -282,6 +282,10 @@ def pinned_gpus(facts: Facts, observations: list[Observation] | None = None) -> 
     Given the observations, only the launch's own GPUs count (own_gpus): a neighbour's
     training job pinned at 99% is no rank of this launch."""
     mine = own_gpus(facts, observations) if observations is not None else None
+    if mine is None and observations is not None and busy_neighbour(facts) is not None:
+        # whose GPU is pinned is unknown (nvidia-smi names no pids, the launch names no GPUs)
+        # while another user's job runs flat out on this box: its spin is no proof of ours
+        return [], []
     busy = [
         g
         for g in facts.gpus
@@ -298,6 +302,27 @@ def pinned_gpus(facts: Facts, observations: list[Observation] | None = None) -> 
             # GPU beside them is another job's (a neighbour's server on the same box)
             idle = []
     return pinned, idle
+
+
+def busy_neighbour(facts: Facts) -> int | None:
+    """A pid of another user's job running flat out on this box (not the launch's, not a zombie):
+    GPUs at work beside it may be its, not the launch's."""
+    if not facts.launch_user:
+        return None
+    ours = set(facts.server_pids)
+    for pid, r in facts._ps_recs.items():
+        user = str(r.get("user") or "")
+        cpu = r.get("cpu_pct")
+        if (
+            pid not in ours
+            and user
+            and user != facts.launch_user
+            and not r.get("zombie")
+            and isinstance(cpu, int | float)
+            and cpu >= _H.neighbour_cpu_pct
+        ):
+            return pid
+    return None
 
 
 def launch_size(observations: list[Observation]) -> int | None:

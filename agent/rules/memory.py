@@ -253,6 +253,36 @@ def self_filled(hits) -> tuple[Observation, str, float, float] | None:  # type: 
     return None
 
 
+#: how much a failure line says the launch lacked: vLLM's "36.0 GiB KV cache is needed, which is
+#: larger than the available KV cache memory (6.94 GiB)", torch's "Tried to allocate 448.00 MiB.
+#: GPU 0 has a total capacity of 139.81 GiB of which 203.06 MiB is free"
+_KV_NEED = re.compile(
+    r"([\d.]+) ?([GM]iB) KV cache is needed, which is larger than the available KV cache "
+    r"memory \(([\d.]+) ?([GM]iB)\)"
+)
+_TORCH_ASK = re.compile(r"Tried to allocate ([\d.]+) ([GM]iB)\b.*?of which ([\d.]+) ([GM]iB) (?:is )?free")
+
+
+def _mib(value: str, unit: str) -> float:
+    return float(value) * (1024 if unit == "GiB" else 1)
+
+
+def shortfall_mib(hits) -> float | None:  # type: ignore[no-untyped-def]
+    """The most memory a memory failure of the launch says it lacked (asked minus free), in
+    MiB; None when no failure line states both. Memory another process holds explains the
+    failure only if freeing it would have made the launch fit: at least this much."""
+    out: float | None = None
+    for _o, m in hits:
+        if m.strength != "fatal" or m.label not in MEMORY_LABELS:
+            continue
+        for rx in (_KV_NEED, _TORCH_ASK):
+            g = rx.search(m.line)
+            if g:
+                lack = _mib(g.group(1), g.group(2)) - _mib(g.group(3), g.group(4))
+                out = max(out or 0.0, lack)
+    return out
+
+
 def _held_not_leftover(facts: Facts, add, why: str) -> None:  # type: ignore[no-untyped-def]
     """Refute a leftover holder on the busiest GPU's line: its memory has a live owner (`why`)."""
     busiest = max(facts.gpus, key=lambda g: g.used_mib or 0)
@@ -306,6 +336,21 @@ def stale_rules(facts: Facts, observations: list[Observation], hits, add) -> Non
             if not facts.co_tenant_pids.get(p, "").startswith("another user") or p in twins
         }
     holders = dict(sorted(holders.items(), key=lambda kv: (kv[0] not in twins, -kv[1])))
+    lack = shortfall_mib(hits)
+    too_small = {p: mib for p, mib in holders.items() if lack is not None and mib < lack}
+    if too_small and len(too_small) == len(holders) and facts.gpu_pid_obs:
+        # freeing what they hold would not have made the launch fit: not what it ran short of
+        pid, mib = next(iter(too_small.items()))
+        add(
+            "stale_gpu_process",
+            "fact",
+            F.refutes,
+            facts.gpu_pid_obs,
+            facts.gpu_pid_lines.get(pid, ""),
+            f"pid {pid} holds {mib:.0f} MiB, less than the {lack:.0f} MiB the launch lacked: "
+            "freeing it would not have made it fit",
+        )
+        holders = {}
     if holders:
         soft = 0  # live co-tenants and unseen pids lean once between them, never add up to proof
         for pid, mib in holders.items():
@@ -364,6 +409,7 @@ def stale_rules(facts: Facts, observations: list[Observation], hits, add) -> Non
         and _unexplained_mib(facts) >= 1024
         and _own_gpus_used(facts, observations)
         and own is None  # the launch filled its GPU itself: others' memory is beside the point
+        and (lack is None or _unexplained_mib(facts) >= lack)
     ):
         busiest = max(facts.gpus, key=lambda g: g.used_mib or 0)
         add(
@@ -375,6 +421,23 @@ def stale_rules(facts: Facts, observations: list[Observation], hits, add) -> Non
             facts.gpu_obs,
             busiest.line,
             "GPU memory is in use although no server process runs",
+        )
+    elif (
+        lack is not None
+        and facts.gpu_clean is False
+        and not facts.gpu_pids
+        and facts.gpus
+        and _unexplained_mib(facts) < lack
+    ):
+        busiest = max(facts.gpus, key=lambda g: g.used_mib or 0)
+        add(
+            "stale_gpu_process",
+            "fact",
+            F.refutes,
+            facts.gpu_obs,
+            busiest.line,
+            f"the GPU memory in use ({_unexplained_mib(facts):.0f} MiB) is less than the "
+            f"{lack:.0f} MiB the launch lacked: freeing it would not have made it fit",
         )
     elif facts.gpu_clean:
         g = facts.gpus[0]
