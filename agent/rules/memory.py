@@ -260,7 +260,9 @@ _KV_NEED = re.compile(
     r"([\d.]+) ?([GM]iB) KV cache is needed, which is larger than the available KV cache "
     r"memory \(([\d.]+) ?([GM]iB)\)"
 )
-_TORCH_ASK = re.compile(r"Tried to allocate ([\d.]+) ([GM]iB)\b.*?of which ([\d.]+) ([GM]iB) (?:is )?free")
+_TORCH_ASK = re.compile(
+    r"Tried to allocate ([\d.]+) ([GM]iB)\b.*?of which ([\d.]+) ([GM]iB) (?:is )?free"
+)
 
 
 def _mib(value: str, unit: str) -> float:
