@@ -256,3 +256,57 @@ def test_a_neighbour_s_busy_job_makes_an_unowned_pinned_gpu_no_proof_of_a_hang(
     assert bool(got) != neighbour, got
     r = _run(card, tmp_path)
     assert (r.root_cause == "nccl_failure") != neighbour, (r.root_cause, r.summary)
+
+
+LOCALAI = [
+    "Jul 16 09:20:31 INFO  BackendLoader starting modelID=m backend=vllm model=Org/M",
+    'Jul 16 09:20:44 DEBUG GRPC stderr id=m-127.0.0.1:38821 line="ValueError: max_model_len too big"',
+    "Jul 16 09:20:45 DEBUG GRPC process exited id=m-127.0.0.1:38821 exitCode=1",
+    'Jul 16 09:21:12 ERROR failed starting/connecting to the gRPC service error="rpc error: '
+    'code = Unavailable desc = connection error"',
+    "Jul 16 09:43:10 INFO  BackendLoader starting modelID=m backend=vllm model=Org/M",
+    'Jul 16 09:44:48 DEBUG GRPC stderr id=m-127.0.0.1:40117 line="Loading shards: 3/10"',
+    'Jul 16 09:44:50 ERROR failed starting/connecting to the gRPC service error="rpc error: '
+    'code = Canceled desc = context canceled"',
+    "Jul 16 09:44:52 DEBUG GRPC process exited id=m-127.0.0.1:40117 exitCode=120",
+    'Jul 16 09:44:52 ERROR Failed to load model modelID=m error="grpc service not ready" '
+    "backend=vllm",
+]
+
+
+@pytest.mark.parametrize(
+    ("lines", "own"),
+    [
+        # the last load was cancelled by its caller; its front server's reports of the backend
+        # not answering are a wrapper's; the earlier load's errors are an earlier run's
+        (LOCALAI, None),
+        # control: the last load's backend printed an error of its own
+        (
+            [*LOCALAI[:6], 'Jul 16 09:44:49 ERROR backend error="CUDA error: out of memory"'],
+            'Jul 16 09:44:49 ERROR backend error="CUDA error: out of memory"',
+        ),
+    ],
+)
+def test_a_caller_s_cancellation_and_a_front_server_s_report_are_not_the_backend_s_error(
+    lines: list[str], own: str | None
+) -> None:
+    from agent.rules.own_fatal import own_fatal_since_launch
+
+    obs = {
+        "id": "o9",
+        "tool": "log_tail",
+        "args": {"path": "/var/log/localai.log"},
+        "ok": True,
+        "round": 0,
+        "lines": lines,
+        "data": {"path": "/var/log/localai.log"},
+    }
+    got = own_fatal_since_launch([obs])  # type: ignore[list-item]
+    assert (got[1] if got else None) == own, got
+
+
+def test_a_cancelled_grpc_call_is_an_end_from_outside() -> None:
+    from agent.rules import proof
+
+    assert proof.external_end('error="rpc error: code = Canceled desc = context canceled"')
+    assert not proof.external_end('error="rpc error: code = Unavailable desc = connection error"')
