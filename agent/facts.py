@@ -180,6 +180,8 @@ class Facts(BaseModel):
     #: process its command line names (agent/kills.py dependency_kill)
     dependency_kill: tuple[str, str, str] | None = None
     shm_mib: float | None = None
+    #: the /dev/shm read was the machine's, answered for a container that could not run df
+    shm_on_machine: bool = False
     shm_use_pct: float | None = None
     shm_line: str = ""
     #: the /dev/shm the launch's log says it maps (vLLM's message-queue ring), the line and
@@ -1367,6 +1369,14 @@ def _tenancy(f: Facts) -> None:
             f.leftover_pids[pid] = "idle (sleeping, no CPU) while holding the GPU"
 
 
+#: agent/observe.py's first line on a read the machine answered for a container that could not
+_MACHINE_NOTE = re.compile(r"^# read on \S+, the machine: ")
+
+
+def _read_on_machine(o: Observation) -> bool:
+    return bool(o["lines"]) and bool(_MACHINE_NOTE.match(o["lines"][0]))
+
+
 def _disk(f: Facts, o: Observation, _logs: LogReads) -> None:
     res = typed(o, disk.Result)
     f.disk_available = True
@@ -1382,6 +1392,9 @@ def _disk(f: Facts, o: Observation, _logs: LogReads) -> None:
             else (_find_line(o["lines"], m.mount) if m.mount else "")
         )
         if m.mount == "/dev/shm":
+            # the container could not answer: the machine's /dev/shm, the container's only
+            # under --ipc=host (its record's ShmSize says which, see _container)
+            f.shm_on_machine = _read_on_machine(o)
             f.shm_mib = _mib(m.size)
             f.shm_use_pct = float(m.use_pct) if m.use_pct is not None else None
             f.shm_line = line
@@ -1456,7 +1469,7 @@ def _container(f: Facts, o: Observation, _logs: LogReads) -> None:
     )  # the tool's own summary lines ("# GPUs: NONE ...") are quotable
     if c.ipc_host:
         f.ipc_host_line = _find_line(o["lines"], '"IpcMode"')
-    if f.shm_mib is None and c.shm_size is not None and not c.ipc_host:
+    if (f.shm_mib is None or f.shm_on_machine) and c.shm_size is not None and not c.ipc_host:
         # a stopped container cannot be read inside: its /dev/shm is what the run gave it
         f.shm_mib = c.shm_size / (1 << 20)
         f.shm_line = _find_line(o["lines"], '"ShmSize"')

@@ -310,3 +310,72 @@ def test_a_cancelled_grpc_call_is_an_end_from_outside() -> None:
 
     assert proof.external_end('error="rpc error: code = Canceled desc = context canceled"')
     assert not proof.external_end('error="rpc error: code = Unavailable desc = connection error"')
+
+
+def _stopped_container(shm_bytes: int, ipc: str) -> IncidentCard:
+    inspect = (
+        "[\n    {\n"
+        '        "Name": "/tgi-4s",\n'
+        '        "Path": "text-generation-launcher",\n'
+        '        "Args": ["--num-shard", "4"],\n'
+        '        "State": {\n'
+        '            "Status": "exited",\n'
+        '            "Running": false,\n'
+        '            "OOMKilled": false,\n'
+        '            "ExitCode": 1\n'
+        "        },\n"
+        '        "HostConfig": {\n'
+        f'            "IpcMode": "{ipc}",\n'
+        f'            "ShmSize": {shm_bytes}\n'
+        "        }\n    }\n]\n"
+    )
+    logs = (
+        '2024-03-20T10:24:42.011Z  INFO text_generation_launcher: Args { model_id: "m", '
+        "num_shard: Some(4) }\n"
+        "2024-03-20T10:25:06.947641Z ERROR shard-manager: text_generation_launcher: Shard "
+        "process was signaled to shutdown with signal 7 rank=1\n"
+        "Error: ShardCannotStart\n"
+    )
+    host = {
+        "ps": PS_HEADER,
+        "nvidia_smi": "0, NVIDIA A100 80GB PCIe, 0 MiB, 81050 MiB, 81920 MiB, 0 %\n",
+        "dmesg": "[Wed Mar 20 10:00:00 2024] NVRM: loading module\n",
+        "commands": {
+            "df -hP": "Filesystem Size Used Avail Use% Mounted on\n"
+            "/dev/nvme0n1p2 1.8T 600G 1.2T 34% /\n",
+            "df -hP /dev/shm": "Filesystem Size Used Avail Use% Mounted on\n"
+            "tmpfs 433G 0 433G 0% /dev/shm\n",
+        },
+        "containers": {"tgi-4s": {"inspect": inspect, "logs": logs}},
+    }
+    card = _card({}, PS_HEADER, host["nvidia_smi"])
+    return IncidentCard.model_validate(
+        {
+            **card.model_dump(exclude_none=True),
+            "engine": "other",
+            "host": host,
+            "invocation": {"container": "tgi-4s"},
+        }
+    )
+
+
+@pytest.mark.parametrize(
+    ("shm", "ipc", "label"), [(64 << 20, "private", "shm_too_small"), (64 << 20, "host", None)]
+)
+def test_the_machine_s_dev_shm_is_not_a_stopped_container_s(
+    tmp_path: Any, shm: int, ipc: str, label: str | None
+) -> None:
+    """The container is stopped, so df answers from the machine (433 GiB /dev/shm); the
+    container's own /dev/shm is what its record gave it (64 MiB): a shard's SIGBUS is that.
+    Control: with --ipc=host the container shares the machine's /dev/shm: not short."""
+    from agent.runner import investigate
+    from agent.settings import Settings
+    from tools.container_host import ContainerHost
+
+    card = _stopped_container(shm, ipc)
+    host = ContainerHost(ReplayHost(card), "tgi-4s")
+    r = investigate(host, card.symptom, settings=Settings(home=tmp_path / "h"))
+    if label:
+        assert r.root_cause == label, (r.root_cause, r.summary)
+    else:
+        assert r.root_cause != "shm_too_small", (r.root_cause, r.summary)
