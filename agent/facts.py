@@ -1369,12 +1369,16 @@ def _tenancy(f: Facts) -> None:
             f.leftover_pids[pid] = "idle (sleeping, no CPU) while holding the GPU"
 
 
-#: agent/observe.py's first line on a read the machine answered for a container that could not
+#: agent/observe.py's first line on a read the machine answered for a container that could not:
+#: it names each command so answered (`df -hP` could not run inside: ...; `free -m` ...)
 _MACHINE_NOTE = re.compile(r"^# read on \S+, the machine: ")
+_DF_OUTSIDE = re.compile(r"`df\b[^`]*` could not run inside")
 
 
 def _read_on_machine(o: Observation) -> bool:
-    return bool(o["lines"]) and bool(_MACHINE_NOTE.match(o["lines"][0]))
+    """The df rows of this disk read are the machine's (df could not run in the container)."""
+    first = o["lines"][0] if o["lines"] else ""
+    return bool(_MACHINE_NOTE.match(first)) and bool(_DF_OUTSIDE.search(first))
 
 
 def _disk(f: Facts, o: Observation, _logs: LogReads) -> None:
@@ -1394,7 +1398,10 @@ def _disk(f: Facts, o: Observation, _logs: LogReads) -> None:
         if m.mount == "/dev/shm":
             # the container could not answer: the machine's /dev/shm, the container's only
             # under --ipc=host (its record's ShmSize says which, see _container)
-            f.shm_on_machine = _read_on_machine(o)
+            machine = _read_on_machine(o)
+            if machine and f.shm_mib is not None and not f.shm_on_machine:
+                continue  # the container's own df row, read earlier, stands
+            f.shm_on_machine = machine
             f.shm_mib = _mib(m.size)
             f.shm_use_pct = float(m.use_pct) if m.use_pct is not None else None
             f.shm_line = line

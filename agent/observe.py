@@ -33,7 +33,10 @@ def call(host: Host, tool: str, args: dict[str, Any]) -> tuple[bool, list[str], 
         if result.ok and seen:
             # the container could not answer (stopped, or its image lacks the program): the
             # machine's answer, said so (a tool that reads the machine anyway says nothing)
-            lines = [f"# read on {result.host}, the machine: {seen[0]}", *lines]
+            lines = [
+                f"# read on {result.host}, the machine: {'; '.join(dict.fromkeys(seen))}",
+                *lines,
+            ]
         return result.ok, bound_lines(lines), result.model_dump(mode="json")
     except ValidationError as exc:
         msg = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
