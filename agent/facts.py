@@ -718,6 +718,11 @@ def _other_writers(f: Facts, log_reads: LogReads) -> bool:
     GPU), never this one still running."""
     if not f.server_main_pids or not log_reads:
         return False
+    if f.ps_outside and f.container is not None and f.container.running:
+        # the process table is the machine's, the logs those of a container that runs: a pid a
+        # log names is in the container's namespace (its 1 is the machine's 2201), never
+        # comparable (a stopped one's launch is in no table: the servers there are others')
+        return False
     named = [main_log_pids(reads[-1][2]) for reads in log_reads.values()]
     if not all(named):
         return False  # a log that names no writer: who wrote it is not known

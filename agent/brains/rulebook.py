@@ -112,7 +112,9 @@ class RulebookBrain:
             return self._conclude(state, top, min(0.99, 0.5 + 0.08 * top["score"] + 0.05 * margin))
         if top and top["score"] >= _R.lean_score and margin >= _R.lean_margin:
             return self._conclude(state, top, 0.5)
-        ready_hit = _ready_line(state) if ctx.facts.server_alive else None
+        ready_hit = (
+            _ready_line(state) if ctx.facts.server_alive and "healthy" not in rejected else None
+        )
         ready = ready_hit[1] if ready_hit else None
         patient = next((o for o in ctx.options if o.last), None)
         if patient is not None and not ready:

@@ -729,6 +729,15 @@ def _healthy(action: Action, by_id: dict[str, Observation], facts: Facts, hits: 
             f"[healthy] requests after its ready line were answered with a server error: "
             f"{refused[-1][:100]!r}"
         )
+    stalled = stall_proof(list(by_id.values()), facts)
+    if stalled in ("stacks", "pinned") and rules_hang.silent(facts):
+        # up once, stuck now: ready, then its log silent over a watched read while its ranks
+        # spin (GPUs pinned) or wait in a collective
+        out.append(
+            "[healthy] it was ready, but its log is silent over a watched read while its ranks "
+            + ("wait in a collective (stacks)" if stalled == "stacks" else "spin (GPUs pinned)")
+            + ": a stall after start-up, not a healthy server"
+        )
     return out
 
 

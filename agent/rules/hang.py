@@ -793,11 +793,14 @@ def earlier_instance_hits(facts: Facts, observations: list[Observation], hits): 
 def gpu_memory_static(observations: list[Observation]) -> tuple[str, str] | None:
     """(obs id, a GPU line) when the latest watched nvidia-smi read saw no GPU's memory move."""
     for o in reversed(observations):
-        if o["tool"] == "launch_progress" and o["ok"] and o["data"].get("moved") == "gpu":
-            d = o["data"]
-            line = str(d.get("moved_line") or "")
-            if line in o["lines"]:
-                return o["id"], line, float(d["memory_moved_mib"]), float(d.get("waited_s") or 0)
+        if (
+            o["tool"] == "launch_progress"
+            and o["ok"]
+            and "GPU memory" in o["data"].get("watched", [])
+        ):
+            if o["data"].get("moved") == "gpu":
+                return None
+            continue  # its GPU rows are not shown: the watched nvidia-smi read's line is cited
         if o["tool"] == "gpu_status" and o["ok"] and o["data"].get("watched"):
             if gpu_memory_moved([o]) is not None:
                 return None

@@ -379,3 +379,97 @@ def test_the_machine_s_dev_shm_is_not_a_stopped_container_s(
         assert r.root_cause == label, (r.root_cause, r.summary)
     else:
         assert r.root_cause != "shm_too_small", (r.root_cause, r.summary)
+
+
+@pytest.mark.parametrize(
+    ("line", "shaped"),
+    [
+        # a probe that moves on, filed at INFO by a logfmt logger: no error of the process
+        (
+            'time=2025-03-03T08:20:14.517Z level=INFO source=amd_linux.go:296 msg="unsupported '
+            'Radeon iGPU detected skipping" id=0',
+            False,
+        ),
+        # control: the same logger's ERROR line is one
+        (
+            'time=2025-03-03T08:21:00.000Z level=ERROR source=server.go:612 msg="llama runner '
+            'process has terminated: exit status 2"',
+            True,
+        ),
+    ],
+)
+def test_a_logfmt_info_line_is_not_error_shaped(line: str, shaped: bool) -> None:
+    from agent.rules import proof
+
+    assert proof.error_shaped(line) == shaped
+
+
+def test_gpu_memory_that_moved_in_the_patient_watch_is_not_static() -> None:
+    from agent.rules.hang import gpu_memory_moved, gpu_memory_static
+
+    row = "0, NVIDIA A100-SXM4-80GB, 15274 MiB, 66646 MiB, 81920 MiB, 0 %"
+    moved = "0, NVIDIA A100-SXM4-80GB, 74107 MiB, 7813 MiB, 81920 MiB, 0 %"
+    watched = _obs("o14", "gpu_status", [row], {"watched": True, "memory_moved_mib": 0.0})
+    patient = _obs(
+        "o16",
+        "launch_progress",
+        ["# watched ...: GPU memory moved", moved],
+        {
+            "moved": "gpu",
+            "memory_moved_mib": 58833.0,
+            "moved_line": moved,
+            "waited_s": 170.0,
+            "watched": ["the log", "GPU memory"],
+        },
+    )
+    quiet = _obs(
+        "o16",
+        "launch_progress",
+        ["# watched ...: NOTHING moved"],
+        {"moved": None, "watched": ["the log", "GPU memory"]},
+    )
+    assert gpu_memory_static([watched, patient]) is None  # type: ignore[list-item]
+    assert gpu_memory_moved([watched, patient]) is not None  # type: ignore[list-item]
+    assert gpu_memory_static([watched, quiet]) == ("o14", row)  # type: ignore[list-item]
+
+
+def _served_then(util: int) -> IncidentCard:
+    """A vLLM TP=2 server that came up and served, then its log stopped; its GPUs at `util`%."""
+    log = (
+        "INFO 05-14 10:20:01 api_server.py:112] vLLM API server version 0.6.3\n"
+        "INFO:     Application startup complete.\n"
+        "INFO:     Uvicorn running on http://0.0.0.0:8000 (Press CTRL+C to quit)\n"
+        'INFO:     10.0.0.5:51234 - "POST /v1/completions HTTP/1.1" 200 OK\n'
+        "INFO 05-14 10:42:17 metrics.py:351] Avg prompt throughput: 120.3 tokens/s, Running: 10 reqs\n"
+    )
+    ps = PS_HEADER + (
+        "svc      5120 99.0  3.1 9123456 4123456 ?      Sl   10:19   22:11 python3 -m "
+        "vllm.entrypoints.openai.api_server --model /models/m --tensor-parallel-size 2 --port 8000\n"
+        "svc      5188 99.0  3.1 9123456 4123456 ?      Sl   10:19   22:10 VLLM::Worker_TP1\n"
+    )
+    gpu = "".join(f"{i}, NVIDIA A40, 44221 MiB, 1395 MiB, 46068 MiB, {util} %\n" for i in (0, 1))
+    card = _card({LOG: log}, ps, gpu, dmesg="[Tue May 14 09:00:00 2024] NVRM: loading module\n")
+    return card.model_copy(update={"invocation": Invocation(log=LOG)})
+
+
+@pytest.mark.parametrize(("util", "healthy"), [(100, False), (0, True)])
+def test_ready_then_silent_with_spinning_gpus_is_not_healthy(
+    tmp_path: Any, util: int, healthy: bool
+) -> None:
+    """It came up and served, then its log stopped while both GPUs spin at 100%: a stall after
+    start-up, never 'healthy'. Control: idle GPUs under a quiet log after ready are a server
+    with no traffic: healthy."""
+    r = _run(_served_then(util), tmp_path)
+    assert (r.root_cause == "healthy") == healthy, (r.root_cause, r.summary)
+
+
+def _obs(oid: str, tool: str, lines: list[str], data: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "id": oid,
+        "tool": tool,
+        "args": {},
+        "ok": True,
+        "round": 1,
+        "lines": lines,
+        "data": data,
+    }
