@@ -209,4 +209,6 @@ SPEC = ToolSpec(
     result=Result,
     fn=run,
     verdict_needs=True,
+    # a death it saw puts the process table read before it out of date
+    facts=("server_pids",),
 )

@@ -39,8 +39,7 @@ def own_fatal_since_launch(
             ln = lines[start + i]
             if kind == "exit_signal" or proof.external_end(ln) or OOM_KILL.search(ln):
                 continue
-            if proof.peer_lost(ln) or proof.is_wrapper(ln) or ln in skip:
-                # a wrapper's line says the process's own end is elsewhere: not that end
+            if proof.peer_lost(ln) or ln in skip:
                 continue
             return o["id"], ln
     return None

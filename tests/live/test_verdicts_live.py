@@ -236,6 +236,31 @@ def test_slow_loader_at_4s_per_shard_is_still_starting_with_an_eta(scene: Scene)
     scene.assert_bystanders_untouched(v)
 
 
+def test_a_loader_silent_past_the_short_watches_is_given_the_time_it_needs(scene: Scene) -> None:
+    """The weights load silently for ~25 s, longer than every short liveness read (3 s caps);
+    the patient watch (PIVOT_PATIENCE_S) sees the log move on and the log is read again: a slow
+    start, proven by its new line, not 'not sure' and not a hang. The run ends at the growth,
+    not at the patience's end."""
+    log = scene.stage.logs / "server.log"
+    proc = scene.stage.start_server(
+        [["out", S.startup()], ["sleep", 25.0], ["out", S.LOADED.lstrip("\n")], ["sleep", 600]],
+        log,
+        S.SERVER_ARGS,
+    )
+    S.wait_for(lambda: b"Load weight begin" in log.read_bytes(), 10, "the weight load")
+    env = S.pivot_env(
+        scene.home, scene.sshd, scene.alias, PIVOT_LIVENESS_MAX_S="3", PIVOT_PATIENCE_S="90"
+    )
+    v = S.investigate(env, scene.alias, [log], "sglang stopped printing while loading, hung?")
+
+    assert proc.poll() is None
+    assert_concluded(v, "still_starting")
+    assert "launch_progress" in obs_tools(v).values(), obs_tools(v)
+    assert any("Load weight end" in e["line"] for e in v.report["evidence"]), v.report["evidence"]
+    assert v.wall_s < 80, v.wall_s  # stopped at the growth, well before the 90 s patience
+    scene.assert_bystanders_untouched(v)
+
+
 def test_yesterdays_log_beside_a_slow_loader_does_not_say_it_is_ready(scene: Scene) -> None:
     """The log of yesterday's run sits beside today's: its ready line is not this server's."""
     log = scene.stage.logs / "server.log"
