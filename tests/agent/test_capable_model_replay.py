@@ -49,7 +49,9 @@ BLIND_ROOT = Path(__file__).resolve().parents[2] / "evals" / "blind"
 #: round 40 (four fresh model sessions at 55c6eeb: 17/22 right label, 13 full, 0 wrong);
 #: round 41 (four fresh model sessions at 561e142: 18/22 right label, 18 full, 0 wrong);
 #: round 42 (four fresh model sessions at 5764313: 21/22 right label, 19 full, 0 wrong);
-#: round 43 (four fresh model sessions at 7436a36: 19/22 right label, 19 full, 0 wrong).
+#: round 43 (four fresh model sessions at 7436a36: 19/22 right label, 19 full, 0 wrong);
+#: rounds 48 and 49 (eight fresh sessions at 8fe9815: 18/22 and 19/22 right, 17 and 16 full, 1
+#: and 0 wrong; replayed under the tests' short PIVOT_PATIENCE_S, 17 and 15 full).
 #: Older rounds' turns stay in capable-blind/ as the record (round 38: 17 full).
 BLIND_RECORDED_PASS = {
     "round39": 18,
@@ -61,7 +63,13 @@ BLIND_RECORDED_PASS = {
     "round45": 18,
     "round46": 17,
     "round47": 18,
+    "round48": 17,
+    "round49": 15,
 }
+#: a wrong answer the model gave in its recorded after-run, kept as recorded (the fault named in
+#: docs/evaluation.md, round 48: a Ray node declared dead by its GCS read as an NCCL init failure);
+#: any other wrong answer fails
+BLIND_RECORDED_WRONG = {"round48": {"r48b-ray-worker-node-marked-dead-vllm-tp4"}}
 
 
 @pytest.mark.parametrize("blind_round", sorted(BLIND_RECORDED_PASS))
@@ -82,5 +90,5 @@ def test_replayed_blind_round_turns_still_pass(
     passed = [r.id for r in run.results if r.passed]
     wrong = [r.id for r in run.results if r.outcome == "wrong"]
     failed = [f"{r.id}: got {r.got} ({r.status})" for r in run.results if not r.passed]
-    assert not wrong, wrong
+    assert set(wrong) <= BLIND_RECORDED_WRONG.get(blind_round, set()), wrong
     assert len(passed) >= BLIND_RECORDED_PASS[blind_round], "\n".join(failed)
