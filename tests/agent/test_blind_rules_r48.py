@@ -473,3 +473,29 @@ def _obs(oid: str, tool: str, lines: list[str], data: dict[str, Any]) -> dict[st
         "lines": lines,
         "data": data,
     }
+
+
+@pytest.mark.parametrize(
+    ("hit", "own"),
+    [
+        # the search found the earlier load's error: before the last launch of the whole read
+        (LOCALAI[3], False),
+        # control: an error the whole read shows after the last launch is the launch's own
+        ('Jul 16 09:44:49 ERROR backend error="CUDA error: out of memory"', True),
+    ],
+)
+def test_a_search_hit_from_before_the_last_launch_is_not_its_own(hit: str, own: bool) -> None:
+    """A search of a log returns hits from anywhere in it; the newest whole read of the same log
+    says where its last launch starts, and a hit before it (or older than that read's window)
+    is an earlier run's."""
+    from agent.rules.own_fatal import own_fatal_since_launch
+
+    tail = [*LOCALAI[4:6], hit] if own else LOCALAI[4:]
+    path = "/var/log/localai.log"
+    full = {**_obs("o9", "log_tail", [*LOCALAI[:4], *tail], {"path": path}), "args": {"path": path}}
+    search = {
+        **_obs("o12", "log_search", [hit], {"path": path}),
+        "args": {"path": path, "pattern": "ERROR"},
+    }
+    got = own_fatal_since_launch([full, search])  # type: ignore[list-item]
+    assert (got is not None and got[1] == hit) == own, got
