@@ -34,12 +34,8 @@ MIN_ARGS = 2
 MATCH_ARGS = 3
 
 
-def commands(lines: list[str]) -> list[list[str]]:
-    """The workload commands of a shell script: each logical line (backslash continuations
-    joined), cut at the first redirection, pipe or `;`/`&&`, prefixes and VAR=value dropped
-    (the shell's words are knowledge/launch.yaml `script_prefixes`, `script_setup`)."""
-    prefixes, setup = _shell_words()
-    out: list[list[str]] = []
+def logical_lines(lines: list[str]) -> list[str]:
+    """A shell script's lines as the shell reads them: backslash continuations joined."""
     joined, buf = [], ""
     for ln in lines:
         s = ln.rstrip()
@@ -50,7 +46,16 @@ def commands(lines: list[str]) -> list[list[str]]:
         buf = ""
     if buf:
         joined.append(buf)
-    for ln in joined:
+    return joined
+
+
+def commands(lines: list[str]) -> list[list[str]]:
+    """The workload commands of a shell script: each logical line (backslash continuations
+    joined), cut at the first redirection, pipe or `;`/`&&`, prefixes and VAR=value dropped
+    (the shell's words are knowledge/launch.yaml `script_prefixes`, `script_setup`)."""
+    prefixes, setup = _shell_words()
+    out: list[list[str]] = []
+    for ln in logical_lines(lines):
         if ln.lstrip().startswith("#"):
             continue
         s = re.split(r"\s(?:\d?>>?|<|\|\|?|;|&&)\s*|\s&\s*$", " " + ln.strip())[0].strip()

@@ -17,15 +17,16 @@ scanned and weighed like any tail of it.
 
 from __future__ import annotations
 
-import os
 from typing import Literal
 
 from pydantic import BaseModel, Field
 
 from tools import gpu_status, log_tail, process_io
 from tools.base import ToolResult, ToolSpec, bound_lines
+from tools.batch import run_batch
 from tools.container_host import machine_of
-from tools.host import Host
+from tools.host import CommandResult, Host
+from tools.log_window import env_seconds
 from tools.processes import PS_COMMAND, parse_ps
 
 ENV_PATIENCE = "PIVOT_PATIENCE_S"
@@ -40,13 +41,8 @@ MIN_READ = 8 * 2**20
 
 
 def patience_s() -> float:
-    """PIVOT_PATIENCE_S, or 300 s; never negative, at most an hour."""
-    raw = os.environ.get(ENV_PATIENCE, "")
-    try:
-        v = float(raw) if raw.strip() else DEFAULT_PATIENCE_S
-    except ValueError:
-        v = DEFAULT_PATIENCE_S
-    return min(max(v, 0.0), 3600.0)
+    """PIVOT_PATIENCE_S, or 300 s."""
+    return env_seconds(ENV_PATIENCE, DEFAULT_PATIENCE_S)
 
 
 class Args(BaseModel):
@@ -121,16 +117,44 @@ def _gpu_used(host: Host) -> dict[int, tuple[int, str]] | None:
     return {g.index: (g.memory_used_mib or 0, g.line) for g in res.gpus}
 
 
+def _ps_pid(pid: int) -> str:
+    """One process's row (a busy box's whole table is not read each second)."""
+    return f"ps -ww -o pid,stat,args -p {pid}"
+
+
+def _alive_in(res: CommandResult, pid: int) -> tuple[bool | None, bool]:
+    """(whether the row's pid runs, whether the answer was a process table at all). `ps -p` of a
+    gone pid prints its header alone and exits 1: that is an answer, not a failure."""
+    table = parse_ps(res.stdout) if not res.missing_command else None
+    if table is None or not table.header:
+        return None, False
+    # a zombie (Z, <defunct>) has exited: only its parent has not reaped it yet
+    return any(p.pid == pid and not p.stat.startswith("Z") for p in table.procs), True
+
+
 def _alive(host: Host, pid: int) -> bool | None:
     """Whether `pid` is in the process table; None when it cannot be read."""
-    res = host.run(PS_COMMAND, timeout=10, max_bytes=2_000_000)
-    if not res.ok:
+    alive, answered = _alive_in(host.run(_ps_pid(pid), timeout=10, max_bytes=20_000), pid)
+    if answered:
+        return alive
+    res = host.run(PS_COMMAND, timeout=10, max_bytes=2_000_000)  # a ps without -p (busybox)
+    table = parse_ps(res.stdout) if res.ok else None
+    if table is None or not table.header:
         return None
-    table = parse_ps(res.stdout)
-    if not table.header:
-        return None
-    # a zombie (Z, <defunct>) has exited: only its parent has not reaped it yet
     return any(p.pid == pid and not p.stat.startswith("Z") for p in table.procs)
+
+
+def _poll(
+    host: Host, machine: Host, path: str | None, pid: int | None
+) -> tuple[int | None, bool | None]:
+    """The log's size and whether the process runs, each second: over one channel where the
+    host batches and both are read on it (a launch outside a container)."""
+    if path and pid and machine is host:
+        size_res, ps_res = run_batch(host, [log_tail.size_command(path), _ps_pid(pid)], timeout=10)
+        alive, answered = _alive_in(ps_res, pid)
+        return log_tail.parse_size(size_res), alive if answered else _alive(host, pid)
+    size = log_tail.size_now(host, path) if path else None
+    return size, (_alive(machine, pid) if pid else None)
 
 
 def run(host: Host, args: Args) -> Result:
@@ -162,12 +186,13 @@ def run(host: Host, args: Args) -> Result:
         elapsed = host.clock() - t0
         host.sleep(min(LOG_POLL_S, window - elapsed))
         elapsed = host.clock() - t0
-        if size0 is not None:
-            size = log_tail.size_now(host, args.path or "")
-            if size is not None and size != size0:
-                res.moved, res.grew_bytes = "log", size - size0
-                break
-        if alive0 and args.pid and _alive(machine, args.pid) is False:
+        size, alive = _poll(
+            host, machine, args.path if size0 is not None else None, args.pid if alive0 else None
+        )
+        if size is not None and size != size0:
+            res.moved, res.grew_bytes = "log", size - (size0 or 0)
+            break
+        if alive is False:
             res.died = True  # every second: a death is seen at once, not after minutes
             break
         if elapsed < next_heavy and elapsed < window:

@@ -19,7 +19,7 @@ import shlex
 from pydantic import BaseModel, Field
 
 from tools.base import ToolResult, ToolSpec, bound_lines
-from tools.host import Host
+from tools.host import CommandResult, Host
 from tools.log_window import (
     DEFAULT_BASE_S,
     Progress,
@@ -207,11 +207,18 @@ def read_once(host: Host, args: Args) -> Result:
     )
 
 
-def size_now(host: Host, path: str) -> int | None:
-    """The file's size without reading it (a replayed card answers for the last read)."""
-    res = host.run(f"stat -L -c %s -- {shlex.quote(path)}", timeout=10, max_bytes=1000)
+def size_command(path: str) -> str:
+    return f"stat -L -c %s -- {shlex.quote(path)}"
+
+
+def parse_size(res: CommandResult) -> int | None:
     tok = res.stdout.split()[:1] if res.rc == 0 else []
     return int(tok[0]) if tok and tok[0].isdigit() else None
+
+
+def size_now(host: Host, path: str) -> int | None:
+    """The file's size without reading it (a replayed card answers for the last read)."""
+    return parse_size(host.run(size_command(path), timeout=10, max_bytes=1000))
 
 
 def watch(host: Host, args: Args) -> Result:

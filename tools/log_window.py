@@ -191,14 +191,19 @@ def last_progress(lines: list[str], look_back: int = 5, history: int = 200) -> P
     return None
 
 
-def max_window_s() -> float:
-    """PIVOT_LIVENESS_MAX_S, or 30 s; never negative, at most an hour."""
-    raw = os.environ.get(ENV_MAX, "")
+def env_seconds(name: str, default: float) -> float:
+    """A duration from the environment (`name`), else `default`; never negative, at most an hour."""
+    raw = os.environ.get(name, "")
     try:
-        v = float(raw) if raw.strip() else DEFAULT_MAX_S
+        v = float(raw) if raw.strip() else default
     except ValueError:
-        v = DEFAULT_MAX_S
+        v = default
     return min(max(v, 0.0), 3600.0)
+
+
+def max_window_s() -> float:
+    """PIVOT_LIVENESS_MAX_S, or 30 s."""
+    return env_seconds(ENV_MAX, DEFAULT_MAX_S)
 
 
 def cap_note(asked_s: float | None, window_s: float) -> str:

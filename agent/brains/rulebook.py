@@ -13,6 +13,7 @@ from pathlib import Path
 
 from agent.board import alluded, ranked
 from agent.brains.base import BrainContext
+from agent.checks import CheckOption
 from agent.followup import Answer, Known
 from agent.signatures import load_signatures
 from agent.state import Action, State
@@ -101,13 +102,7 @@ class RulebookBrain:
             best = next((o for o in ranked_options if set(o.separates) & rivals), None)
             decisive = best is None
         if best is not None and not decisive:
-            return Action(
-                kind="check",
-                tool=best.tool,
-                args=best.args,
-                why=f"{best.says} (separates {', '.join(best.separates[:4])})",
-                label=best.id,
-            )
+            return _check(best)
         if top and top["score"] >= CONCLUDE_SCORE and margin >= CONCLUDE_MARGIN:
             return self._conclude(state, top, min(0.99, 0.5 + 0.08 * top["score"] + 0.05 * margin))
         if top and top["score"] >= _R.lean_score and margin >= _R.lean_margin:
@@ -120,13 +115,7 @@ class RulebookBrain:
         if patient is not None and not ready:
             # nothing proven and no short read left: wait for a sign of work (or the death)
             # before saying "not sure"
-            return Action(
-                kind="check",
-                tool=patient.tool,
-                args=patient.args,
-                why=f"{patient.says} (separates {', '.join(patient.separates[:4])})",
-                label=patient.id,
-            )
+            return _check(patient)
         if ready:
             risk = order[0] if order and order[0]["score"] > 0 and order[0]["evidence"] else None
             if risk is not None and risk["evidence"][0].get("kind") != "cause":
@@ -260,6 +249,16 @@ class RulebookBrain:
                 "or ask why a hypothesis was ruled out."
             )
         return " ".join(replies), actions[:3]
+
+
+def _check(option: CheckOption) -> Action:
+    return Action(
+        kind="check",
+        tool=option.tool,
+        args=option.args,
+        why=f"{option.says} (separates {', '.join(option.separates[:4])})",
+        label=option.id,
+    )
 
 
 def _default_args(tool: str, state: State) -> dict | None:

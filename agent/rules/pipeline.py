@@ -21,6 +21,7 @@ from agent.evidence import LOG_TOOLS, launch_line, text_lines
 from agent.rules import proof
 from agent.rules.common import F
 from agent.rules.passed import own_end
+from agent.script_cmd import logical_lines
 from agent.signatures import scan
 from agent.state import Observation
 
@@ -67,20 +68,9 @@ _VAR = re.compile(r"\$\{([A-Za-z_]\w*)\}|\$([A-Za-z_]\w*)")
 def script_commands(script: list[str]) -> list[str]:
     """A shell script's commands as it runs them: continued lines joined, comments dropped, and
     its own plain assignments (ENGINE=/x) put in for $ENGINE / ${ENGINE}."""
-    joined: list[str] = []
-    cur = ""
-    for ln in script:
-        part = ln.rstrip()
-        if part.endswith("\\"):
-            cur += part[:-1] + " "
-            continue
-        joined.append(cur + part)
-        cur = ""
-    if cur:
-        joined.append(cur)
     values: dict[str, str] = {}
     out = []
-    for ln in joined:
+    for ln in logical_lines(script):
         ln = " ".join(ln.split())
         if not ln or ln.startswith("#"):
             continue
